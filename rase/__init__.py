@@ -1,0 +1,59 @@
+"""rase: an embeddable local LLM runtime for Python.
+
+Data path: registry -> session -> gguf -> models/<arch> plan -> chat template -> tokenizer
+-> generation -> _kernels (nogil) -> stream -> surface (api / cli / server).
+"""
+from __future__ import annotations
+
+from . import _kernels
+from .config import simd_request
+from .errors import (
+    BackendUnavailable, Cancelled, ContextOverflow, CorruptModelFile, HubDownloadError,
+    IntegrityMismatch, InvalidGenerationConfig, InvalidLogits, InvalidModelId, ModelFileNotFound,
+    ModelNotFound, RaseError, TokenizerError, UnsupportedArchitecture, UnsupportedFormat,
+    UnsupportedQuantType,
+)
+from .gguf import GGUFFile, TensorInfo
+from .quants import QuantType, dequantize
+
+__version__ = "0.1.0"
+
+
+def _select_isa() -> None:
+    wanted = simd_request()
+    if wanted is None:
+        _kernels.set_isa(_kernels.isa_best())
+        return
+    try:
+        _kernels.set_isa(wanted)
+    except ValueError as exc:
+        raise BackendUnavailable(
+            f"RASE_SIMD={wanted!r} cannot be used here ({exc}); "
+            f"available: {', '.join(_kernels.isa_supported())}"
+        ) from None
+
+
+def build_info() -> dict:
+    """How this build was compiled and which kernel path runs on this CPU."""
+    import numpy
+
+    info = dict(_kernels.compiler_info())
+    info.update(
+        version=__version__,
+        isa_compiled=_kernels.isa_compiled(),
+        isa_supported=_kernels.isa_supported(),
+        isa_selected=_kernels.get_isa(),
+        numpy=numpy.__version__,
+    )
+    return info
+
+
+_select_isa()
+
+__all__ = [
+    "BackendUnavailable", "Cancelled", "ContextOverflow", "CorruptModelFile", "GGUFFile",
+    "HubDownloadError", "IntegrityMismatch", "InvalidGenerationConfig", "InvalidLogits",
+    "InvalidModelId", "ModelFileNotFound", "ModelNotFound", "QuantType", "RaseError",
+    "TensorInfo", "TokenizerError", "UnsupportedArchitecture", "UnsupportedFormat",
+    "UnsupportedQuantType", "__version__", "build_info", "dequantize",
+]

