@@ -73,13 +73,17 @@ def isa_best():
 def set_isa(str name):
     """Select the ISA path for every kernel; raises ValueError if it cannot run here."""
     global rase_isa
+    rase_isa = _isa_id(name)
+
+
+cdef int _isa_id(str name) except -1:
     names = isa_names()
     if name not in names:
         raise ValueError(f"unknown ISA {name!r}; known: {', '.join(names)}")
     cdef int isa = names.index(name)
     if not (rase_isa_compiled(isa) and rase_isa_supported(isa)):
         raise ValueError(f"ISA {name!r} is not supported by this CPU or build")
-    rase_isa = isa
+    return isa
 
 
 def get_isa():
@@ -121,12 +125,7 @@ def dequantize_into(int qtype, const uint8_t[::1] src, float[::1] dst, isa=None)
         raise ValueError(f"{n} elements is not a multiple of the block size {blck}")
     if src.shape[0] != (n // blck) * size:
         raise ValueError(f"{n} elements need {(n // blck) * size} bytes, got {src.shape[0]}")
-    cdef int path = rase_isa
-    if isa is not None:
-        names = isa_names()
-        path = names.index(isa)
-        if not (rase_isa_compiled(path) and rase_isa_supported(path)):
-            raise ValueError(f"ISA {isa!r} is not supported here")
+    cdef int path = rase_isa if isa is None else _isa_id(isa)
     cdef rase_dequant_fn fn = rase_dequant_for(qtype, path)
     if n == 0:
         return

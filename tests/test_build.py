@@ -1,0 +1,67 @@
+"""The build: portable dispatch, the ISA chosen at import, and the RASE_SIMD override."""
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import rase
+from rase import _kernels
+
+
+def _build_info_with(env_value: str | None) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env.pop("RASE_SIMD", None)
+    if env_value is not None:
+        env["RASE_SIMD"] = env_value
+    code = "import json, rase; print(json.dumps(rase.build_info()))"
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+
+
+def _cpu_has_avx2() -> bool:
+    flags = Path("/proc/cpuinfo").read_text().split()
+    return all(f in flags for f in ("avx2", "fma", "f16c"))
+
+
+def test_build_info_reports_compiler_openmp_and_isas():
+    info = rase.build_info()
+    assert info["compiler"].startswith(("gcc", "clang"))
+    assert info["openmp"] >= 201107  # OpenMP 3.1 or newer
+    assert info["isa_compiled"] == ["scalar", "avx2"]
+    assert info["version"] == rase.__version__
+
+
+def test_default_isa_is_the_best_the_cpu_supports():
+    info = json.loads(_build_info_with(None).stdout)
+    assert info["isa_selected"] == ("avx2" if _cpu_has_avx2() else "scalar")
+
+
+def test_rase_simd_scalar_forces_the_reference_path():
+    info = json.loads(_build_info_with("scalar").stdout)
+    assert info["isa_selected"] == "scalar"
+
+
+def test_unusable_rase_simd_is_a_typed_error():
+    proc = _build_info_with("neon")
+    assert proc.returncode != 0 and "BackendUnavailable" in proc.stderr and "RASE_SIMD" in proc.stderr
+
+
+def test_no_cpu_specific_flags_in_the_build():
+    tree = ast.parse((Path(__file__).parent.parent / "setup.py").read_text())
+    flags = [node.value for node in ast.walk(tree)
+             if isinstance(node, ast.Constant) and isinstance(node.value, str)
+             and node.value.startswith("-")]
+    assert "-O3" in flags and "-fopenmp" in flags
+    assert not [f for f in flags if f.startswith(("-march", "-mtune", "-mavx", "-mfma", "-mf16c"))]
+
+
+def test_set_isa_round_trip():
+    before = _kernels.get_isa()
+    try:
+        _kernels.set_isa("scalar")
+        assert _kernels.get_isa() == "scalar"
+    finally:
+        _kernels.set_isa(before)

@@ -1,0 +1,61 @@
+"""The `rase` command through its real entry points (console script and python -m rase)."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.ggufbuild import small_spec
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    exe = shutil.which("rase")
+    cmd = [exe, *args] if exe else [sys.executable, "-m", "rase", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+
+
+def test_console_script_is_installed():
+    assert shutil.which("rase"), "pip install must put the `rase` command on PATH"
+
+
+def test_inspect_gguf_real_model(smollm2_path):
+    proc = run_cli("inspect-gguf", str(smollm2_path))
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "architecture:  llama" in out
+    assert "tokenizer.ggml.tokens" in out and "(49152 items)" in out
+    assert "token_embd.weight" in out and "Q8_0" in out and "Q4_1" in out
+    assert "tensors:       272" in out
+
+
+def test_inspect_gguf_small_file(tmp_path):
+    p = tmp_path / "s.gguf"
+    p.write_bytes(small_spec().build())
+    proc = subprocess.run([sys.executable, "-m", "rase", "inspect-gguf", str(p)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0
+    assert "w.q8" in proc.stdout and "[2, 32]" in proc.stdout
+
+
+@pytest.mark.parametrize("content", [b"", b"GGUF", b"not a model at all", None])
+def test_bad_files_give_one_error_line(tmp_path, content):
+    p = tmp_path / "bad.gguf"
+    if content is not None:
+        p.write_bytes(content)
+    proc = run_cli("inspect-gguf", str(p))
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1
+    assert "Traceback" not in proc.stderr
+
+
+def test_build_info_command():
+    proc = run_cli("build-info")
+    assert proc.returncode == 0 and '"isa_selected"' in proc.stdout
+
+
+def test_help_everywhere():
+    assert run_cli("--help").returncode == 0
+    for sub in ("inspect-gguf", "build-info", "demo"):
+        assert run_cli(sub, "--help").returncode == 0
