@@ -131,3 +131,257 @@ def dequantize_into(int qtype, const uint8_t[::1] src, float[::1] dst, isa=None)
         return
     with nogil:
         fn(&src[0], &dst[0], n)
+
+
+# ---------------------------------------------------------------- dots (exposed for tests)
+
+cdef extern from "_dot.h" nogil:
+    ctypedef void (*rase_dotn_fn)(int64_t n, const void *w, const void *a, size_t astride,
+                                  int nt, float *out) noexcept nogil
+    ctypedef void (*rase_quant_fn)(const float *x, void *dst, int64_t n) noexcept nogil
+    ctypedef struct rase_dot_traits:
+        int act
+        rase_dotn_fn dotn[2]
+    int RASE_NT
+    const rase_dot_traits DOT_TRAITS[]
+    size_t rase_act_bytes(int act, int64_t n)
+    rase_dotn_fn rase_dotn_for(int qtype, int isa)
+    rase_quant_fn rase_act_quant_for(int act, int isa)
+
+
+def vec_dot(int qtype, const uint8_t[::1] w, const float[:, ::1] x, isa=None):
+    """w (one row of x.shape[1] elements of type qtype) . x[t] for each of up to RASE_NT rows of
+    x, each quantized to the activation format the type pairs with (exactly as the forward)."""
+    _check_type(qtype)
+    cdef int64_t n = x.shape[1]
+    cdef int nt = x.shape[0], t
+    cdef int blck = QUANT_TRAITS[qtype].blck, size = QUANT_TRAITS[qtype].size
+    cdef int act = DOT_TRAITS[qtype].act
+    cdef int kblk = 256 if act == 3 else blck
+    if n == 0 or n % kblk:
+        raise ValueError(f"row length {n} must be a positive multiple of {kblk}")
+    if not 1 <= nt <= RASE_NT:
+        raise ValueError(f"1..{RASE_NT} activation rows, got {nt}")
+    if w.shape[0] != (n // blck) * size:
+        raise ValueError(f"{n} elements need {(n // blck) * size} bytes, got {w.shape[0]}")
+    cdef int path = rase_isa if isa is None else _isa_id(isa)
+    cdef size_t row = rase_act_bytes(act, n)
+    buf = bytearray(row * nt + 64)
+    cdef unsigned char[::1] a = buf
+    cdef float out[8]
+    cdef rase_quant_fn quant = rase_act_quant_for(act, path)
+    cdef rase_dotn_fn dotn = rase_dotn_for(qtype, path)
+    with nogil:
+        for t in range(nt):
+            quant(&x[t, 0], &a[t * row], n)
+        dotn(n, &w[0], &a[0], row, nt, out)
+    return [out[t] for t in range(nt)]
+
+
+# ---------------------------------------------------------------- the forward
+
+from libc.stdint cimport int32_t, uint16_t
+from libc.stdlib cimport calloc, free
+
+cdef extern from "_forward.h" nogil:
+    ctypedef struct rase_mat:
+        const uint8_t *data
+        int type
+        int64_t rows, cols, row_bytes
+    ctypedef struct rase_layer:
+        rase_mat wq, wk, wv, wo, wgate, wup, wdown
+        const float *attn_norm
+        const float *ffn_norm
+        const float *q_norm
+        const float *k_norm
+        const float *post_attn_norm
+        const float *post_ffn_norm
+        int window, rope_slot
+    ctypedef struct rase_model:
+        int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx, n_rot
+        int rope_neox, gelu, attn_prescale
+        float eps, embd_scale, attn_scale
+        float rope_base[2]
+        float rope_freq_scale[2]
+        rase_mat tok_embd, output
+        const float *output_norm
+        rase_layer *layers
+        int max_batch, n_threads, isa
+        float *trace
+    int rase_model_alloc(rase_model *m)
+    void rase_model_free(rase_model *m)
+    void rase_forward(rase_model *m, const int32_t *tokens, int T, int pos0, float *logits, int n_out)
+
+import numpy as _np
+
+_MATS = ("wq", "wk", "wv", "wo", "wgate", "wup", "wdown")
+_NORMS = ("attn_norm", "ffn_norm", "q_norm", "k_norm", "post_attn_norm", "post_ffn_norm")
+
+
+cdef class Forward:
+    """A model plan over weights that stay in the caller's buffers (the GGUF mmap), an f16 KV
+    cache of n_ctx positions and scratch for max_batch tokens. Not thread-safe: one caller
+    at a time (sessions hold a lock)."""
+    cdef rase_model m
+    cdef rase_layer *layers
+    cdef list _keep  # owners of every buffer the plan points into
+
+    def __cinit__(self):
+        self.layers = NULL
+
+    def __init__(self, dict hp, dict tensors, list layers, int n_threads, int max_batch):
+        """hp: hyper-parameters; tensors: tok_embd, output (matrices), output_norm (vector);
+        layers: one dict per layer with the _MATS matrices, _NORMS vectors (None = absent),
+        window and rope_slot. A matrix is (data uint8, ggml type, rows, cols)."""
+        self._keep = []
+        m = &self.m
+        m.n_layer, m.n_embd, m.n_head = hp["n_layer"], hp["n_embd"], hp["n_head"]
+        m.n_head_kv, m.head_dim, m.n_ff = hp["n_head_kv"], hp["head_dim"], hp["n_ff"]
+        m.n_vocab, m.n_ctx, m.n_rot = hp["n_vocab"], hp["n_ctx"], hp["n_rot"]
+        m.rope_neox, m.gelu = hp["rope_neox"], hp["gelu"]
+        m.attn_prescale = hp.get("attn_prescale", 0)
+        m.eps, m.embd_scale, m.attn_scale = hp["eps"], hp["embd_scale"], hp["attn_scale"]
+        for s in range(2):
+            m.rope_base[s] = hp["rope_base"][s]
+            m.rope_freq_scale[s] = hp["rope_freq_scale"][s]
+        if min(m.n_layer, m.n_embd, m.n_head, m.n_head_kv, m.head_dim, m.n_ff, m.n_vocab,
+               m.n_ctx, n_threads, max_batch) <= 0 or m.n_head % m.n_head_kv:
+            raise ValueError("invalid hyper-parameters")
+        if m.n_rot <= 0 or m.n_rot > m.head_dim or m.n_rot % 2:
+            raise ValueError(f"rope dimension {m.n_rot} invalid for head_dim {m.head_dim}")
+        m.n_threads, m.max_batch = n_threads, max_batch
+        nq, nkv = m.n_head * m.head_dim, m.n_head_kv * m.head_dim
+        self._mat(&m.tok_embd, tensors["tok_embd"], m.n_vocab, m.n_embd, "token_embd")
+        self._mat(&m.output, tensors["output"], m.n_vocab, m.n_embd, "output")
+        m.output_norm = self._vec(tensors["output_norm"], m.n_embd, "output_norm")
+        if len(layers) != m.n_layer:
+            raise ValueError(f"{len(layers)} layer plans for {m.n_layer} layers")
+        self.layers = <rase_layer *>calloc(m.n_layer, sizeof(rase_layer))
+        if self.layers == NULL:
+            raise MemoryError()
+        m.layers = self.layers
+        shapes = {"wq": (nq, m.n_embd), "wk": (nkv, m.n_embd), "wv": (nkv, m.n_embd),
+                  "wo": (m.n_embd, nq), "wgate": (m.n_ff, m.n_embd), "wup": (m.n_ff, m.n_embd),
+                  "wdown": (m.n_embd, m.n_ff)}
+        lens = {"attn_norm": m.n_embd, "ffn_norm": m.n_embd, "q_norm": m.head_dim,
+                "k_norm": m.head_dim, "post_attn_norm": m.n_embd, "post_ffn_norm": m.n_embd}
+        cdef rase_layer *L
+        cdef rase_mat *mats[7]
+        cdef const float **norms[6]
+        for il, spec in enumerate(layers):
+            L = &self.layers[il]
+            mats[:] = [&L.wq, &L.wk, &L.wv, &L.wo, &L.wgate, &L.wup, &L.wdown]
+            norms[:] = [&L.attn_norm, &L.ffn_norm, &L.q_norm, &L.k_norm, &L.post_attn_norm, &L.post_ffn_norm]
+            for j, name in enumerate(_MATS):
+                self._mat(mats[j], spec[name], shapes[name][0], shapes[name][1], f"blk.{il}.{name}")
+            for j, name in enumerate(_NORMS):
+                if spec.get(name) is None:
+                    if name in ("attn_norm", "ffn_norm"):
+                        raise ValueError(f"layer {il} needs {name}")
+                    norms[j][0] = NULL
+                else:
+                    norms[j][0] = self._vec(spec[name], lens[name], f"blk.{il}.{name}")
+            L.window, L.rope_slot = spec.get("window", 0), spec.get("rope_slot", 0)
+            if L.rope_slot not in (0, 1) or (L.rope_slot == 1 and m.rope_base[1] <= 0) or L.window < 0:
+                raise ValueError(f"layer {il}: bad window/rope slot")
+        if rase_model_alloc(m) != 0:
+            raise MemoryError(f"cannot allocate the KV cache and scratch for n_ctx={m.n_ctx}")
+
+    cdef int _mat(self, rase_mat *out, tuple spec, int64_t rows, int64_t cols, str name) except -1:
+        data, qtype, r, c = spec
+        if (r, c) != (rows, cols):
+            raise ValueError(f"{name}: shape ({r}, {c}), expected ({rows}, {cols})")
+        _check_type(qtype)
+        if DOT_TRAITS[qtype].dotn[0] == NULL:
+            raise ValueError(f"{name}: no dot kernel for type {qtype}")
+        cdef int blck = QUANT_TRAITS[qtype].blck
+        cdef int kblk = 256 if DOT_TRAITS[qtype].act == 3 else blck
+        if cols % kblk:
+            raise ValueError(f"{name}: row length {cols} is not a multiple of {kblk}")
+        cdef const uint8_t[::1] view = data
+        cdef int64_t row_bytes = (cols // blck) * QUANT_TRAITS[qtype].size
+        if view.shape[0] != rows * row_bytes:
+            raise ValueError(f"{name}: {view.shape[0]} bytes, expected {rows * row_bytes}")
+        out.data = &view[0]
+        out.type, out.rows, out.cols, out.row_bytes = qtype, rows, cols, row_bytes
+        self._keep.append(data)
+        return 0
+
+    cdef const float *_vec(self, object arr, int64_t n, str name) except NULL:
+        a = _np.ascontiguousarray(arr, dtype=_np.float32)
+        if a.ndim != 1 or a.shape[0] != n:
+            raise ValueError(f"{name}: expected ({n},) float32, got {a.shape}")
+        cdef const float[::1] view = a
+        self._keep.append(a)
+        return &view[0]
+
+    def __dealloc__(self):
+        rase_model_free(&self.m)
+        free(self.layers)
+
+    @property
+    def n_ctx(self):
+        return self.m.n_ctx
+
+    @property
+    def n_vocab(self):
+        return self.m.n_vocab
+
+    @property
+    def max_batch(self):
+        return self.m.max_batch
+
+    @property
+    def n_threads(self):
+        return self.m.n_threads
+
+    def run(self, const int32_t[::1] tokens, int pos0, int n_out=1, trace=None):
+        """Evaluate tokens at positions pos0.. (writing the KV cache); returns float32 logits
+        (n_out, n_vocab) for the last n_out tokens. GIL released for the whole forward.
+        trace: optional float32 (n_layer, T, n_embd) array receiving each layer's output."""
+        cdef int T = tokens.shape[0], i
+        cdef rase_model *m = &self.m
+        if T < 1 or T > m.max_batch:
+            raise ValueError(f"batch of {T} tokens; 1..{m.max_batch} allowed")
+        if pos0 < 0 or pos0 + T > m.n_ctx:
+            raise ValueError(f"positions {pos0}..{pos0 + T - 1} outside the context of {m.n_ctx}")
+        if n_out < 1 or n_out > T:
+            raise ValueError(f"n_out={n_out} must be in 1..{T}")
+        for i in range(T):
+            if tokens[i] < 0 or tokens[i] >= m.n_vocab:
+                raise ValueError(f"token id {tokens[i]} outside the vocabulary of {m.n_vocab}")
+        out = _np.empty((n_out, m.n_vocab), dtype=_np.float32)
+        cdef float[:, ::1] lv = out
+        cdef float[:, :, ::1] tv
+        m.trace = NULL
+        if trace is not None:
+            tv = trace
+            if (tv.shape[0], tv.shape[1], tv.shape[2]) != (m.n_layer, T, m.n_embd):
+                raise ValueError(f"trace must be ({m.n_layer}, {T}, {m.n_embd}) float32")
+            m.trace = &tv[0, 0, 0]
+        m.isa = rase_isa
+        with nogil:
+            rase_forward(m, &tokens[0], T, pos0, &lv[0, 0], n_out)
+        m.trace = NULL
+        return out
+
+
+cdef extern from "_forward.h" nogil:
+    void rase_attend(const float *q, const uint16_t *kc, const uint16_t *vc, int64_t stride, int j0,
+                     int j1, int hd, float scale, float *scratch, float *out, int isa, int single)
+
+
+def attention(const float[::1] q, const uint16_t[:, ::1] k, const uint16_t[:, ::1] v, float scale,
+              int j0=0, isa=None, bint single=False):
+    """softmax(scale * q . k[j]) . v over rows j0..len(k)-1; k, v are f16 bit patterns
+    (n, head_dim), as in the KV cache. The kernel the forward uses for one query head."""
+    cdef int n = k.shape[0], hd = q.shape[0]
+    if n < 1 or k.shape[1] != hd or v.shape[0] != n or v.shape[1] != hd or not 0 <= j0 < n:
+        raise ValueError("q (hd,), k and v (n, hd), 0 <= j0 < n required")
+    cdef int path = rase_isa if isa is None else _isa_id(isa)
+    scratch = _np.zeros(n + 128 + 33 * hd, dtype=_np.float32)
+    out = _np.empty(hd, dtype=_np.float32)
+    cdef float[::1] sv = scratch, ov = out
+    with nogil:
+        rase_attend(&q[0], &k[0, 0], &v[0, 0], hd, j0, n, hd, scale, &sv[0], &ov[0], path, single)
+    return out

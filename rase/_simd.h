@@ -125,6 +125,49 @@ RASE_TARGET_AVX2 static inline __m256i rase_avx2_nibbles16(const uint8_t *x) {
 RASE_TARGET_AVX2 static inline __m256i rase_avx2_bits(__m256i x, int s, int mask) {
     return _mm256_and_si256(_mm256_srli_epi16(x, s), _mm256_set1_epi8((char)mask));
 }
+
+// exp(x) for 8 lanes, the same arithmetic as ggml's AVX2 ggml_v_expf (ARM optimized-routines
+// algorithm: 2^n * (1 + poly(b)), max error ~1.5 ulp), so softmax and SiLU round like llama.cpp.
+RASE_TARGET_AVX2 static inline __m256 rase_avx2_expf(__m256 x) {
+    const __m256 shift = _mm256_set1_ps(0x1.8p23f);
+    const __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+0f), shift);
+    const __m256 n = _mm256_sub_ps(z, shift);
+    const __m256 b = _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.7f7d1cp-20f),
+                                      _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.62e4p-1f), x));
+    const __m256i e = _mm256_slli_epi32(_mm256_castps_si256(z), 23);
+    const __m256 k = _mm256_castsi256_ps(_mm256_add_epi32(e, _mm256_castps_si256(_mm256_set1_ps(1.0f))));
+    const __m256 absn = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), n);
+    const __m256 big = _mm256_cmp_ps(absn, _mm256_set1_ps(126.0f), _CMP_GT_OQ);
+    const __m256 u = _mm256_mul_ps(b, b);
+    const __m256 hi = _mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), b, _mm256_set1_ps(0x1.573e2ep-5f));
+    const __m256 lo = _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b, _mm256_set1_ps(0x1.fffdb6p-2f));
+    const __m256 j = _mm256_fmadd_ps(_mm256_fmadd_ps(hi, u, lo), u, _mm256_mul_ps(_mm256_set1_ps(0x1.ffffecp-1f), b));
+    if (!_mm256_movemask_ps(big)) return _mm256_fmadd_ps(j, k, k);
+    // |n| > 126: scale in two steps (overflow to inf, underflow to 0 beyond |n| > 192)
+    const __m256i g = _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(n, _mm256_setzero_ps(), _CMP_LE_OQ)),
+                                       _mm256_set1_epi32((int)0x82000000u));
+    const __m256 s1 = _mm256_castsi256_ps(_mm256_add_epi32(g, _mm256_set1_epi32(0x7f000000)));
+    const __m256 s2 = _mm256_castsi256_ps(_mm256_sub_epi32(e, g));
+    const __m256 huge = _mm256_cmp_ps(absn, _mm256_set1_ps(192.0f), _CMP_GT_OQ);
+    const __m256 mid = _mm256_blendv_ps(_mm256_fmadd_ps(k, j, k), _mm256_mul_ps(_mm256_fmadd_ps(s2, j, s2), s1), big);
+    return _mm256_blendv_ps(mid, _mm256_mul_ps(s1, s1), huge);
+}
+
+// sum of 8 lanes in ggml's order: (hi + lo) halves, then movehl, then movehdup
+RASE_TARGET_AVX2 static inline float rase_avx2_hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+// ggml_vec_dot_f16's reduction of 4 accumulators: (a0 + a2) + (a1 + a3), halves, two hadds
+RASE_TARGET_AVX2 static inline float rase_avx2_reduce4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
+    const __m256 x = _mm256_add_ps(_mm256_add_ps(a0, a2), _mm256_add_ps(a1, a3));
+    const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    const __m128 t1 = _mm_hadd_ps(t0, t0);
+    return _mm_cvtss_f32(_mm_hadd_ps(t1, t1));
+}
 #endif
 
 #endif  // RASE_SIMD_H

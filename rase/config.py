@@ -20,3 +20,34 @@ def default_store() -> Path:
         return Path(os.environ[STORE_ENV]).expanduser()
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(base) / "rase"
+
+
+def physical_cores() -> int:
+    """Physical cores this process may run on (SMT siblings counted once)."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    cores = set()
+    for cpu in cpus:
+        sib = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list")
+        try:
+            cores.add(sib.read_text().strip())
+        except OSError:
+            cores.add(str(cpu))
+    return max(1, len(cores))
+
+
+def default_threads() -> int:
+    """$RASE_NUM_THREADS, else physical cores, minus 4 from 12 cores up (hybrid CPUs: every
+    barrier waits for the slowest core; the seed's policy, manual section 8)."""
+    value = os.environ.get(THREADS_ENV, "").strip()
+    if value:
+        try:
+            n = int(value)
+        except ValueError:
+            n = 0
+        if n < 1:
+            from .errors import BackendUnavailable
+
+            raise BackendUnavailable(f"{THREADS_ENV}={value!r} must be a positive integer")
+        return n
+    cores = physical_cores()
+    return cores - 4 if cores >= 12 else cores

@@ -1,0 +1,701 @@
+// rase/_dot.h: activation quantizers and weight-row x activation dot products.
+//
+// Decode quantizes an activation vector x (f32, n elements) once per matmul input into the
+// format its weights pair with (ggml's vec_dot_type): Q8_0 for Q4_0/Q5_0/Q8_0, Q8_1 for
+// Q4_1/Q5_1, Q8_K for the K-quants, plain f32 for F32/F16/BF16. Each dot has a scalar
+// reference `vec_dot_<w>_<a>_ref` and an AVX2 version tested against it.
+#ifndef RASE_DOT_H
+#define RASE_DOT_H
+
+#include "_quants.h"
+
+typedef struct { uint16_t d, s; int8_t qs[32]; } block_q8_1;          // 36 B; s = d * sum(qs)
+typedef struct { float d; int8_t qs[256]; int16_t bsums[16]; } block_q8_K;  // 292 B
+
+enum { ACT_F32 = 0, ACT_Q8_0 = 1, ACT_Q8_1 = 2, ACT_Q8_K = 3, ACT_COUNT = 4 };
+
+// bytes of one quantized activation row of n elements
+static inline size_t rase_act_bytes(int act, int64_t n) {
+    switch (act) {
+        case ACT_Q8_0: return (size_t)(n / 32) * sizeof(block_q8_0);
+        case ACT_Q8_1: return (size_t)(n / 32) * sizeof(block_q8_1);
+        case ACT_Q8_K: return (size_t)(n / 256) * sizeof(block_q8_K);
+        default: return (size_t)n * sizeof(float);
+    }
+}
+
+// ---------------------------------------------------------------- activation quantizers
+// Rounding is nearest-even in both paths (nearbyintf / _MM_FROUND_TO_NEAREST_INT).
+
+static void quant_q8_0_ref(const float *x, void *dst, int64_t n) {
+    block_q8_0 *y = (block_q8_0 *)dst;
+    for (int64_t i = 0; i < n / 32; ++i, x += 32) {
+        float amax = 0.0f;
+        for (int j = 0; j < 32; ++j) amax = fmaxf(amax, fabsf(x[j]));
+        const float d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        y[i].d = rase_fp32_to_fp16(d);
+        for (int j = 0; j < 32; ++j) y[i].qs[j] = (int8_t)nearbyintf(x[j] * id);
+    }
+}
+
+static void quant_q8_1_ref(const float *x, void *dst, int64_t n) {
+    block_q8_1 *y = (block_q8_1 *)dst;
+    for (int64_t i = 0; i < n / 32; ++i, x += 32) {
+        float amax = 0.0f;
+        for (int j = 0; j < 32; ++j) amax = fmaxf(amax, fabsf(x[j]));
+        const float d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        int sum = 0;
+        for (int j = 0; j < 32; ++j) {
+            y[i].qs[j] = (int8_t)nearbyintf(x[j] * id);
+            sum += y[i].qs[j];
+        }
+        y[i].d = rase_fp32_to_fp16(d);
+        y[i].s = rase_fp32_to_fp16((float)sum * d);
+    }
+}
+
+static void quant_q8_k_ref(const float *x, void *dst, int64_t n) {
+    block_q8_K *y = (block_q8_K *)dst;
+    for (int64_t i = 0; i < n / 256; ++i, x += 256) {
+        float amax = 0.0f;
+        for (int j = 0; j < 256; ++j) amax = fmaxf(amax, fabsf(x[j]));
+        if (amax == 0.0f) {
+            memset(&y[i], 0, sizeof(block_q8_K));
+            continue;
+        }
+        const float iscale = 127.0f / amax;
+        for (int j = 0; j < 256; ++j) y[i].qs[j] = (int8_t)nearbyintf(iscale * x[j]);
+        for (int g = 0; g < 16; ++g) {
+            int s = 0;
+            for (int l = 0; l < 16; ++l) s += y[i].qs[16 * g + l];
+            y[i].bsums[g] = (int16_t)s;
+        }
+        y[i].d = 1.0f / iscale;
+    }
+}
+
+static void quant_f32_ref(const float *x, void *dst, int64_t n) { memcpy(dst, x, (size_t)n * 4); }
+
+// ---------------------------------------------------------------- scalar dots (references)
+
+
+static float vec_dot_f32_f32_ref(int64_t n, const void *w, const void *a) {
+    const float *x = (const float *)w, *y = (const float *)a;
+    double s = 0.0;
+    for (int64_t i = 0; i < n; ++i) s += (double)x[i] * y[i];
+    return (float)s;
+}
+
+static float vec_dot_f16_f32_ref(int64_t n, const void *w, const void *a) {
+    const uint16_t *x = (const uint16_t *)w;
+    const float *y = (const float *)a;
+    double s = 0.0;
+    for (int64_t i = 0; i < n; ++i) s += (double)rase_fp16_to_fp32(x[i]) * y[i];
+    return (float)s;
+}
+
+static float vec_dot_bf16_f32_ref(int64_t n, const void *w, const void *a) {
+    const uint16_t *x = (const uint16_t *)w;
+    const float *y = (const float *)a;
+    double s = 0.0;
+    for (int64_t i = 0; i < n; ++i) s += (double)rase_bf16_to_fp32(x[i]) * y[i];
+    return (float)s;
+}
+
+static float vec_dot_q4_0_q8_0_ref(int64_t n, const void *w, const void *a) {
+    const block_q4_0 *x = (const block_q4_0 *)w;
+    const block_q8_0 *y = (const block_q8_0 *)a;
+    float s = 0.0f;
+    for (int64_t i = 0; i < n / 32; ++i) {
+        int sumi = 0;
+        for (int j = 0; j < 16; ++j)
+            sumi += ((x[i].qs[j] & 0xF) - 8) * y[i].qs[j] + ((x[i].qs[j] >> 4) - 8) * y[i].qs[j + 16];
+        s += (float)sumi * (rase_fp16_to_fp32(x[i].d) * rase_fp16_to_fp32(y[i].d));
+    }
+    return s;
+}
+
+static float vec_dot_q4_1_q8_1_ref(int64_t n, const void *w, const void *a) {
+    const block_q4_1 *x = (const block_q4_1 *)w;
+    const block_q8_1 *y = (const block_q8_1 *)a;
+    float s = 0.0f;
+    for (int64_t i = 0; i < n / 32; ++i) {
+        int sumi = 0;
+        for (int j = 0; j < 16; ++j)
+            sumi += (x[i].qs[j] & 0xF) * y[i].qs[j] + (x[i].qs[j] >> 4) * y[i].qs[j + 16];
+        s += (float)sumi * (rase_fp16_to_fp32(x[i].d) * rase_fp16_to_fp32(y[i].d)) +
+             rase_fp16_to_fp32(x[i].m) * rase_fp16_to_fp32(y[i].s);
+    }
+    return s;
+}
+
+static float vec_dot_q5_0_q8_0_ref(int64_t n, const void *w, const void *a) {
+    const block_q5_0 *x = (const block_q5_0 *)w;
+    const block_q8_0 *y = (const block_q8_0 *)a;
+    float s = 0.0f;
+    for (int64_t i = 0; i < n / 32; ++i) {
+        uint32_t qh;
+        memcpy(&qh, x[i].qh, 4);
+        int sumi = 0;
+        for (int j = 0; j < 16; ++j) {
+            const int h0 = ((qh >> j) << 4) & 0x10, h1 = (qh >> (j + 12)) & 0x10;
+            sumi += (((x[i].qs[j] & 0xF) | h0) - 16) * y[i].qs[j] +
+                    (((x[i].qs[j] >> 4) | h1) - 16) * y[i].qs[j + 16];
+        }
+        s += (float)sumi * (rase_fp16_to_fp32(x[i].d) * rase_fp16_to_fp32(y[i].d));
+    }
+    return s;
+}
+
+static float vec_dot_q5_1_q8_1_ref(int64_t n, const void *w, const void *a) {
+    const block_q5_1 *x = (const block_q5_1 *)w;
+    const block_q8_1 *y = (const block_q8_1 *)a;
+    float s = 0.0f;
+    for (int64_t i = 0; i < n / 32; ++i) {
+        uint32_t qh;
+        memcpy(&qh, x[i].qh, 4);
+        int sumi = 0;
+        for (int j = 0; j < 16; ++j) {
+            const int h0 = ((qh >> j) << 4) & 0x10, h1 = (qh >> (j + 12)) & 0x10;
+            sumi += ((x[i].qs[j] & 0xF) | h0) * y[i].qs[j] + ((x[i].qs[j] >> 4) | h1) * y[i].qs[j + 16];
+        }
+        s += (float)sumi * (rase_fp16_to_fp32(x[i].d) * rase_fp16_to_fp32(y[i].d)) +
+             rase_fp16_to_fp32(x[i].m) * rase_fp16_to_fp32(y[i].s);
+    }
+    return s;
+}
+
+static float vec_dot_q8_0_q8_0_ref(int64_t n, const void *w, const void *a) {
+    const block_q8_0 *x = (const block_q8_0 *)w;
+    const block_q8_0 *y = (const block_q8_0 *)a;
+    float s = 0.0f;
+    for (int64_t i = 0; i < n / 32; ++i) {
+        int sumi = 0;
+        for (int j = 0; j < 32; ++j) sumi += x[i].qs[j] * y[i].qs[j];
+        s += (float)sumi * (rase_fp16_to_fp32(x[i].d) * rase_fp16_to_fp32(y[i].d));
+    }
+    return s;
+}
+
+// K-quant references: unpack one super-block into integer values q[256], per-16 integer
+// scales sc[16] and mins mn[16] plus float d/dmin, so that value = d*sc*q - dmin*mn.
+typedef struct { int8_t q[256]; int sc[16], mn[16]; float d, dmin; } rase_kblock;
+
+static void kunpack_q2_k(const void *w, int64_t i, rase_kblock *b) {
+    const block_q2_K *x = (const block_q2_K *)w + i;
+    b->d = rase_fp16_to_fp32(x->d);
+    b->dmin = rase_fp16_to_fp32(x->dmin);
+    for (int g = 0; g < 16; ++g) { b->sc[g] = x->scales[g] & 0xF; b->mn[g] = x->scales[g] >> 4; }
+    for (int half = 0; half < 2; ++half)
+        for (int s = 0; s < 4; ++s)
+            for (int l = 0; l < 32; ++l)
+                b->q[128 * half + 32 * s + l] = (int8_t)((x->qs[32 * half + l] >> (2 * s)) & 3);
+}
+
+static void kunpack_q3_k(const void *w, int64_t i, rase_kblock *b) {
+    const block_q3_K *x = (const block_q3_K *)w + i;
+    int8_t sc[16];
+    rase_q3_k_scales(x->scales, sc);
+    b->d = rase_fp16_to_fp32(x->d);
+    b->dmin = 0.0f;
+    for (int g = 0; g < 16; ++g) { b->sc[g] = sc[g] - 32; b->mn[g] = 0; }
+    for (int half = 0; half < 2; ++half)
+        for (int s = 0; s < 4; ++s)
+            for (int l = 0; l < 32; ++l) {
+                const int lo = (x->qs[32 * half + l] >> (2 * s)) & 3;
+                const int hi = (x->hmask[l] >> (4 * half + s)) & 1;
+                b->q[128 * half + 32 * s + l] = (int8_t)(lo - (hi ? 0 : 4));
+            }
+}
+
+static void kunpack_q4_k(const void *w, int64_t i, rase_kblock *b) {
+    const block_q4_K *x = (const block_q4_K *)w + i;
+    b->d = rase_fp16_to_fp32(x->d);
+    b->dmin = rase_fp16_to_fp32(x->dmin);
+    for (int j = 0; j < 8; ++j) {
+        uint8_t sc, m;
+        rase_scale_min_k4(j, x->scales, &sc, &m);
+        b->sc[2 * j] = b->sc[2 * j + 1] = sc;
+        b->mn[2 * j] = b->mn[2 * j + 1] = m;
+    }
+    for (int j = 0; j < 4; ++j)
+        for (int l = 0; l < 32; ++l) {
+            b->q[64 * j + l] = (int8_t)(x->qs[32 * j + l] & 0xF);
+            b->q[64 * j + 32 + l] = (int8_t)(x->qs[32 * j + l] >> 4);
+        }
+}
+
+static void kunpack_q5_k(const void *w, int64_t i, rase_kblock *b) {
+    const block_q5_K *x = (const block_q5_K *)w + i;
+    b->d = rase_fp16_to_fp32(x->d);
+    b->dmin = rase_fp16_to_fp32(x->dmin);
+    for (int j = 0; j < 8; ++j) {
+        uint8_t sc, m;
+        rase_scale_min_k4(j, x->scales, &sc, &m);
+        b->sc[2 * j] = b->sc[2 * j + 1] = sc;
+        b->mn[2 * j] = b->mn[2 * j + 1] = m;
+    }
+    for (int j = 0; j < 4; ++j)
+        for (int l = 0; l < 32; ++l) {
+            b->q[64 * j + l] = (int8_t)((x->qs[32 * j + l] & 0xF) | (((x->qh[l] >> (2 * j)) & 1) << 4));
+            b->q[64 * j + 32 + l] = (int8_t)((x->qs[32 * j + l] >> 4) | (((x->qh[l] >> (2 * j + 1)) & 1) << 4));
+        }
+}
+
+static void kunpack_q6_k(const void *w, int64_t i, rase_kblock *b) {
+    const block_q6_K *x = (const block_q6_K *)w + i;
+    b->d = rase_fp16_to_fp32(x->d);
+    b->dmin = 0.0f;
+    for (int g = 0; g < 16; ++g) { b->sc[g] = x->scales[g]; b->mn[g] = 0; }
+    for (int half = 0; half < 2; ++half) {
+        const uint8_t *ql = x->ql + 64 * half, *qh = x->qh + 32 * half;
+        int8_t *q = b->q + 128 * half;
+        for (int l = 0; l < 32; ++l) {
+            q[l] = (int8_t)(((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32);
+            q[l + 32] = (int8_t)(((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32);
+            q[l + 64] = (int8_t)(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+            q[l + 96] = (int8_t)(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+        }
+    }
+}
+
+typedef void (*rase_kunpack_fn)(const void *w, int64_t i, rase_kblock *b);
+
+static inline float rase_kdot_ref(rase_kunpack_fn unpack, int64_t n, const void *w, const void *a) {
+    const block_q8_K *y = (const block_q8_K *)a;
+    float s = 0.0f;
+    rase_kblock b;
+    for (int64_t i = 0; i < n / 256; ++i) {
+        unpack(w, i, &b);
+        int sumi = 0, summ = 0;
+        for (int g = 0; g < 16; ++g) {
+            int dot = 0;
+            for (int l = 0; l < 16; ++l) dot += b.q[16 * g + l] * y[i].qs[16 * g + l];
+            sumi += b.sc[g] * dot;
+            summ += b.mn[g] * y[i].bsums[g];
+        }
+        s += y[i].d * (b.d * (float)sumi - b.dmin * (float)summ);
+    }
+    return s;
+}
+
+static float vec_dot_q2_k_q8_k_ref(int64_t n, const void *w, const void *a) { return rase_kdot_ref(kunpack_q2_k, n, w, a); }
+static float vec_dot_q3_k_q8_k_ref(int64_t n, const void *w, const void *a) { return rase_kdot_ref(kunpack_q3_k, n, w, a); }
+static float vec_dot_q4_k_q8_k_ref(int64_t n, const void *w, const void *a) { return rase_kdot_ref(kunpack_q4_k, n, w, a); }
+static float vec_dot_q5_k_q8_k_ref(int64_t n, const void *w, const void *a) { return rase_kdot_ref(kunpack_q5_k, n, w, a); }
+static float vec_dot_q6_k_q8_k_ref(int64_t n, const void *w, const void *a) { return rase_kdot_ref(kunpack_q6_k, n, w, a); }
+
+// ---------------------------------------------------------------- AVX2
+#if RASE_HAVE_X86
+
+
+RASE_TARGET_AVX2 static inline int rase_avx2_hsum_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+    return _mm_cvtsi128_si32(s);
+}
+
+// signed x signed int8 -> 8 int32 partial sums (lanes 0-3: elements 0-15, 4-7: 16-31)
+RASE_TARGET_AVX2 static inline __m256i rase_avx2_dot_i8(__m256i x, __m256i y) {
+    const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
+// unsigned (0..63) x signed int8 -> 8 int32 partial sums
+RASE_TARGET_AVX2 static inline __m256i rase_avx2_dot_u8(__m256i xu, __m256i y) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(xu, y), _mm256_set1_epi16(1));
+}
+
+RASE_TARGET_AVX2 static inline float rase_h2f(uint16_t h) { return _cvtsh_ss(h); }
+
+// -- quantizers
+
+RASE_TARGET_AVX2 static inline __m256i rase_avx2_quant32(const float *x, float id) {
+    const __m256 mul = _mm256_set1_ps(id);
+    __m256i i[4];
+    for (int k = 0; k < 4; ++k)
+        i[k] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * k), mul),
+                                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    // pack to int8 in element order
+    const __m256i p16a = _mm256_packs_epi32(i[0], i[1]), p16b = _mm256_packs_epi32(i[2], i[3]);
+    const __m256i p8 = _mm256_packs_epi16(p16a, p16b);
+    return _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+RASE_TARGET_AVX2 static inline float rase_avx2_absmax(const float *x, int n) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 m = _mm256_setzero_ps();
+    for (int k = 0; k < n; k += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + k)));
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+RASE_TARGET_AVX2 static void quant_q8_0_avx2(const float *x, void *dst, int64_t n) {
+    block_q8_0 *y = (block_q8_0 *)dst;
+    for (int64_t i = 0; i < n / 32; ++i, x += 32) {
+        const float amax = rase_avx2_absmax(x, 32);
+        const float d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        y[i].d = rase_fp32_to_fp16(d);
+        _mm256_storeu_si256((__m256i *)y[i].qs, rase_avx2_quant32(x, id));
+    }
+}
+
+RASE_TARGET_AVX2 static void quant_q8_1_avx2(const float *x, void *dst, int64_t n) {
+    block_q8_1 *y = (block_q8_1 *)dst;
+    for (int64_t i = 0; i < n / 32; ++i, x += 32) {
+        const float amax = rase_avx2_absmax(x, 32);
+        const float d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        const __m256i q = rase_avx2_quant32(x, id);
+        _mm256_storeu_si256((__m256i *)y[i].qs, q);
+        const int sum = rase_avx2_hsum_i32(_mm256_madd_epi16(
+            _mm256_maddubs_epi16(_mm256_set1_epi8(1), q), _mm256_set1_epi16(1)));
+        y[i].d = rase_fp32_to_fp16(d);
+        y[i].s = rase_fp32_to_fp16((float)sum * d);
+    }
+}
+
+RASE_TARGET_AVX2 static void quant_q8_k_avx2(const float *x, void *dst, int64_t n) {
+    block_q8_K *y = (block_q8_K *)dst;
+    for (int64_t i = 0; i < n / 256; ++i, x += 256) {
+        const float amax = rase_avx2_absmax(x, 256);
+        if (amax == 0.0f) {
+            memset(&y[i], 0, sizeof(block_q8_K));
+            continue;
+        }
+        const float iscale = 127.0f / amax;
+        for (int k = 0; k < 8; ++k) {
+            const __m256i q = rase_avx2_quant32(x + 32 * k, iscale);
+            _mm256_storeu_si256((__m256i *)(y[i].qs + 32 * k), q);
+            // sums of 16: maddubs with ones gives pair sums, madd gives quads
+            const __m256i s4 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), q),
+                                                 _mm256_set1_epi16(1));
+            int32_t t[8];
+            _mm256_storeu_si256((__m256i *)t, s4);
+            y[i].bsums[2 * k] = (int16_t)(t[0] + t[1] + t[2] + t[3]);
+            y[i].bsums[2 * k + 1] = (int16_t)(t[4] + t[5] + t[6] + t[7]);
+        }
+        y[i].d = 1.0f / iscale;
+    }
+}
+
+// -- float weights
+
+RASE_TARGET_AVX2 static float vec_dot_f32_f32_avx2(int64_t n, const void *w, const void *a) {
+    const float *x = (const float *)w, *y = (const float *)a;
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32)
+        for (int k = 0; k < 4; ++k)
+            acc[k] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8 * k), _mm256_loadu_ps(y + i + 8 * k), acc[k]);
+    for (; i + 8 <= n; i += 8) acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc[0]);
+    float s = rase_avx2_hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+    for (; i < n; ++i) s += x[i] * y[i];
+    return s;
+}
+
+RASE_TARGET_AVX2 static float vec_dot_f16_f32_avx2(int64_t n, const void *w, const void *a) {
+    const uint16_t *x = (const uint16_t *)w;
+    const float *y = (const float *)a;
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32)
+        for (int k = 0; k < 4; ++k)
+            acc[k] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i + 8 * k))),
+                                     _mm256_loadu_ps(y + i + 8 * k), acc[k]);
+    for (; i + 8 <= n; i += 8)
+        acc[0] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))), _mm256_loadu_ps(y + i), acc[0]);
+    float s = rase_avx2_hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+    for (; i < n; ++i) s += rase_fp16_to_fp32(x[i]) * y[i];
+    return s;
+}
+
+RASE_TARGET_AVX2 static float vec_dot_bf16_f32_avx2(int64_t n, const void *w, const void *a) {
+    const uint16_t *x = (const uint16_t *)w;
+    const float *y = (const float *)a;
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int k = 0; k < 2; ++k) {
+            const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(x + i + 8 * k)));
+            acc[k] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(v, 16)), _mm256_loadu_ps(y + i + 8 * k), acc[k]);
+        }
+    float s = rase_avx2_hsum(_mm256_add_ps(acc[0], acc[1]));
+    for (; i < n; ++i) s += rase_bf16_to_fp32(x[i]) * y[i];
+    return s;
+}
+
+// -- multi-token dots: out[t] = w . a_t for t < nt <= RASE_NT, a_t = a + t * astride bytes.
+// Each weight block is unpacked once and reused for every token; per token the arithmetic is
+// identical for every nt (so prefill, chunked prefill and decode give the same bits).
+
+#define RASE_NT 4
+#define RASE_INLINE __attribute__((always_inline)) inline
+#define RASE_ACT(T, t, b) ((const T *)((const char *)a + (size_t)(t) * astride) + (b))
+
+// Instantiate NAME(n, w, a, astride, nt, out) from BODY(nt) specialised for nt = 1..4.
+#define RASE_DOTN(NAME)                                                                       \
+    RASE_TARGET_AVX2 static void NAME(int64_t n, const void *w, const void *a, size_t astride, \
+                                      int nt, float *out) {                                   \
+        switch (nt) {                                                                         \
+            case 1: NAME##_body(n, w, a, astride, 1, out); break;                             \
+            case 2: NAME##_body(n, w, a, astride, 2, out); break;                             \
+            case 3: NAME##_body(n, w, a, astride, 3, out); break;                             \
+            default: NAME##_body(n, w, a, astride, 4, out); break;                            \
+        }                                                                                     \
+    }
+
+// 32-element blocks: PREP sets `wq` (weight int8 lanes) and `dx` from x[b]; DOT(wq, yq) gives
+// int32 partial sums; MIN (optional) adds the per-block offset term into summ[t]. One FMA
+// accumulator per token, blocks in order, then hsum: ggml's vec_dot (and tinyBLAS) rounding.
+#define RASE_DOT32_BODY(NAME, XT, YT, PREP, DOT, MIN)                                          \
+    RASE_TARGET_AVX2 static RASE_INLINE void NAME##_body(int64_t n, const void *w, const void *a, \
+                                                         size_t astride, int nt, float *out) {   \
+        const XT *x = (const XT *)w;                                                          \
+        __m256 acc[RASE_NT];                                                                  \
+        float summ[RASE_NT];                                                                  \
+        for (int t = 0; t < nt; ++t) { acc[t] = _mm256_setzero_ps(); summ[t] = 0.0f; }        \
+        const int64_t nb = n / 32;                                                            \
+        for (int64_t b = 0; b < nb; ++b) {                                                    \
+            PREP                                                                              \
+            for (int t = 0; t < nt; ++t) {                                                    \
+                const YT *y = RASE_ACT(YT, t, b);                                             \
+                const __m256i p = DOT(wq, _mm256_loadu_si256((const __m256i *)y->qs));        \
+                acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dx * rase_h2f(y->d)), _mm256_cvtepi32_ps(p), acc[t]); \
+                MIN                                                                           \
+            }                                                                                 \
+        }                                                                                     \
+        for (int t = 0; t < nt; ++t) out[t] = rase_avx2_hsum(acc[t]) + summ[t];               \
+    }                                                                                         \
+    RASE_DOTN(NAME)
+
+RASE_DOT32_BODY(dotn_q8_0_avx2, block_q8_0, block_q8_0,
+    const __m256i wq = _mm256_loadu_si256((const __m256i *)x[b].qs);
+    const float dx = rase_h2f(x[b].d);,
+    rase_avx2_dot_i8, )
+
+RASE_DOT32_BODY(dotn_q4_0_avx2, block_q4_0, block_q8_0,
+    const __m256i wq = _mm256_sub_epi8(rase_avx2_nibbles16(x[b].qs), _mm256_set1_epi8(8));
+    const float dx = rase_h2f(x[b].d);,
+    rase_avx2_dot_i8, )
+
+RASE_DOT32_BODY(dotn_q5_0_avx2, block_q5_0, block_q8_0,
+    const __m256i hb = _mm256_and_si256(rase_avx2_bytes_from_bits32(x[b].qh), _mm256_set1_epi8(0x10));
+    const __m256i wq = _mm256_sub_epi8(_mm256_or_si256(rase_avx2_nibbles16(x[b].qs), hb), _mm256_set1_epi8(16));
+    const float dx = rase_h2f(x[b].d);,
+    rase_avx2_dot_i8, )
+
+RASE_DOT32_BODY(dotn_q4_1_avx2, block_q4_1, block_q8_1,
+    const __m256i wq = rase_avx2_nibbles16(x[b].qs);
+    const float dx = rase_h2f(x[b].d); const float mx = rase_h2f(x[b].m);,
+    rase_avx2_dot_u8, summ[t] += mx * rase_h2f(y->s);)
+
+RASE_DOT32_BODY(dotn_q5_1_avx2, block_q5_1, block_q8_1,
+    const __m256i hb = _mm256_and_si256(rase_avx2_bytes_from_bits32(x[b].qh), _mm256_set1_epi8(0x10));
+    const __m256i wq = _mm256_or_si256(rase_avx2_nibbles16(x[b].qs), hb);
+    const float dx = rase_h2f(x[b].d); const float mx = rase_h2f(x[b].m);,
+    rase_avx2_dot_u8, summ[t] += mx * rase_h2f(y->s);)
+
+// -- K-quants: per 256-block the weights are unpacked to 8 vectors of unsigned values with
+// per-16 integer scales; the per-block integer sum folds scales in with madd.
+
+// unsigned q (32 x u8 <= 63) . y (32 x i8), group scales s_lo (elements 0-15), s_hi (16-31)
+RASE_TARGET_AVX2 static inline __m256i rase_avx2_kdot(__m256i q, const int8_t *y, int s_lo, int s_hi) {
+    const __m256i p16 = _mm256_maddubs_epi16(q, _mm256_loadu_si256((const __m256i *)y));
+    const __m256i sc = _mm256_set_m128i(_mm_set1_epi16((short)s_hi), _mm_set1_epi16((short)s_lo));
+    return _mm256_madd_epi16(p16, sc);
+}
+
+// An unpacked K block: value[32 v + l] = u[v][l] - off, u unsigned; scale per 16 elements;
+// result = y.d * (dx * (sum sc*u.y - off * sum sc*bsum) - dmin * sum mn*bsum).
+typedef struct { __m256i u[8]; int sc[16], mn[16]; int off; float dx, dmin; } rase_kblock_avx2;
+
+RASE_TARGET_AVX2 static RASE_INLINE void rase_kdotn(const rase_kblock_avx2 *kb, const block_q8_K *y,
+                                                     float *acc) {
+    __m256i sumi = _mm256_setzero_si256();
+    for (int v = 0; v < 8; ++v)
+        sumi = _mm256_add_epi32(sumi, rase_avx2_kdot(kb->u[v], y->qs + 32 * v, kb->sc[2 * v], kb->sc[2 * v + 1]));
+    int offs = 0, mins = 0;
+    for (int g = 0; g < 16; ++g) { offs += kb->sc[g] * y->bsums[g]; mins += kb->mn[g] * y->bsums[g]; }
+    *acc += y->d * (kb->dx * (float)(rase_avx2_hsum_i32(sumi) - kb->off * offs) - kb->dmin * (float)mins);
+}
+
+#define RASE_KDOT_BODY(NAME, XT, UNPACK)                                                      \
+    RASE_TARGET_AVX2 static RASE_INLINE void NAME##_body(int64_t n, const void *w, const void *a, \
+                                                         size_t astride, int nt, float *out) {   \
+        const XT *x = (const XT *)w;                                                          \
+        float acc[RASE_NT];                                                                   \
+        for (int t = 0; t < nt; ++t) acc[t] = 0.0f;                                           \
+        rase_kblock_avx2 kb;                                                                  \
+        for (int64_t b = 0; b < n / 256; ++b) {                                               \
+            UNPACK(&x[b], &kb);                                                               \
+            for (int t = 0; t < nt; ++t) rase_kdotn(&kb, RASE_ACT(block_q8_K, t, b), &acc[t]); \
+        }                                                                                     \
+        for (int t = 0; t < nt; ++t) out[t] = acc[t];                                         \
+    }                                                                                         \
+    RASE_DOTN(NAME)
+
+RASE_TARGET_AVX2 static RASE_INLINE void kunpack_q4_k_avx2(const block_q4_K *x, rase_kblock_avx2 *kb) {
+    for (int j = 0; j < 8; ++j) {
+        uint8_t sc, m;
+        rase_scale_min_k4(j, x->scales, &sc, &m);
+        kb->sc[2 * j] = kb->sc[2 * j + 1] = sc;
+        kb->mn[2 * j] = kb->mn[2 * j + 1] = m;
+    }
+    for (int j = 0; j < 4; ++j) {
+        const __m256i raw = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * j));
+        kb->u[2 * j] = rase_avx2_bits(raw, 0, 0xF);
+        kb->u[2 * j + 1] = rase_avx2_bits(raw, 4, 0xF);
+    }
+    kb->off = 0;
+    kb->dx = rase_h2f(x->d);
+    kb->dmin = rase_h2f(x->dmin);
+}
+
+RASE_TARGET_AVX2 static RASE_INLINE void kunpack_q5_k_avx2(const block_q5_K *x, rase_kblock_avx2 *kb) {
+    for (int j = 0; j < 8; ++j) {
+        uint8_t sc, m;
+        rase_scale_min_k4(j, x->scales, &sc, &m);
+        kb->sc[2 * j] = kb->sc[2 * j + 1] = sc;
+        kb->mn[2 * j] = kb->mn[2 * j + 1] = m;
+    }
+    const __m256i qh = _mm256_loadu_si256((const __m256i *)x->qh);
+    for (int j = 0; j < 4; ++j) {
+        const __m256i raw = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * j));
+        kb->u[2 * j] = _mm256_or_si256(rase_avx2_bits(raw, 0, 0xF), _mm256_slli_epi16(rase_avx2_bits(qh, 2 * j, 1), 4));
+        kb->u[2 * j + 1] = _mm256_or_si256(rase_avx2_bits(raw, 4, 0xF), _mm256_slli_epi16(rase_avx2_bits(qh, 2 * j + 1, 1), 4));
+    }
+    kb->off = 0;
+    kb->dx = rase_h2f(x->d);
+    kb->dmin = rase_h2f(x->dmin);
+}
+
+RASE_TARGET_AVX2 static RASE_INLINE void kunpack_q6_k_avx2(const block_q6_K *x, rase_kblock_avx2 *kb) {
+    for (int g = 0; g < 16; ++g) { kb->sc[g] = x->scales[g]; kb->mn[g] = 0; }
+    for (int half = 0; half < 2; ++half) {
+        const uint8_t *ql = x->ql + 64 * half;
+        const __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
+        const __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+        const __m256i h = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * half));
+        __m256i *u = kb->u + 4 * half;
+        u[0] = _mm256_or_si256(rase_avx2_bits(l0, 0, 0xF), _mm256_slli_epi16(rase_avx2_bits(h, 0, 3), 4));
+        u[1] = _mm256_or_si256(rase_avx2_bits(l1, 0, 0xF), _mm256_slli_epi16(rase_avx2_bits(h, 2, 3), 4));
+        u[2] = _mm256_or_si256(rase_avx2_bits(l0, 4, 0xF), _mm256_slli_epi16(rase_avx2_bits(h, 4, 3), 4));
+        u[3] = _mm256_or_si256(rase_avx2_bits(l1, 4, 0xF), _mm256_slli_epi16(rase_avx2_bits(h, 6, 3), 4));
+    }
+    kb->off = 32;
+    kb->dx = rase_h2f(x->d);
+    kb->dmin = 0.0f;
+}
+
+RASE_TARGET_AVX2 static RASE_INLINE void kunpack_q2_k_avx2(const block_q2_K *x, rase_kblock_avx2 *kb) {
+    for (int g = 0; g < 16; ++g) { kb->sc[g] = x->scales[g] & 0xF; kb->mn[g] = x->scales[g] >> 4; }
+    for (int half = 0; half < 2; ++half) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * half));
+        for (int k = 0; k < 4; ++k) kb->u[4 * half + k] = rase_avx2_bits(q, 2 * k, 3);
+    }
+    kb->off = 0;
+    kb->dx = rase_h2f(x->d);
+    kb->dmin = rase_h2f(x->dmin);
+}
+
+RASE_TARGET_AVX2 static RASE_INLINE void kunpack_q3_k_avx2(const block_q3_K *x, rase_kblock_avx2 *kb) {
+    int8_t sc[16];
+    rase_q3_k_scales(x->scales, sc);
+    for (int g = 0; g < 16; ++g) { kb->sc[g] = sc[g] - 32; kb->mn[g] = 0; }
+    const __m256i hm = _mm256_loadu_si256((const __m256i *)x->hmask);
+    for (int half = 0; half < 2; ++half) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * half));
+        for (int k = 0; k < 4; ++k)  // u = low 2 bits + 4 * high bit, value = u - 4
+            kb->u[4 * half + k] = _mm256_or_si256(rase_avx2_bits(q, 2 * k, 3),
+                                                  _mm256_slli_epi16(rase_avx2_bits(hm, 4 * half + k, 1), 2));
+    }
+    kb->off = 4;
+    kb->dx = rase_h2f(x->d);
+    kb->dmin = 0.0f;
+}
+
+RASE_KDOT_BODY(dotn_q2_k_avx2, block_q2_K, kunpack_q2_k_avx2)
+RASE_KDOT_BODY(dotn_q3_k_avx2, block_q3_K, kunpack_q3_k_avx2)
+RASE_KDOT_BODY(dotn_q4_k_avx2, block_q4_K, kunpack_q4_k_avx2)
+RASE_KDOT_BODY(dotn_q5_k_avx2, block_q5_K, kunpack_q5_k_avx2)
+RASE_KDOT_BODY(dotn_q6_k_avx2, block_q6_K, kunpack_q6_k_avx2)
+
+// -- float weights: the row stays in L1 across tokens
+#define RASE_FLOAT_DOTN(NAME, SINGLE)                                                          \
+    RASE_TARGET_AVX2 static void NAME(int64_t n, const void *w, const void *a, size_t astride, \
+                                      int nt, float *out) {                                   \
+        for (int t = 0; t < nt; ++t) out[t] = SINGLE(n, w, (const char *)a + (size_t)t * astride); \
+    }
+RASE_FLOAT_DOTN(dotn_f32_avx2, vec_dot_f32_f32_avx2)
+RASE_FLOAT_DOTN(dotn_f16_avx2, vec_dot_f16_f32_avx2)
+RASE_FLOAT_DOTN(dotn_bf16_avx2, vec_dot_bf16_f32_avx2)
+#  define RASE_AVX2_DOT(f) f
+#else
+#  define RASE_AVX2_DOT(f) 0
+#endif
+
+// ---------------------------------------------------------------- dot table, by ggml type id
+
+typedef void (*rase_quant_fn)(const float *x, void *dst, int64_t n);
+typedef void (*rase_dotn_fn)(int64_t n, const void *w, const void *a, size_t astride, int nt, float *out);
+
+#define RASE_REF_DOTN(NAME, SINGLE)                                                            \
+    static void NAME(int64_t n, const void *w, const void *a, size_t astride, int nt, float *out) { \
+        for (int t = 0; t < nt; ++t) out[t] = SINGLE(n, w, (const char *)a + (size_t)t * astride); \
+    }
+RASE_REF_DOTN(dotn_f32_ref, vec_dot_f32_f32_ref)
+RASE_REF_DOTN(dotn_f16_ref, vec_dot_f16_f32_ref)
+RASE_REF_DOTN(dotn_bf16_ref, vec_dot_bf16_f32_ref)
+RASE_REF_DOTN(dotn_q4_0_ref, vec_dot_q4_0_q8_0_ref)
+RASE_REF_DOTN(dotn_q4_1_ref, vec_dot_q4_1_q8_1_ref)
+RASE_REF_DOTN(dotn_q5_0_ref, vec_dot_q5_0_q8_0_ref)
+RASE_REF_DOTN(dotn_q5_1_ref, vec_dot_q5_1_q8_1_ref)
+RASE_REF_DOTN(dotn_q8_0_ref, vec_dot_q8_0_q8_0_ref)
+RASE_REF_DOTN(dotn_q2_k_ref, vec_dot_q2_k_q8_k_ref)
+RASE_REF_DOTN(dotn_q3_k_ref, vec_dot_q3_k_q8_k_ref)
+RASE_REF_DOTN(dotn_q4_k_ref, vec_dot_q4_k_q8_k_ref)
+RASE_REF_DOTN(dotn_q5_k_ref, vec_dot_q5_k_q8_k_ref)
+RASE_REF_DOTN(dotn_q6_k_ref, vec_dot_q6_k_q8_k_ref)
+
+typedef struct {
+    int act;                             // ACT_* the weights pair with
+    rase_dotn_fn dotn[RASE_ISA_COUNT];   // [scalar reference, AVX2 or 0]; up to RASE_NT tokens
+} rase_dot_traits;
+
+static const rase_dot_traits DOT_TRAITS[RASE_GGML_TYPE_COUNT] = {
+    [0] = {ACT_F32, {dotn_f32_ref, RASE_AVX2_DOT(dotn_f32_avx2)}},
+    [1] = {ACT_F32, {dotn_f16_ref, RASE_AVX2_DOT(dotn_f16_avx2)}},
+    [2] = {ACT_Q8_0, {dotn_q4_0_ref, RASE_AVX2_DOT(dotn_q4_0_avx2)}},
+    [3] = {ACT_Q8_1, {dotn_q4_1_ref, RASE_AVX2_DOT(dotn_q4_1_avx2)}},
+    [6] = {ACT_Q8_0, {dotn_q5_0_ref, RASE_AVX2_DOT(dotn_q5_0_avx2)}},
+    [7] = {ACT_Q8_1, {dotn_q5_1_ref, RASE_AVX2_DOT(dotn_q5_1_avx2)}},
+    [8] = {ACT_Q8_0, {dotn_q8_0_ref, RASE_AVX2_DOT(dotn_q8_0_avx2)}},
+    [10] = {ACT_Q8_K, {dotn_q2_k_ref, RASE_AVX2_DOT(dotn_q2_k_avx2)}},
+    [11] = {ACT_Q8_K, {dotn_q3_k_ref, RASE_AVX2_DOT(dotn_q3_k_avx2)}},
+    [12] = {ACT_Q8_K, {dotn_q4_k_ref, RASE_AVX2_DOT(dotn_q4_k_avx2)}},
+    [13] = {ACT_Q8_K, {dotn_q5_k_ref, RASE_AVX2_DOT(dotn_q5_k_avx2)}},
+    [14] = {ACT_Q8_K, {dotn_q6_k_ref, RASE_AVX2_DOT(dotn_q6_k_avx2)}},
+    [30] = {ACT_F32, {dotn_bf16_ref, RASE_AVX2_DOT(dotn_bf16_avx2)}},
+};
+
+static const rase_quant_fn ACT_QUANT[ACT_COUNT][RASE_ISA_COUNT] = {
+    [ACT_F32] = {quant_f32_ref, quant_f32_ref},
+    [ACT_Q8_0] = {quant_q8_0_ref, RASE_AVX2_DOT(quant_q8_0_avx2)},
+    [ACT_Q8_1] = {quant_q8_1_ref, RASE_AVX2_DOT(quant_q8_1_avx2)},
+    [ACT_Q8_K] = {quant_q8_k_ref, RASE_AVX2_DOT(quant_q8_k_avx2)},
+};
+
+static inline rase_dotn_fn rase_dotn_for(int type, int isa) {
+    const rase_dotn_fn f = DOT_TRAITS[type].dotn[isa];
+    return f ? f : DOT_TRAITS[type].dotn[RASE_ISA_SCALAR];
+}
+
+static inline rase_quant_fn rase_act_quant_for(int act, int isa) {
+    const rase_quant_fn f = ACT_QUANT[act][isa];
+    return f ? f : ACT_QUANT[act][RASE_ISA_SCALAR];
+}
+
+#endif  // RASE_DOT_H

@@ -1,0 +1,44 @@
+// rase/_pool.h: the barrier that separates ops inside one OpenMP parallel region.
+//
+// A forward is one `#pragma omp parallel` region; every op splits its work by (ith, nth) and
+// ops are separated by rase_barrier_wait. A spinning barrier costs ~0.1 us here against
+// 1-100 us for an OpenMP fork/join (docs: cpu-kernels.md section 1.3).
+#ifndef RASE_POOL_H
+#define RASE_POOL_H
+
+#include "_simd.h"
+#ifdef _OPENMP
+#  include <omp.h>
+#endif
+
+typedef struct {
+    _Alignas(64) int count;  // threads arrived in the current phase
+    _Alignas(64) int phase;  // bumped by the last arrival
+    int n;                   // team size; set once per region before the first wait
+} rase_barrier;
+
+static inline void rase_cpu_relax(void) {
+#if RASE_HAVE_X86
+    __builtin_ia32_pause();
+#endif
+}
+
+static inline void rase_barrier_wait(rase_barrier *b) {
+    if (b->n <= 1) return;
+    const int phase = __atomic_load_n(&b->phase, __ATOMIC_ACQUIRE);
+    if (__atomic_add_fetch(&b->count, 1, __ATOMIC_ACQ_REL) == b->n) {
+        __atomic_store_n(&b->count, 0, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&b->phase, 1, __ATOMIC_RELEASE);
+    } else {
+        while (__atomic_load_n(&b->phase, __ATOMIC_ACQUIRE) == phase) rase_cpu_relax();
+    }
+}
+
+// [*lo, *hi) = thread ith's share of n items, contiguous, sizes differing by at most one
+static inline void rase_split(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi) {
+    const int64_t base = n / nth, extra = n % nth;
+    *lo = ith * base + (ith < extra ? ith : extra);
+    *hi = *lo + base + (ith < extra ? 1 : 0);
+}
+
+#endif  // RASE_POOL_H

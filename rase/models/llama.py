@@ -1,0 +1,10 @@
+"""llama: Llama 2/3, Mistral, SmolLM, TinyLlama. Plain pre-norm blocks, SiLU gate, RoPE on
+adjacent pairs (llama.cpp's converter permutes Q/K rows for that), optional tied output."""
+from __future__ import annotations
+
+from ..gguf import GGUFFile
+from .base import HParams, LayerSpec, ModelSpec
+
+
+def spec(g: GGUFFile, hp: HParams) -> ModelSpec:
+    return ModelSpec(layers=(LayerSpec(),) * hp.n_layer, rope=((hp.rope_base, hp.rope_freq_scale),))

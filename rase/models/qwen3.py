@@ -1,0 +1,10 @@
+"""qwen3: llama blocks plus RMSNorm on each Q/K head before RoPE, NeoX-style RoPE."""
+from __future__ import annotations
+
+from ..gguf import GGUFFile
+from .base import HParams, LayerSpec, ModelSpec
+
+
+def spec(g: GGUFFile, hp: HParams) -> ModelSpec:
+    return ModelSpec(layers=(LayerSpec(qk_norm=True),) * hp.n_layer,
+                     rope=((hp.rope_base, hp.rope_freq_scale),), rope_neox=True)

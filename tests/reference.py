@@ -1,0 +1,109 @@
+"""The executable spec: a readable numpy forward for every architecture rase runs.
+
+Weights are dequantized with the gguf package (independent of rase's kernels); all math is
+float64 except that K/V are rounded to f16 like the cache. Used by tests/test_forward.py to
+check the C forward, layer by layer when they disagree.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from rase.gguf import GGUFFile
+from rase.models import ARCHITECTURES, resolve
+from rase.models.base import LAYER_TENSORS, read_hparams
+
+
+def _w(g: GGUFFile, name: str) -> np.ndarray:
+    import gguf
+
+    t = g.tensor(name)
+    arr = gguf.quants.dequantize(t.data, gguf.GGMLQuantizationType(t.ggml_type))
+    return np.asarray(arr, dtype=np.float64).reshape(t.shape)
+
+
+def rmsnorm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+def rope(x: np.ndarray, pos: np.ndarray, n_rot: int, base: float, freq_scale: float, neox: bool) -> np.ndarray:
+    """x: (T, heads, hd); rotate the first n_rot dims of each head by pos * base^(-2i/n_rot)."""
+    half = n_rot // 2
+    theta = freq_scale * pos[:, None] * base ** (-2.0 * np.arange(half) / n_rot)  # (T, half)
+    c, s = np.cos(theta)[:, None, :], np.sin(theta)[:, None, :]
+    out = x.copy()
+    if neox:
+        a, b = x[..., :half], x[..., half:n_rot]
+        out[..., :half], out[..., half:n_rot] = a * c - b * s, a * s + b * c
+    else:
+        a, b = x[..., 0:n_rot:2], x[..., 1:n_rot:2]
+        out[..., 0:n_rot:2], out[..., 1:n_rot:2] = a * c - b * s, a * s + b * c
+    return out
+
+
+def gelu(x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    return x / (1.0 + np.exp(-x))
+
+
+def f16(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.float16).astype(np.float64)
+
+
+class Reference:
+    """forward(tokens) -> logits (T, vocab) for a fresh sequence; `trace` keeps each layer's output."""
+
+    def __init__(self, path) -> None:
+        self.g = g = GGUFFile(path)
+        self.hp = hp = read_hparams(g)
+        self.spec = ARCHITECTURES[resolve(g.architecture)].spec(g, hp)
+        self.embd = _w(g, "token_embd.weight")
+        self.out = _w(g, "output.weight") if "output.weight" in g.tensors else self.embd
+        self.out_norm = _w(g, "output_norm.weight")
+        self.layers = []
+        for il, ls in enumerate(self.spec.layers):
+            names = {k: f"blk.{il}.{v}.weight" for k, v in LAYER_TENSORS.items()}
+            self.layers.append({k: _w(g, n) for k, n in names.items() if n in g.tensors})
+        self.trace: list[np.ndarray] = []
+
+    def forward(self, tokens) -> np.ndarray:
+        hp, spec = self.hp, self.spec
+        T, hd, nh, nkv = len(tokens), hp.head_dim, hp.n_head, hp.n_head_kv
+        pos = np.arange(T, dtype=np.float64)
+        attn_scale = spec.attn_scale if spec.attn_scale is not None else 1.0 / math.sqrt(hd)
+        x = self.embd[np.asarray(tokens)] * spec.embd_scale
+        self.trace = []
+        for ls, W in zip(spec.layers, self.layers):
+            h = rmsnorm(x, W["attn_norm"], hp.eps)
+            q = (h @ W["wq"].T).reshape(T, nh, hd)
+            k = (h @ W["wk"].T).reshape(T, nkv, hd)
+            v = (h @ W["wv"].T).reshape(T, nkv, hd)
+            if ls.qk_norm:
+                q, k = rmsnorm(q, W["q_norm"], hp.eps), rmsnorm(k, W["k_norm"], hp.eps)
+            base, fscale = spec.rope[ls.rope_slot]
+            q = rope(q, pos, hp.n_rot, base, fscale, spec.rope_neox)
+            k, v = f16(rope(k, pos, hp.n_rot, base, fscale, spec.rope_neox)), f16(v)
+            group = nh // nkv
+            att = np.empty((T, nh, hd))
+            for t in range(T):
+                j0 = max(0, t - ls.window + 1) if ls.window else 0
+                for hh in range(nh):
+                    s = k[j0:t + 1, hh // group] @ q[t, hh] * attn_scale
+                    p = np.exp(s - s.max())
+                    att[t, hh] = (p / p.sum()) @ v[j0:t + 1, hh // group]
+            o = att.reshape(T, nh * hd) @ W["wo"].T
+            if ls.post_norms:
+                o = rmsnorm(o, W["post_attn_norm"], hp.eps)
+            x = x + o
+            h = rmsnorm(x, W["ffn_norm"], hp.eps)
+            act = gelu if spec.gelu else silu
+            f = (act(h @ W["wgate"].T) * (h @ W["wup"].T)) @ W["wdown"].T
+            if ls.post_norms:
+                f = rmsnorm(f, W["post_ffn_norm"], hp.eps)
+            x = x + f
+            self.trace.append(x.copy())
+        return rmsnorm(x, self.out_norm, hp.eps) @ self.out.T
