@@ -619,9 +619,88 @@ RASE_TARGET_AVX2 static RASE_INLINE void kunpack_q3_k_avx2(const block_q3_K *x, 
 
 RASE_KDOT_BODY(dotn_q2_k_avx2, block_q2_K, kunpack_q2_k_avx2)
 RASE_KDOT_BODY(dotn_q3_k_avx2, block_q3_K, kunpack_q3_k_avx2)
-RASE_KDOT_BODY(dotn_q4_k_avx2, block_q4_K, kunpack_q4_k_avx2)
 RASE_KDOT_BODY(dotn_q5_k_avx2, block_q5_K, kunpack_q5_k_avx2)
-RASE_KDOT_BODY(dotn_q6_k_avx2, block_q6_K, kunpack_q6_k_avx2)
+
+// Q4_K in the rounding of llama.cpp's x86 repacked kernels (ggml_gemv/gemm_q4_K_8x8_q8_K, used
+// for every Q4_K matrix with a multiple of 8 rows): per block the exact integer sums S (scaled
+// dots) and M (mins x bsums), then acc = fma(S, dx*dy, acc), accm = fma(M, dmin*dy, accm).
+RASE_TARGET_AVX2 static RASE_INLINE void dotn_q4_k_avx2_body(int64_t n, const void *w, const void *a,
+                                                           size_t astride, int nt, float *out) {
+    const block_q4_K *x = (const block_q4_K *)w;
+    float acc[RASE_NT], accm[RASE_NT];
+    for (int t = 0; t < nt; ++t) acc[t] = accm[t] = 0.0f;
+    rase_kblock_avx2 kb;
+    for (int64_t b = 0; b < n / 256; ++b) {
+        kunpack_q4_k_avx2(&x[b], &kb);
+        for (int t = 0; t < nt; ++t) {
+            const block_q8_K *y = RASE_ACT(block_q8_K, t, b);
+            __m256i sumi = _mm256_setzero_si256();
+            for (int v = 0; v < 8; ++v)
+                sumi = _mm256_add_epi32(sumi, rase_avx2_kdot(kb.u[v], y->qs + 32 * v, kb.sc[2 * v], kb.sc[2 * v + 1]));
+            int mins = 0;
+            for (int g = 0; g < 16; ++g) mins += kb.mn[g] * y->bsums[g];
+            acc[t] = __builtin_fmaf((float)rase_avx2_hsum_i32(sumi), kb.dx * y->d, acc[t]);
+            accm[t] = __builtin_fmaf((float)mins, kb.dmin * y->d, accm[t]);
+        }
+    }
+    for (int t = 0; t < nt; ++t) out[t] = acc[t] - accm[t];
+}
+RASE_DOTN(dotn_q4_k_avx2)
+
+// The same product as llama.cpp's repacked Q4_K GEMM computes it for tokens in full groups of 4
+// (ggml_gemm_q4_K_8x8_q8_K): the float accumulation steps every 64 elements, not every block.
+RASE_TARGET_AVX2 static RASE_INLINE void dotn_q4_k_gemm_avx2_body(int64_t n, const void *w, const void *a,
+                                                                size_t astride, int nt, float *out) {
+    const block_q4_K *x = (const block_q4_K *)w;
+    float acc[RASE_NT], accm[RASE_NT];
+    for (int t = 0; t < nt; ++t) acc[t] = accm[t] = 0.0f;
+    rase_kblock_avx2 kb;
+    for (int64_t b = 0; b < n / 256; ++b) {
+        kunpack_q4_k_avx2(&x[b], &kb);
+        for (int t = 0; t < nt; ++t) {
+            const block_q8_K *y = RASE_ACT(block_q8_K, t, b);
+            const float d = kb.dx * y->d, dm = kb.dmin * y->d;
+            for (int sb = 0; sb < 4; ++sb) {
+                const __m256i s = _mm256_add_epi32(
+                    rase_avx2_kdot(kb.u[2 * sb], y->qs + 64 * sb, kb.sc[4 * sb], kb.sc[4 * sb + 1]),
+                    rase_avx2_kdot(kb.u[2 * sb + 1], y->qs + 64 * sb + 32, kb.sc[4 * sb + 2], kb.sc[4 * sb + 3]));
+                int mins = 0;
+                for (int g = 4 * sb; g < 4 * sb + 4; ++g) mins += kb.mn[g] * y->bsums[g];
+                acc[t] = __builtin_fmaf((float)rase_avx2_hsum_i32(s), d, acc[t]);
+                accm[t] = __builtin_fmaf((float)mins, dm, accm[t]);
+            }
+        }
+    }
+    for (int t = 0; t < nt; ++t) out[t] = acc[t] - accm[t];
+}
+RASE_DOTN(dotn_q4_k_gemm_avx2)
+
+// Q6_K in the rounding of ggml's AVX2 vec_dot: 8 int32 lanes per block with the -32 offset
+// folded in per pair before scaling, one FMA of the lanes per block, hsum at the end.
+RASE_TARGET_AVX2 static RASE_INLINE void dotn_q6_k_avx2_body(int64_t n, const void *w, const void *a,
+                                                           size_t astride, int nt, float *out) {
+    const block_q6_K *x = (const block_q6_K *)w;
+    __m256 acc[RASE_NT];
+    for (int t = 0; t < nt; ++t) acc[t] = _mm256_setzero_ps();
+    const __m256i m32 = _mm256_set1_epi8(32);
+    rase_kblock_avx2 kb;
+    for (int64_t b = 0; b < n / 256; ++b) {
+        kunpack_q6_k_avx2(&x[b], &kb);
+        for (int t = 0; t < nt; ++t) {
+            const block_q8_K *y = RASE_ACT(block_q8_K, t, b);
+            __m256i sumi = _mm256_setzero_si256();
+            for (int v = 0; v < 8; ++v) {
+                const __m256i q8 = _mm256_loadu_si256((const __m256i *)(y->qs + 32 * v));
+                const __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(kb.u[v], q8), _mm256_maddubs_epi16(m32, q8));
+                const __m256i sc = _mm256_set_m128i(_mm_set1_epi16((short)kb.sc[2 * v + 1]), _mm_set1_epi16((short)kb.sc[2 * v]));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(sc, p16));
+            }
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * kb.dx), _mm256_cvtepi32_ps(sumi), acc[t]);
+        }
+    }
+    for (int t = 0; t < nt; ++t) out[t] = rase_avx2_hsum(acc[t]);
+}
+RASE_DOTN(dotn_q6_k_avx2)
 
 // -- float weights: the row stays in L1 across tokens
 #define RASE_FLOAT_DOTN(NAME, SINGLE)                                                          \
@@ -663,6 +742,7 @@ RASE_REF_DOTN(dotn_q6_k_ref, vec_dot_q6_k_q8_k_ref)
 typedef struct {
     int act;                             // ACT_* the weights pair with
     rase_dotn_fn dotn[RASE_ISA_COUNT];   // [scalar reference, AVX2 or 0]; up to RASE_NT tokens
+    rase_dotn_fn dotn_batch;             // AVX2, exactly RASE_NT tokens of a batch; 0 = dotn
 } rase_dot_traits;
 
 static const rase_dot_traits DOT_TRAITS[RASE_GGML_TYPE_COUNT] = {
@@ -675,7 +755,7 @@ static const rase_dot_traits DOT_TRAITS[RASE_GGML_TYPE_COUNT] = {
     [8] = {ACT_Q8_0, {dotn_q8_0_ref, RASE_AVX2_DOT(dotn_q8_0_avx2)}},
     [10] = {ACT_Q8_K, {dotn_q2_k_ref, RASE_AVX2_DOT(dotn_q2_k_avx2)}},
     [11] = {ACT_Q8_K, {dotn_q3_k_ref, RASE_AVX2_DOT(dotn_q3_k_avx2)}},
-    [12] = {ACT_Q8_K, {dotn_q4_k_ref, RASE_AVX2_DOT(dotn_q4_k_avx2)}},
+    [12] = {ACT_Q8_K, {dotn_q4_k_ref, RASE_AVX2_DOT(dotn_q4_k_avx2)}, RASE_AVX2_DOT(dotn_q4_k_gemm_avx2)},
     [13] = {ACT_Q8_K, {dotn_q5_k_ref, RASE_AVX2_DOT(dotn_q5_k_avx2)}},
     [14] = {ACT_Q8_K, {dotn_q6_k_ref, RASE_AVX2_DOT(dotn_q6_k_avx2)}},
     [30] = {ACT_F32, {dotn_bf16_ref, RASE_AVX2_DOT(dotn_bf16_avx2)}},
@@ -687,6 +767,14 @@ static const rase_quant_fn ACT_QUANT[ACT_COUNT][RASE_ISA_COUNT] = {
     [ACT_Q8_1] = {quant_q8_1_ref, RASE_AVX2_DOT(quant_q8_1_avx2)},
     [ACT_Q8_K] = {quant_q8_k_ref, RASE_AVX2_DOT(quant_q8_k_avx2)},
 };
+
+// For tokens in full groups of RASE_NT within a batch: llama.cpp multiplies those with its
+// repacked GEMM where it has one, which rounds differently from its single-token kernel.
+static inline rase_dotn_fn rase_dotn_batch_for(int type, int isa) {
+    if (isa == RASE_ISA_AVX2 && DOT_TRAITS[type].dotn_batch) return DOT_TRAITS[type].dotn_batch;
+    const rase_dotn_fn f = DOT_TRAITS[type].dotn[isa];
+    return f ? f : DOT_TRAITS[type].dotn[RASE_ISA_SCALAR];
+}
 
 static inline rase_dotn_fn rase_dotn_for(int type, int isa) {
     const rase_dotn_fn f = DOT_TRAITS[type].dotn[isa];

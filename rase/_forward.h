@@ -351,13 +351,14 @@ static void rase_matmul(rase_model *m, const rase_mat *w, const float *X, int T,
     size_t as;
     const uint8_t *A = rase_quantize_input(m, DOT_TRAITS[w->type].act, X, T, w->cols, ith, nth, &as);
     const rase_dotn_fn dotn = rase_dotn_for(w->type, m->isa);
+    const rase_dotn_fn dotn_batch = rase_dotn_batch_for(w->type, m->isa);
     rase_split(w->rows, ith, nth, lo, hi);
     float out[RASE_NT];
     for (int64_t r = *lo; r < *hi; ++r) {
         const uint8_t *wr = w->data + r * w->row_bytes;
         for (int t0 = 0; t0 < T; t0 += RASE_NT) {
             const int nt = T - t0 < RASE_NT ? T - t0 : RASE_NT;
-            dotn(w->cols, wr, A + (size_t)t0 * as, as, nt, out);
+            (nt == RASE_NT ? dotn_batch : dotn)(w->cols, wr, A + (size_t)t0 * as, as, nt, out);
             for (int j = 0; j < nt; ++j) Y[(int64_t)(t0 + j) * w->rows + r] = out[j];
         }
     }

@@ -385,3 +385,21 @@ def attention(const float[::1] q, const uint16_t[:, ::1] k, const uint16_t[:, ::
     with nogil:
         rase_attend(&q[0], &k[0, 0], &v[0, 0], hd, j0, n, hd, scale, &sv[0], &ov[0], path, single)
     return out
+
+
+def quantize_activation(int qtype, const float[::1] x, isa=None):
+    """x quantized to the activation format weights of type qtype pair with (the bytes the
+    matmul kernels read): q8_0/q8_1/q8_K blocks, or x itself for float weights."""
+    _check_type(qtype)
+    cdef int act = DOT_TRAITS[qtype].act
+    cdef int64_t n = x.shape[0]
+    cdef int kblk = 256 if act == 3 else (32 if act else 1)
+    if n == 0 or n % kblk:
+        raise ValueError(f"length {n} must be a positive multiple of {kblk}")
+    cdef int path = rase_isa if isa is None else _isa_id(isa)
+    out = bytearray(rase_act_bytes(act, n))
+    cdef unsigned char[::1] o = out
+    cdef rase_quant_fn quant = rase_act_quant_for(act, path)
+    with nogil:
+        quant(&x[0], &o[0], n)
+    return bytes(out)

@@ -22,7 +22,7 @@ from .models import ARCHITECTURES, resolve
 from .models.base import build_plan, read_hparams
 
 DEFAULT_MAX_CTX = 4096   # KV cache positions when the caller does not say (cheap: pages fill lazily)
-PREFILL_CHUNK = 128      # tokens per prefill forward call; cancellation is checked between chunks
+PREFILL_CHUNK = 128      # tokens per prefill forward call (a multiple of 4: see rase_matmul)
 
 
 class GGUFDecoder:
@@ -48,8 +48,12 @@ class GGUFDecoder:
         spec = ARCHITECTURES[self.architecture].spec(self.gguf, hp)
         hpd, tensors, layers = build_plan(self.gguf, hp, spec, self.n_ctx)
         threads = default_threads() if n_threads is None else int(n_threads)
+        if threads < 1:
+            raise InvalidGenerationConfig(f"n_threads must be positive, got {n_threads}")
+        # chunks are a multiple of 4 tokens: llama.cpp multiplies full groups of 4 differently
+        chunk = max(4, min(int(chunk), self.n_ctx) // 4 * 4)
         try:
-            self._fwd = _kernels.Forward(hpd, tensors, layers, threads, max(1, min(chunk, self.n_ctx)))
+            self._fwd = _kernels.Forward(hpd, tensors, layers, threads, chunk)
         except ValueError as exc:
             raise CorruptModelFile(self.gguf.path, str(exc)) from None
         eos = self.gguf.get("tokenizer.ggml.eos_token_id")
