@@ -27,3 +27,23 @@ def gemma3_path() -> Path:
 @pytest.fixture(scope="session", params=["smollm2", "gemma3"])
 def real_model_path(request) -> Path:
     return request.getfixturevalue(f"{request.param}_path")
+
+
+QWEN3_TINY = Path(__file__).parent / "fixtures" / "qwen3-tiny"
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory):
+    """A function (arch, QuantType) -> path of a tiny random GGUF, written once per session."""
+    from tests.tinymodels import write_tiny_model
+
+    root = tmp_path_factory.mktemp("tiny-models")
+    cache: dict = {}
+
+    def get(arch: str, qtype) -> Path:
+        key = (arch, qtype)
+        if key not in cache:
+            cache[key] = write_tiny_model(root / f"{arch}-{qtype.name}.gguf", arch, qtype)
+        return cache[key]
+
+    return get

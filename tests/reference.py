@@ -1,7 +1,8 @@
 """The executable spec: a readable numpy forward for every architecture rase runs.
 
 Weights are dequantized with the gguf package (independent of rase's kernels); all math is
-float64 except that K/V are rounded to f16 like the cache. Used by tests/test_forward.py to
+float64, except that each matmul input is rounded to the 8-bit block format its weight type
+pairs with (ggml's semantics) and K/V are rounded to f16 like the cache. Used by tests/test_forward.py to
 check the C forward, layer by layer when they disagree.
 """
 from __future__ import annotations
@@ -15,12 +16,14 @@ from rase.models import ARCHITECTURES, resolve
 from rase.models.base import LAYER_TENSORS, read_hparams
 
 
-def _w(g: GGUFFile, name: str) -> np.ndarray:
+def _w(g: GGUFFile, name: str):
+    """Vectors as float64 arrays; matrices as _Linear (weights + activation format)."""
     import gguf
 
     t = g.tensor(name)
     arr = gguf.quants.dequantize(t.data, gguf.GGMLQuantizationType(t.ggml_type))
-    return np.asarray(arr, dtype=np.float64).reshape(t.shape)
+    arr = np.asarray(arr, dtype=np.float64).reshape(t.shape)
+    return _Linear(arr, t.ggml_type) if arr.ndim == 2 else arr
 
 
 def rmsnorm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
@@ -54,6 +57,35 @@ def f16(x: np.ndarray) -> np.ndarray:
     return x.astype(np.float16).astype(np.float64)
 
 
+# ggml pairs each weight type with an 8-bit activation format (vec_dot_type): the spec
+# quantizes a matmul's input the same way, then multiplies in float64.
+ACT_FORMAT = {2: "q8_0", 6: "q8_0", 8: "q8_0", 3: "q8_1", 7: "q8_1",
+              10: "q8_K", 11: "q8_K", 12: "q8_K", 13: "q8_K", 14: "q8_K"}
+
+
+def quantize_act(x: np.ndarray, fmt: str | None) -> np.ndarray:
+    """x (..., n) -> the values the kernels see after 8-bit block quantization."""
+    if fmt is None:
+        return x
+    blk = 256 if fmt == "q8_K" else 32
+    xb = x.astype(np.float32).reshape(*x.shape[:-1], -1, blk)
+    amax = np.abs(xb).max(axis=-1, keepdims=True)
+    d = amax / np.float32(127)
+    iscale = np.where(amax > 0, np.float32(127) / np.where(amax > 0, amax, 1), 0).astype(np.float32)
+    q = np.rint(xb * iscale)
+    if fmt != "q8_K":
+        d = f16(d)  # q8_0 / q8_1 store d as f16
+    return (q * d).reshape(x.shape)
+
+
+class _Linear:
+    def __init__(self, w: np.ndarray, ggml_type: int) -> None:
+        self.w, self.fmt = w, ACT_FORMAT.get(ggml_type)
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        return quantize_act(x, self.fmt) @ self.w.T
+
+
 class Reference:
     """forward(tokens) -> logits (T, vocab) for a fresh sequence; `trace` keeps each layer's output."""
 
@@ -75,13 +107,13 @@ class Reference:
         T, hd, nh, nkv = len(tokens), hp.head_dim, hp.n_head, hp.n_head_kv
         pos = np.arange(T, dtype=np.float64)
         attn_scale = spec.attn_scale if spec.attn_scale is not None else 1.0 / math.sqrt(hd)
-        x = self.embd[np.asarray(tokens)] * spec.embd_scale
+        x = self.embd.w[np.asarray(tokens)] * spec.embd_scale
         self.trace = []
         for ls, W in zip(spec.layers, self.layers):
             h = rmsnorm(x, W["attn_norm"], hp.eps)
-            q = (h @ W["wq"].T).reshape(T, nh, hd)
-            k = (h @ W["wk"].T).reshape(T, nkv, hd)
-            v = (h @ W["wv"].T).reshape(T, nkv, hd)
+            q = W["wq"](h).reshape(T, nh, hd)
+            k = W["wk"](h).reshape(T, nkv, hd)
+            v = W["wv"](h).reshape(T, nkv, hd)
             if ls.qk_norm:
                 q, k = rmsnorm(q, W["q_norm"], hp.eps), rmsnorm(k, W["k_norm"], hp.eps)
             base, fscale = spec.rope[ls.rope_slot]
@@ -95,15 +127,15 @@ class Reference:
                     s = k[j0:t + 1, hh // group] @ q[t, hh] * attn_scale
                     p = np.exp(s - s.max())
                     att[t, hh] = (p / p.sum()) @ v[j0:t + 1, hh // group]
-            o = att.reshape(T, nh * hd) @ W["wo"].T
+            o = W["wo"](att.reshape(T, nh * hd))
             if ls.post_norms:
                 o = rmsnorm(o, W["post_attn_norm"], hp.eps)
             x = x + o
             h = rmsnorm(x, W["ffn_norm"], hp.eps)
             act = gelu if spec.gelu else silu
-            f = (act(h @ W["wgate"].T) * (h @ W["wup"].T)) @ W["wdown"].T
+            f = W["wdown"](act(W["wgate"](h)) * W["wup"](h))
             if ls.post_norms:
                 f = rmsnorm(f, W["post_ffn_norm"], hp.eps)
             x = x + f
             self.trace.append(x.copy())
-        return rmsnorm(x, self.out_norm, hp.eps) @ self.out.T
+        return self.out(rmsnorm(x, self.out_norm, hp.eps))

@@ -1,0 +1,166 @@
+"""The C forward against the numpy spec (tests/reference.py) on tiny synthetic models, for
+every architecture x weight type, on both ISA paths; determinism; limits and refusals."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rase import (
+    ContextOverflow, CorruptModelFile, InvalidGenerationConfig, QuantType, UnsupportedArchitecture,
+    _kernels,
+)
+from rase.decoder import GGUFDecoder, load_gguf_decoder
+from tests.reference import Reference
+from tests.tinymodels import HP
+
+TOKENS = [1, 5, 9, 33, 77, 100, 3, 4, 150, 7, 8, 12, 44, 55, 66, 11]
+ARCHS = ["llama", "qwen3", "gemma3"]
+
+
+def _first_bad_layer(dec: GGUFDecoder, ref: Reference, tokens: list[int]) -> str:
+    trace = np.zeros((dec.hparams.n_layer, len(tokens), dec.hparams.n_embd), np.float32)
+    dec._fwd.run(np.array(tokens, np.int32), 0, 1, trace)
+    for i, want in enumerate(ref.trace):
+        err = np.abs(trace[i] - want).max() / np.abs(want).max()
+        if err > 0.03:
+            return f"first divergence after layer {i}: relative error {err:.4f}"
+    return "layers agree; divergence in the output head"
+
+
+@pytest.mark.parametrize("isa", _kernels.isa_supported())
+@pytest.mark.parametrize("qtype", list(QuantType), ids=lambda t: t.name)
+@pytest.mark.parametrize("arch", ARCHS)
+def test_forward_matches_numpy_spec(tiny_models, arch, qtype, isa):
+    path = tiny_models(arch, qtype)
+    ref = Reference(path)
+    want = ref.forward(TOKENS)
+    previous = _kernels.get_isa()
+    _kernels.set_isa(isa)
+    try:
+        dec = load_gguf_decoder(None, path)
+        got = dec.prefill(TOKENS, all_logits=True)
+        # 8-bit activations make single positions of a random model jump (a rounding flip is
+        # amplified); a wrong kernel or layer spec moves every position.
+        err = np.abs(got - want).max(axis=1) / np.abs(want).max()
+        top1 = np.mean(got.argmax(axis=1) == want.argmax(axis=1))
+        ok = np.median(err) <= 0.03 and np.mean(err <= 0.05) >= 0.8 and top1 >= 0.8
+        assert ok, (f"median {np.median(err):.4f}, within 5%: {np.mean(err <= 0.05):.2f}, "
+                    f"top-1 {top1:.2f}; {_first_bad_layer(dec, ref, TOKENS)}")
+    finally:
+        _kernels.set_isa(previous)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_thread_count_does_not_change_logits(tiny_models, arch):
+    path = tiny_models(arch, QuantType.Q4_K)
+    one = load_gguf_decoder(None, path, n_threads=1).prefill(TOKENS, all_logits=True)
+    two = load_gguf_decoder(None, path, n_threads=2).prefill(TOKENS, all_logits=True)
+    three = load_gguf_decoder(None, path, n_threads=3).prefill(TOKENS, all_logits=True)
+    assert np.array_equal(one, two) and np.array_equal(one, three)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_prefill_chunking_and_decode_agree(tiny_models, arch):
+    path = tiny_models(arch, QuantType.Q8_0)
+    whole = load_gguf_decoder(None, path).prefill(TOKENS, all_logits=True)
+    chunked = load_gguf_decoder(None, path, chunk=4).prefill(TOKENS, all_logits=True)
+    assert np.array_equal(whole, chunked)
+    dec = load_gguf_decoder(None, path)
+    steps = [dec.prefill(TOKENS[:1])] + [dec.decode(t) for t in TOKENS[1:]]
+    # a single token is multiplied like llama.cpp's decode, a batch like its batch: same
+    # greedy choices, logits equal to rounding
+    assert np.array_equal(np.argmax(steps, axis=1), whole.argmax(axis=1))
+    assert np.abs(np.array(steps) - whole).max() <= 1e-3 * np.abs(whole).max()
+
+
+def test_decode_after_prefill_continues_positions(tiny_models):
+    path = tiny_models("qwen3", QuantType.Q8_0)
+    dec = load_gguf_decoder(None, path)
+    full = dec.prefill(TOKENS, all_logits=True)
+    dec.prefill(TOKENS[:10])
+    assert dec.position == 10
+    for i, t in enumerate(TOKENS[10:], start=10):
+        got = dec.decode(t)
+        assert dec.position == i + 1
+        assert int(np.argmax(got)) == int(np.argmax(full[i]))
+
+
+def test_logits_contract(tiny_models):
+    dec = load_gguf_decoder("llama3", tiny_models("llama", QuantType.Q4_0))
+    out = dec.prefill([1, 2, 3])
+    assert out.dtype == np.float32 and out.shape == (HP["n_vocab"],)
+    assert dec.decode(4).shape == (HP["n_vocab"],)
+    assert dec.eos_token == 2 and dec.vocab_size == HP["n_vocab"]
+
+
+def test_context_overflow(tiny_models):
+    dec = load_gguf_decoder(None, tiny_models("llama", QuantType.Q8_0), n_ctx=8)
+    with pytest.raises(ContextOverflow, match="context of 8"):
+        dec.prefill(list(range(9)))
+    dec.prefill(list(range(7)))
+    dec.decode(1)
+    with pytest.raises(ContextOverflow):
+        dec.decode(2)
+    assert dec.position == 8  # the refused token changed nothing
+
+
+def test_default_context_is_the_models(tiny_models):
+    assert load_gguf_decoder(None, tiny_models("llama", QuantType.Q8_0)).n_ctx == HP["n_ctx"]
+
+
+def test_bad_tokens_and_empty_prompt(tiny_models):
+    dec = load_gguf_decoder(None, tiny_models("llama", QuantType.Q8_0))
+    with pytest.raises(InvalidGenerationConfig, match="at least one token"):
+        dec.prefill([])
+    with pytest.raises(InvalidGenerationConfig, match="outside the vocabulary"):
+        dec.prefill([1, HP["n_vocab"]])
+    with pytest.raises(InvalidGenerationConfig, match="outside the vocabulary"):
+        dec.decode(-1)
+
+
+@pytest.mark.parametrize("name,fragment", [
+    ("qwen2", "replaced by Qwen3"), ("Qwen2.5", "replaced by Qwen3"), ("phi3", "Phi GGUF"),
+    ("mamba", "supported: "), ("", "supported: "),
+])
+def test_refused_architectures(tiny_models, name, fragment):
+    with pytest.raises(UnsupportedArchitecture, match=fragment):
+        load_gguf_decoder(name, tiny_models("llama", QuantType.Q8_0))
+
+
+@pytest.mark.parametrize("alias", ["llama", "LLAMA2", "llama3", "mistral", "llama-gguf"])
+def test_llama_aliases(tiny_models, alias):
+    assert load_gguf_decoder(alias, tiny_models("llama", QuantType.Q8_0)).architecture == "llama"
+
+
+def test_declared_architecture_must_match_the_file(tiny_models):
+    with pytest.raises(UnsupportedArchitecture, match="the file declares 'llama'"):
+        load_gguf_decoder("qwen3", tiny_models("llama", QuantType.Q8_0))
+
+
+def test_tensors_with_no_place_in_the_forward_are_refused(tmp_path):
+    import gguf
+
+    from tests.tinymodels import write_tiny_model
+
+    base = write_tiny_model(tmp_path / "m.gguf", "llama", QuantType.Q8_0)
+    reader = gguf.GGUFReader(str(base))
+    w = gguf.GGUFWriter(str(tmp_path / "bias.gguf"), "llama")
+    for field in reader.fields.values():
+        if field.name.startswith("llama.") or field.name.startswith("tokenizer"):
+            w.add_key_value(field.name, field.contents(), field.types[0])
+    for t in reader.tensors:
+        w.add_tensor(t.name, t.data, raw_shape=t.data.shape, raw_dtype=t.tensor_type)
+    w.add_tensor("blk.0.attn_q.bias", np.zeros(HP["n_embd"], np.float32))
+    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+    with pytest.raises(UnsupportedArchitecture, match="blk.0.attn_q.bias"):
+        load_gguf_decoder(None, tmp_path / "bias.gguf")
+
+
+def test_missing_hyperparameter_is_a_corrupt_file(tmp_path):
+    from tests.ggufbuild import GGUFSpec, Tensor
+
+    spec = GGUFSpec(kvs=[("general.architecture", 8, "llama")],
+                    tensors=[Tensor("token_embd.weight", (32, 4), 0, b"\0" * 512)])
+    (tmp_path / "x.gguf").write_bytes(spec.build())
+    with pytest.raises(CorruptModelFile, match="llama.embedding_length"):
+        load_gguf_decoder(None, tmp_path / "x.gguf")

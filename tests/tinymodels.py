@@ -1,0 +1,94 @@
+"""Tiny random-weight GGUF models for every architecture x weight type (written by the tests;
+no network). Shapes are the smallest that every quant type accepts (rows of 256)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from rase.quants import QUANT_BLOCKS, QuantType
+
+HP = dict(n_embd=256, n_ff=512, n_head=4, n_head_kv=2, head_dim=64, n_vocab=160, n_ctx=64)
+N_LAYER = {"llama": 2, "qwen3": 2, "gemma3": 6}  # gemma3: layer 5 is the global one
+WINDOW = 5  # gemma3 sliding window, small so that tests cross it
+
+# K-quant blocks are random bytes with their f16 scales set so weights come out ~0.1
+K_SCALES = {QuantType.Q2_K: ([80, 82], 0.004), QuantType.Q3_K: ([108], 0.001),
+            QuantType.Q4_K: ([0, 2], 0.0002), QuantType.Q5_K: ([0, 2], 0.0001),
+            QuantType.Q6_K: ([208], 0.00005)}
+
+
+def quantize(w: np.ndarray, qtype: QuantType, rng: np.random.Generator) -> np.ndarray:
+    """(rows, cols) float32 -> (rows, row_bytes) uint8 of ggml blocks."""
+    import gguf
+
+    if qtype in K_SCALES:
+        blck, size = QUANT_BLOCKS[qtype]
+        rows, cols = w.shape
+        raw = rng.integers(0, 256, (rows * cols // blck, size), dtype=np.uint8)
+        offsets, scale = K_SCALES[qtype]
+        for off in offsets:
+            d = (scale * rng.uniform(0.5, 1.5, raw.shape[0])).astype(np.float16)
+            raw[:, off:off + 2] = d.view(np.uint8).reshape(-1, 2)
+        return raw.reshape(rows, -1)
+    return gguf.quants.quantize(w, gguf.GGMLQuantizationType(int(qtype)))
+
+
+def write_tiny_model(path: Path, arch: str, qtype: QuantType, seed: int = 0) -> Path:
+    import gguf
+
+    rng = np.random.default_rng(seed)
+    E, F, H, KV, D, V = (HP[k] for k in ("n_embd", "n_ff", "n_head", "n_head_kv", "head_dim", "n_vocab"))
+    L = N_LAYER[arch]
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_block_count(L)
+    w.add_context_length(HP["n_ctx"])
+    w.add_embedding_length(E)
+    w.add_feed_forward_length(F)
+    w.add_head_count(H)
+    w.add_head_count_kv(KV)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_rope_freq_base(10000.0)
+    if arch != "llama":
+        w.add_key_length(D)
+        w.add_value_length(D)
+    if arch == "gemma3":
+        w.add_sliding_window(WINDOW)
+    w.add_eos_token_id(2)
+
+    def mat(name: str, rows: int, cols: int, scale: float = 0.08) -> None:
+        m = (rng.standard_normal((rows, cols)) * scale).astype(np.float32)
+        data = quantize(m, qtype, rng)
+        w.add_tensor(name, data, raw_shape=data.shape, raw_dtype=gguf.GGMLQuantizationType(int(qtype)))
+
+    def vec(name: str, n: int) -> None:
+        w.add_tensor(name, (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32))
+
+    embd = (rng.standard_normal((V, E)) * 0.5).astype(np.float32)
+    q8 = gguf.quants.quantize(embd, gguf.GGMLQuantizationType.Q8_0)
+    w.add_tensor("token_embd.weight", q8, raw_shape=q8.shape, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    vec("output_norm.weight", E)
+    if arch == "qwen3":
+        mat("output.weight", V, E)
+    for i in range(L):
+        p = f"blk.{i}."
+        mat(p + "attn_q.weight", H * D, E)
+        mat(p + "attn_k.weight", KV * D, E)
+        mat(p + "attn_v.weight", KV * D, E)
+        mat(p + "attn_output.weight", E, H * D)
+        mat(p + "ffn_gate.weight", F, E)
+        mat(p + "ffn_up.weight", F, E)
+        mat(p + "ffn_down.weight", E, F)
+        vec(p + "attn_norm.weight", E)
+        vec(p + "ffn_norm.weight", E)
+        if arch != "llama":
+            vec(p + "attn_q_norm.weight", D)
+            vec(p + "attn_k_norm.weight", D)
+        if arch == "gemma3":
+            vec(p + "post_attention_norm.weight", E)
+            vec(p + "post_ffw_norm.weight", E)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
