@@ -675,32 +675,65 @@ RASE_TARGET_AVX2 static RASE_INLINE void dotn_q4_k_gemm_avx2_body(int64_t n, con
 }
 RASE_DOTN(dotn_q4_k_gemm_avx2)
 
-// Q6_K in the rounding of ggml's AVX2 vec_dot: 8 int32 lanes per block with the -32 offset
-// folded in per pair before scaling, one FMA of the lanes per block, hsum at the end.
+// Q6_K in the rounding of ggml's AVX2 vec_dot: 8 int32 lanes per block (unsigned values times
+// scales), minus 32 * (scale . bsums) laid over the lanes pairwise, one FMA per block, hsum.
 RASE_TARGET_AVX2 static RASE_INLINE void dotn_q6_k_avx2_body(int64_t n, const void *w, const void *a,
                                                            size_t astride, int nt, float *out) {
     const block_q6_K *x = (const block_q6_K *)w;
     __m256 acc[RASE_NT];
     for (int t = 0; t < nt; ++t) acc[t] = _mm256_setzero_ps();
-    const __m256i m32 = _mm256_set1_epi8(32);
     rase_kblock_avx2 kb;
     for (int64_t b = 0; b < n / 256; ++b) {
         kunpack_q6_k_avx2(&x[b], &kb);
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[b].scales));
         for (int t = 0; t < nt; ++t) {
             const block_q8_K *y = RASE_ACT(block_q8_K, t, b);
             __m256i sumi = _mm256_setzero_si256();
-            for (int v = 0; v < 8; ++v) {
-                const __m256i q8 = _mm256_loadu_si256((const __m256i *)(y->qs + 32 * v));
-                const __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(kb.u[v], q8), _mm256_maddubs_epi16(m32, q8));
-                const __m256i sc = _mm256_set_m128i(_mm_set1_epi16((short)kb.sc[2 * v + 1]), _mm_set1_epi16((short)kb.sc[2 * v]));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(sc, p16));
-            }
-            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * kb.dx), _mm256_cvtepi32_ps(sumi), acc[t]);
+            for (int v = 0; v < 8; ++v)
+                sumi = _mm256_add_epi32(sumi, rase_avx2_kdot(kb.u[v], y->qs + 32 * v, kb.sc[2 * v], kb.sc[2 * v + 1]));
+            const __m256i off = _mm256_slli_epi32(
+                _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), sc16), 5);
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * kb.dx), _mm256_cvtepi32_ps(_mm256_sub_epi32(sumi, off)), acc[t]);
         }
     }
     for (int t = 0; t < nt; ++t) out[t] = rase_avx2_hsum(acc[t]);
 }
 RASE_DOTN(dotn_q6_k_avx2)
+
+// K-quants as llama.cpp's tiled K-quant matmul computes them for batches of >= 8 tokens
+// (ggml-cpu/tiled, weights not repacked): per block the exact integer sums S1 (scaled dots) and
+// S2 (mins x bsums), res = dx*S1 - dmin*S2 (one rounding for the product, one fused), then
+// out = fma(res, dy, out).
+#define RASE_KDOT_TILED(NAME, XT, UNPACK, HAS_MIN)                                            \
+    RASE_TARGET_AVX2 static RASE_INLINE void NAME##_body(int64_t n, const void *w, const void *a, \
+                                                         size_t astride, int nt, float *out) {   \
+        const XT *x = (const XT *)w;                                                          \
+        float acc[RASE_NT];                                                                   \
+        for (int t = 0; t < nt; ++t) acc[t] = 0.0f;                                           \
+        rase_kblock_avx2 kb;                                                                  \
+        for (int64_t b = 0; b < n / 256; ++b) {                                               \
+            UNPACK(&x[b], &kb);                                                               \
+            for (int t = 0; t < nt; ++t) {                                                    \
+                const block_q8_K *y = RASE_ACT(block_q8_K, t, b);                             \
+                __m256i sumi = _mm256_setzero_si256();                                        \
+                for (int v = 0; v < 8; ++v)                                                   \
+                    sumi = _mm256_add_epi32(sumi, rase_avx2_kdot(kb.u[v], y->qs + 32 * v, kb.sc[2 * v], kb.sc[2 * v + 1])); \
+                int offs = 0, mins = 0;                                                       \
+                for (int g = 0; g < 16; ++g) { offs += kb.sc[g] * y->bsums[g]; mins += kb.mn[g] * y->bsums[g]; } \
+                float res = kb.dx * (float)(rase_avx2_hsum_i32(sumi) - kb.off * offs);        \
+                if (HAS_MIN) res = __builtin_fmaf(-kb.dmin, (float)mins, res);                \
+                acc[t] = __builtin_fmaf(res, y->d, acc[t]);                                   \
+            }                                                                                 \
+        }                                                                                     \
+        for (int t = 0; t < nt; ++t) out[t] = acc[t];                                         \
+    }                                                                                         \
+    RASE_DOTN(NAME)
+
+RASE_KDOT_TILED(dotn_q2_k_tiled_avx2, block_q2_K, kunpack_q2_k_avx2, 1)
+RASE_KDOT_TILED(dotn_q3_k_tiled_avx2, block_q3_K, kunpack_q3_k_avx2, 0)
+RASE_KDOT_TILED(dotn_q4_k_tiled_avx2, block_q4_K, kunpack_q4_k_avx2, 1)
+RASE_KDOT_TILED(dotn_q5_k_tiled_avx2, block_q5_K, kunpack_q5_k_avx2, 1)
+RASE_KDOT_TILED(dotn_q6_k_tiled_avx2, block_q6_K, kunpack_q6_k_avx2, 0)
 
 // -- float weights: the row stays in L1 across tokens
 #define RASE_FLOAT_DOTN(NAME, SINGLE)                                                          \
@@ -742,8 +775,12 @@ RASE_REF_DOTN(dotn_q6_k_ref, vec_dot_q6_k_q8_k_ref)
 typedef struct {
     int act;                             // ACT_* the weights pair with
     rase_dotn_fn dotn[RASE_ISA_COUNT];   // [scalar reference, AVX2 or 0]; up to RASE_NT tokens
-    rase_dotn_fn dotn_batch;             // AVX2, exactly RASE_NT tokens of a batch; 0 = dotn
+    rase_dotn_fn dotn_batch;             // AVX2, full groups of RASE_NT tokens in a batch; 0 = dotn
+    rase_dotn_fn dotn_tiled;             // AVX2, batches of >= RASE_TILED_MIN tokens; 0 = as above
+    int repacked;                        // llama.cpp repacks rows % 8 == 0 matrices on AVX2
 } rase_dot_traits;
+
+#define RASE_TILED_MIN 8  // llama.cpp's tiled K-quant matmul takes batches of 8+ tokens
 
 static const rase_dot_traits DOT_TRAITS[RASE_GGML_TYPE_COUNT] = {
     [0] = {ACT_F32, {dotn_f32_ref, RASE_AVX2_DOT(dotn_f32_avx2)}},
@@ -753,11 +790,12 @@ static const rase_dot_traits DOT_TRAITS[RASE_GGML_TYPE_COUNT] = {
     [6] = {ACT_Q8_0, {dotn_q5_0_ref, RASE_AVX2_DOT(dotn_q5_0_avx2)}},
     [7] = {ACT_Q8_1, {dotn_q5_1_ref, RASE_AVX2_DOT(dotn_q5_1_avx2)}},
     [8] = {ACT_Q8_0, {dotn_q8_0_ref, RASE_AVX2_DOT(dotn_q8_0_avx2)}},
-    [10] = {ACT_Q8_K, {dotn_q2_k_ref, RASE_AVX2_DOT(dotn_q2_k_avx2)}},
-    [11] = {ACT_Q8_K, {dotn_q3_k_ref, RASE_AVX2_DOT(dotn_q3_k_avx2)}},
-    [12] = {ACT_Q8_K, {dotn_q4_k_ref, RASE_AVX2_DOT(dotn_q4_k_avx2)}, RASE_AVX2_DOT(dotn_q4_k_gemm_avx2)},
-    [13] = {ACT_Q8_K, {dotn_q5_k_ref, RASE_AVX2_DOT(dotn_q5_k_avx2)}},
-    [14] = {ACT_Q8_K, {dotn_q6_k_ref, RASE_AVX2_DOT(dotn_q6_k_avx2)}},
+    [10] = {ACT_Q8_K, {dotn_q2_k_ref, RASE_AVX2_DOT(dotn_q2_k_avx2)}, 0, RASE_AVX2_DOT(dotn_q2_k_tiled_avx2)},
+    [11] = {ACT_Q8_K, {dotn_q3_k_ref, RASE_AVX2_DOT(dotn_q3_k_avx2)}, 0, RASE_AVX2_DOT(dotn_q3_k_tiled_avx2)},
+    [12] = {ACT_Q8_K, {dotn_q4_k_ref, RASE_AVX2_DOT(dotn_q4_k_avx2)}, RASE_AVX2_DOT(dotn_q4_k_gemm_avx2),
+            RASE_AVX2_DOT(dotn_q4_k_tiled_avx2), 1},
+    [13] = {ACT_Q8_K, {dotn_q5_k_ref, RASE_AVX2_DOT(dotn_q5_k_avx2)}, 0, RASE_AVX2_DOT(dotn_q5_k_tiled_avx2)},
+    [14] = {ACT_Q8_K, {dotn_q6_k_ref, RASE_AVX2_DOT(dotn_q6_k_avx2)}, 0, RASE_AVX2_DOT(dotn_q6_k_tiled_avx2)},
     [30] = {ACT_F32, {dotn_bf16_ref, RASE_AVX2_DOT(dotn_bf16_avx2)}},
 };
 
@@ -768,12 +806,19 @@ static const rase_quant_fn ACT_QUANT[ACT_COUNT][RASE_ISA_COUNT] = {
     [ACT_Q8_K] = {quant_q8_k_ref, RASE_AVX2_DOT(quant_q8_k_avx2)},
 };
 
-// For tokens in full groups of RASE_NT within a batch: llama.cpp multiplies those with its
-// repacked GEMM where it has one, which rounds differently from its single-token kernel.
-static inline rase_dotn_fn rase_dotn_batch_for(int type, int isa) {
-    if (isa == RASE_ISA_AVX2 && DOT_TRAITS[type].dotn_batch) return DOT_TRAITS[type].dotn_batch;
-    const rase_dotn_fn f = DOT_TRAITS[type].dotn[isa];
-    return f ? f : DOT_TRAITS[type].dotn[RASE_ISA_SCALAR];
+// The kernels llama.cpp would pick for a matmul of `rows` weight rows and a batch of T tokens,
+// which round differently: its tiled K-quant matmul (T >= 8, weights not repacked), its repacked
+// GEMM for full groups of 4 tokens (`*full`), and its single-token kernel for the rest (`*tail`).
+static inline void rase_dotn_plan(int type, int isa, int64_t rows, int T, rase_dotn_fn *full, rase_dotn_fn *tail) {
+    const rase_dotn_fn plain = DOT_TRAITS[type].dotn[isa] ? DOT_TRAITS[type].dotn[isa] : DOT_TRAITS[type].dotn[RASE_ISA_SCALAR];
+    *full = *tail = plain;
+    if (isa != RASE_ISA_AVX2) return;
+    const int repacked = DOT_TRAITS[type].repacked && rows % 8 == 0;
+    if (!repacked && T >= RASE_TILED_MIN && DOT_TRAITS[type].dotn_tiled) {
+        *full = *tail = DOT_TRAITS[type].dotn_tiled;
+    } else if (repacked && DOT_TRAITS[type].dotn_batch) {
+        *full = DOT_TRAITS[type].dotn_batch;
+    }
 }
 
 static inline rase_dotn_fn rase_dotn_for(int type, int isa) {

@@ -350,15 +350,15 @@ static void rase_matmul(rase_model *m, const rase_mat *w, const float *X, int T,
                         int nth, int64_t *lo, int64_t *hi) {
     size_t as;
     const uint8_t *A = rase_quantize_input(m, DOT_TRAITS[w->type].act, X, T, w->cols, ith, nth, &as);
-    const rase_dotn_fn dotn = rase_dotn_for(w->type, m->isa);
-    const rase_dotn_fn dotn_batch = rase_dotn_batch_for(w->type, m->isa);
+    rase_dotn_fn dotn_full, dotn_tail;
+    rase_dotn_plan(w->type, m->isa, w->rows, T, &dotn_full, &dotn_tail);
     rase_split(w->rows, ith, nth, lo, hi);
     float out[RASE_NT];
     for (int64_t r = *lo; r < *hi; ++r) {
         const uint8_t *wr = w->data + r * w->row_bytes;
         for (int t0 = 0; t0 < T; t0 += RASE_NT) {
             const int nt = T - t0 < RASE_NT ? T - t0 : RASE_NT;
-            (nt == RASE_NT ? dotn_batch : dotn)(w->cols, wr, A + (size_t)t0 * as, as, nt, out);
+            (nt == RASE_NT ? dotn_full : dotn_tail)(w->cols, wr, A + (size_t)t0 * as, as, nt, out);
             for (int j = 0; j < nt; ++j) Y[(int64_t)(t0 + j) * w->rows + r] = out[j];
         }
     }
@@ -492,10 +492,7 @@ static void rase_forward(rase_model *m, const int32_t *tokens, int T, int pos0, 
             rase_rmsnorm(m->x + t * E, m->output_norm, m->h + t * E, E, m->eps);
         }
         rase_sync(m, ith);
-        for (int j = 0; j < n_out; ++j) {
-            const int64_t t = T - n_out + j;
-            rase_matmul(m, &m->output, m->h + t * E, 1, logits + (int64_t)j * m->n_vocab, ith, nth, &lo, &hi);
-        }
+        rase_matmul(m, &m->output, m->h + (int64_t)(T - n_out) * E, n_out, logits, ith, nth, &lo, &hi);
     }
 }
 

@@ -22,7 +22,7 @@ from .models import ARCHITECTURES, resolve
 from .models.base import build_plan, read_hparams
 
 DEFAULT_MAX_CTX = 4096   # KV cache positions when the caller does not say (cheap: pages fill lazily)
-PREFILL_CHUNK = 128      # tokens per prefill forward call (a multiple of 4: see rase_matmul)
+PREFILL_CHUNK = 512      # tokens per prefill call: llama.cpp's default ubatch, so rounding matches
 
 
 class GGUFDecoder:
