@@ -9,7 +9,10 @@
 
 #include "_quants.h"
 
-typedef struct { uint16_t d, s; int8_t qs[32]; } block_q8_1;          // 36 B; s = d * sum(qs)
+// Activation blocks. q8_0/q8_1 keep ggml's values (d and s rounded to f16) but store them as
+// f32, so kernels do not convert them once per weight row; q8_K is ggml's block_q8_K.
+typedef struct { float d; int8_t qs[32]; } act_q8_0;            // 36 B
+typedef struct { float d, s; int8_t qs[32]; } act_q8_1;         // 40 B; s = f16(d * sum(qs))
 typedef struct { float d; int8_t qs[256]; int16_t bsums[16]; } block_q8_K;  // 292 B
 
 enum { ACT_F32 = 0, ACT_Q8_0 = 1, ACT_Q8_1 = 2, ACT_Q8_K = 3, ACT_COUNT = 4 };
@@ -17,8 +20,8 @@ enum { ACT_F32 = 0, ACT_Q8_0 = 1, ACT_Q8_1 = 2, ACT_Q8_K = 3, ACT_COUNT = 4 };
 // bytes of one quantized activation row of n elements
 static inline size_t rase_act_bytes(int act, int64_t n) {
     switch (act) {
-        case ACT_Q8_0: return (size_t)(n / 32) * sizeof(block_q8_0);
-        case ACT_Q8_1: return (size_t)(n / 32) * sizeof(block_q8_1);
+        case ACT_Q8_0: return (size_t)(n / 32) * sizeof(act_q8_0);
+        case ACT_Q8_1: return (size_t)(n / 32) * sizeof(act_q8_1);
         case ACT_Q8_K: return (size_t)(n / 256) * sizeof(block_q8_K);
         default: return (size_t)n * sizeof(float);
     }
@@ -27,19 +30,21 @@ static inline size_t rase_act_bytes(int act, int64_t n) {
 // ---------------------------------------------------------------- activation quantizers
 // Rounding is nearest-even in both paths (nearbyintf / _MM_FROUND_TO_NEAREST_INT).
 
+static inline float rase_f16_round(float x) { return rase_fp16_to_fp32(rase_fp32_to_fp16(x)); }
+
 static void quant_q8_0_ref(const float *x, void *dst, int64_t n) {
-    block_q8_0 *y = (block_q8_0 *)dst;
+    act_q8_0 *y = (act_q8_0 *)dst;
     for (int64_t i = 0; i < n / 32; ++i, x += 32) {
         float amax = 0.0f;
         for (int j = 0; j < 32; ++j) amax = fmaxf(amax, fabsf(x[j]));
         const float d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
-        y[i].d = rase_fp32_to_fp16(d);
+        y[i].d = rase_f16_round(d);
         for (int j = 0; j < 32; ++j) y[i].qs[j] = (int8_t)nearbyintf(x[j] * id);
     }
 }
 
 static void quant_q8_1_ref(const float *x, void *dst, int64_t n) {
-    block_q8_1 *y = (block_q8_1 *)dst;
+    act_q8_1 *y = (act_q8_1 *)dst;
     for (int64_t i = 0; i < n / 32; ++i, x += 32) {
         float amax = 0.0f;
         for (int j = 0; j < 32; ++j) amax = fmaxf(amax, fabsf(x[j]));
@@ -49,8 +54,8 @@ static void quant_q8_1_ref(const float *x, void *dst, int64_t n) {
             y[i].qs[j] = (int8_t)nearbyintf(x[j] * id);
             sum += y[i].qs[j];
         }
-        y[i].d = rase_fp32_to_fp16(d);
-        y[i].s = rase_fp32_to_fp16((float)sum * d);
+        y[i].d = rase_f16_round(d);
+        y[i].s = rase_f16_round((float)sum * d);
     }
 }
 
@@ -104,34 +109,34 @@ static float vec_dot_bf16_f32_ref(int64_t n, const void *w, const void *a) {
 
 static float vec_dot_q4_0_q8_0_ref(int64_t n, const void *w, const void *a) {
     const block_q4_0 *x = (const block_q4_0 *)w;
-    const block_q8_0 *y = (const block_q8_0 *)a;
+    const act_q8_0 *y = (const act_q8_0 *)a;
     float s = 0.0f;
     for (int64_t i = 0; i < n / 32; ++i) {
         int sumi = 0;
         for (int j = 0; j < 16; ++j)
             sumi += ((x[i].qs[j] & 0xF) - 8) * y[i].qs[j] + ((x[i].qs[j] >> 4) - 8) * y[i].qs[j + 16];
-        s += (float)sumi * (rase_fp16_to_fp32(x[i].d) * rase_fp16_to_fp32(y[i].d));
+        s += (float)sumi * (rase_fp16_to_fp32(x[i].d) * y[i].d);
     }
     return s;
 }
 
 static float vec_dot_q4_1_q8_1_ref(int64_t n, const void *w, const void *a) {
     const block_q4_1 *x = (const block_q4_1 *)w;
-    const block_q8_1 *y = (const block_q8_1 *)a;
+    const act_q8_1 *y = (const act_q8_1 *)a;
     float s = 0.0f;
     for (int64_t i = 0; i < n / 32; ++i) {
         int sumi = 0;
         for (int j = 0; j < 16; ++j)
             sumi += (x[i].qs[j] & 0xF) * y[i].qs[j] + (x[i].qs[j] >> 4) * y[i].qs[j + 16];
-        s += (float)sumi * (rase_fp16_to_fp32(x[i].d) * rase_fp16_to_fp32(y[i].d)) +
-             rase_fp16_to_fp32(x[i].m) * rase_fp16_to_fp32(y[i].s);
+        s += (float)sumi * (rase_fp16_to_fp32(x[i].d) * y[i].d) +
+             rase_fp16_to_fp32(x[i].m) * y[i].s;
     }
     return s;
 }
 
 static float vec_dot_q5_0_q8_0_ref(int64_t n, const void *w, const void *a) {
     const block_q5_0 *x = (const block_q5_0 *)w;
-    const block_q8_0 *y = (const block_q8_0 *)a;
+    const act_q8_0 *y = (const act_q8_0 *)a;
     float s = 0.0f;
     for (int64_t i = 0; i < n / 32; ++i) {
         uint32_t qh;
@@ -142,14 +147,14 @@ static float vec_dot_q5_0_q8_0_ref(int64_t n, const void *w, const void *a) {
             sumi += (((x[i].qs[j] & 0xF) | h0) - 16) * y[i].qs[j] +
                     (((x[i].qs[j] >> 4) | h1) - 16) * y[i].qs[j + 16];
         }
-        s += (float)sumi * (rase_fp16_to_fp32(x[i].d) * rase_fp16_to_fp32(y[i].d));
+        s += (float)sumi * (rase_fp16_to_fp32(x[i].d) * y[i].d);
     }
     return s;
 }
 
 static float vec_dot_q5_1_q8_1_ref(int64_t n, const void *w, const void *a) {
     const block_q5_1 *x = (const block_q5_1 *)w;
-    const block_q8_1 *y = (const block_q8_1 *)a;
+    const act_q8_1 *y = (const act_q8_1 *)a;
     float s = 0.0f;
     for (int64_t i = 0; i < n / 32; ++i) {
         uint32_t qh;
@@ -159,20 +164,20 @@ static float vec_dot_q5_1_q8_1_ref(int64_t n, const void *w, const void *a) {
             const int h0 = ((qh >> j) << 4) & 0x10, h1 = (qh >> (j + 12)) & 0x10;
             sumi += ((x[i].qs[j] & 0xF) | h0) * y[i].qs[j] + ((x[i].qs[j] >> 4) | h1) * y[i].qs[j + 16];
         }
-        s += (float)sumi * (rase_fp16_to_fp32(x[i].d) * rase_fp16_to_fp32(y[i].d)) +
-             rase_fp16_to_fp32(x[i].m) * rase_fp16_to_fp32(y[i].s);
+        s += (float)sumi * (rase_fp16_to_fp32(x[i].d) * y[i].d) +
+             rase_fp16_to_fp32(x[i].m) * y[i].s;
     }
     return s;
 }
 
 static float vec_dot_q8_0_q8_0_ref(int64_t n, const void *w, const void *a) {
     const block_q8_0 *x = (const block_q8_0 *)w;
-    const block_q8_0 *y = (const block_q8_0 *)a;
+    const act_q8_0 *y = (const act_q8_0 *)a;
     float s = 0.0f;
     for (int64_t i = 0; i < n / 32; ++i) {
         int sumi = 0;
         for (int j = 0; j < 32; ++j) sumi += x[i].qs[j] * y[i].qs[j];
-        s += (float)sumi * (rase_fp16_to_fp32(x[i].d) * rase_fp16_to_fp32(y[i].d));
+        s += (float)sumi * (rase_fp16_to_fp32(x[i].d) * y[i].d);
     }
     return s;
 }
@@ -334,17 +339,17 @@ RASE_TARGET_AVX2 static inline float rase_avx2_absmax(const float *x, int n) {
 }
 
 RASE_TARGET_AVX2 static void quant_q8_0_avx2(const float *x, void *dst, int64_t n) {
-    block_q8_0 *y = (block_q8_0 *)dst;
+    act_q8_0 *y = (act_q8_0 *)dst;
     for (int64_t i = 0; i < n / 32; ++i, x += 32) {
         const float amax = rase_avx2_absmax(x, 32);
         const float d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
-        y[i].d = rase_fp32_to_fp16(d);
+        y[i].d = rase_f16_round(d);
         _mm256_storeu_si256((__m256i *)y[i].qs, rase_avx2_quant32(x, id));
     }
 }
 
 RASE_TARGET_AVX2 static void quant_q8_1_avx2(const float *x, void *dst, int64_t n) {
-    block_q8_1 *y = (block_q8_1 *)dst;
+    act_q8_1 *y = (act_q8_1 *)dst;
     for (int64_t i = 0; i < n / 32; ++i, x += 32) {
         const float amax = rase_avx2_absmax(x, 32);
         const float d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
@@ -352,8 +357,8 @@ RASE_TARGET_AVX2 static void quant_q8_1_avx2(const float *x, void *dst, int64_t 
         _mm256_storeu_si256((__m256i *)y[i].qs, q);
         const int sum = rase_avx2_hsum_i32(_mm256_madd_epi16(
             _mm256_maddubs_epi16(_mm256_set1_epi8(1), q), _mm256_set1_epi16(1)));
-        y[i].d = rase_fp32_to_fp16(d);
-        y[i].s = rase_fp32_to_fp16((float)sum * d);
+        y[i].d = rase_f16_round(d);
+        y[i].s = rase_f16_round((float)sum * d);
     }
 }
 
@@ -432,7 +437,9 @@ RASE_TARGET_AVX2 static float vec_dot_bf16_f32_avx2(int64_t n, const void *w, co
 // identical for every nt (so prefill, chunked prefill and decode give the same bits).
 
 #define RASE_NT 4
+#define RASE_NR 4  // weight rows per decode micro-kernel
 #define RASE_INLINE __attribute__((always_inline)) inline
+#define RASE_SUMM (*summ_)
 #define RASE_ACT(T, t, b) ((const T *)((const char *)a + (size_t)(t) * astride) + (b))
 
 // Instantiate NAME(n, w, a, astride, nt, out) from BODY(nt) specialised for nt = 1..4.
@@ -463,40 +470,68 @@ RASE_TARGET_AVX2 static float vec_dot_bf16_f32_avx2(int64_t n, const void *w, co
             for (int t = 0; t < nt; ++t) {                                                    \
                 const YT *y = RASE_ACT(YT, t, b);                                             \
                 const __m256i p = DOT(wq, _mm256_loadu_si256((const __m256i *)y->qs));        \
-                acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dx * rase_h2f(y->d)), _mm256_cvtepi32_ps(p), acc[t]); \
-                MIN                                                                           \
+                acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dx * y->d), _mm256_cvtepi32_ps(p), acc[t]); \
+                { float *const summ_ = &summ[t]; (void)summ_; MIN }                           \
             }                                                                                 \
         }                                                                                     \
         for (int t = 0; t < nt; ++t) out[t] = rase_avx2_hsum(acc[t]) + summ[t];               \
     }                                                                                         \
-    RASE_DOTN(NAME)
+    RASE_DOTN(NAME)                                                                           \
+    /* one token, up to RASE_NR rows side by side: independent FMA chains, same rounding */   \
+    RASE_TARGET_AVX2 static RASE_INLINE void NAME##_rows_body(int64_t n, const uint8_t *w,     \
+                                                              int64_t row_bytes, int nr,      \
+                                                              const void *a, float *out) {    \
+        const YT *y0 = (const YT *)a;                                                         \
+        __m256 acc[RASE_NR];                                                                  \
+        float summ[RASE_NR];                                                                  \
+        for (int r = 0; r < nr; ++r) { acc[r] = _mm256_setzero_ps(); summ[r] = 0.0f; }        \
+        const int64_t nb = n / 32;                                                            \
+        for (int64_t b = 0; b < nb; ++b) {                                                    \
+            const YT *y = y0 + b;                                                             \
+            const __m256i yq = _mm256_loadu_si256((const __m256i *)y->qs);                    \
+            const float dy = y->d;                                                            \
+            for (int r = 0; r < nr; ++r) {                                                    \
+                const XT *x = (const XT *)(w + r * row_bytes);                                \
+                PREP                                                                          \
+                const __m256i p = DOT(wq, yq);                                                \
+                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dx * dy), _mm256_cvtepi32_ps(p), acc[r]); \
+                { float *const summ_ = &summ[r]; (void)summ_; MIN }                           \
+            }                                                                                 \
+        }                                                                                     \
+        for (int r = 0; r < nr; ++r) out[r] = rase_avx2_hsum(acc[r]) + summ[r];               \
+    }                                                                                         \
+    RASE_TARGET_AVX2 static void NAME##_rows(int64_t n, const uint8_t *w, int64_t row_bytes,  \
+                                             int nr, const void *a, float *out) {            \
+        if (nr == RASE_NR) NAME##_rows_body(n, w, row_bytes, RASE_NR, a, out);               \
+        else NAME##_rows_body(n, w, row_bytes, nr, a, out);                                   \
+    }
 
-RASE_DOT32_BODY(dotn_q8_0_avx2, block_q8_0, block_q8_0,
+RASE_DOT32_BODY(dotn_q8_0_avx2, block_q8_0, act_q8_0,
     const __m256i wq = _mm256_loadu_si256((const __m256i *)x[b].qs);
     const float dx = rase_h2f(x[b].d);,
     rase_avx2_dot_i8, )
 
-RASE_DOT32_BODY(dotn_q4_0_avx2, block_q4_0, block_q8_0,
+RASE_DOT32_BODY(dotn_q4_0_avx2, block_q4_0, act_q8_0,
     const __m256i wq = _mm256_sub_epi8(rase_avx2_nibbles16(x[b].qs), _mm256_set1_epi8(8));
     const float dx = rase_h2f(x[b].d);,
     rase_avx2_dot_i8, )
 
-RASE_DOT32_BODY(dotn_q5_0_avx2, block_q5_0, block_q8_0,
+RASE_DOT32_BODY(dotn_q5_0_avx2, block_q5_0, act_q8_0,
     const __m256i hb = _mm256_and_si256(rase_avx2_bytes_from_bits32(x[b].qh), _mm256_set1_epi8(0x10));
     const __m256i wq = _mm256_sub_epi8(_mm256_or_si256(rase_avx2_nibbles16(x[b].qs), hb), _mm256_set1_epi8(16));
     const float dx = rase_h2f(x[b].d);,
     rase_avx2_dot_i8, )
 
-RASE_DOT32_BODY(dotn_q4_1_avx2, block_q4_1, block_q8_1,
+RASE_DOT32_BODY(dotn_q4_1_avx2, block_q4_1, act_q8_1,
     const __m256i wq = rase_avx2_nibbles16(x[b].qs);
     const float dx = rase_h2f(x[b].d); const float mx = rase_h2f(x[b].m);,
-    rase_avx2_dot_u8, summ[t] += mx * rase_h2f(y->s);)
+    rase_avx2_dot_u8, RASE_SUMM += mx * y->s;)
 
-RASE_DOT32_BODY(dotn_q5_1_avx2, block_q5_1, block_q8_1,
+RASE_DOT32_BODY(dotn_q5_1_avx2, block_q5_1, act_q8_1,
     const __m256i hb = _mm256_and_si256(rase_avx2_bytes_from_bits32(x[b].qh), _mm256_set1_epi8(0x10));
     const __m256i wq = _mm256_or_si256(rase_avx2_nibbles16(x[b].qs), hb);
     const float dx = rase_h2f(x[b].d); const float mx = rase_h2f(x[b].m);,
-    rase_avx2_dot_u8, summ[t] += mx * rase_h2f(y->s);)
+    rase_avx2_dot_u8, RASE_SUMM += mx * y->s;)
 
 // -- K-quants: per 256-block the weights are unpacked to 8 vectors of unsigned values with
 // per-16 integer scales; the per-block integer sum folds scales in with madd.
@@ -753,6 +788,7 @@ RASE_FLOAT_DOTN(dotn_bf16_avx2, vec_dot_bf16_f32_avx2)
 
 typedef void (*rase_quant_fn)(const float *x, void *dst, int64_t n);
 typedef void (*rase_dotn_fn)(int64_t n, const void *w, const void *a, size_t astride, int nt, float *out);
+typedef void (*rase_dotr_fn)(int64_t n, const uint8_t *w, int64_t row_bytes, int nr, const void *a, float *out);
 
 #define RASE_REF_DOTN(NAME, SINGLE)                                                            \
     static void NAME(int64_t n, const void *w, const void *a, size_t astride, int nt, float *out) { \
@@ -778,6 +814,7 @@ typedef struct {
     rase_dotn_fn dotn_batch;             // AVX2, full groups of RASE_NT tokens in a batch; 0 = dotn
     rase_dotn_fn dotn_tiled;             // AVX2, batches of >= RASE_TILED_MIN tokens; 0 = as above
     int repacked;                        // llama.cpp repacks rows % 8 == 0 matrices on AVX2
+    rase_dotr_fn dotr;                   // AVX2, one token x up to RASE_NR rows; 0 = row by row
 } rase_dot_traits;
 
 #define RASE_TILED_MIN 8  // llama.cpp's tiled K-quant matmul takes batches of 8+ tokens
@@ -785,11 +822,11 @@ typedef struct {
 static const rase_dot_traits DOT_TRAITS[RASE_GGML_TYPE_COUNT] = {
     [0] = {ACT_F32, {dotn_f32_ref, RASE_AVX2_DOT(dotn_f32_avx2)}},
     [1] = {ACT_F32, {dotn_f16_ref, RASE_AVX2_DOT(dotn_f16_avx2)}},
-    [2] = {ACT_Q8_0, {dotn_q4_0_ref, RASE_AVX2_DOT(dotn_q4_0_avx2)}},
-    [3] = {ACT_Q8_1, {dotn_q4_1_ref, RASE_AVX2_DOT(dotn_q4_1_avx2)}},
-    [6] = {ACT_Q8_0, {dotn_q5_0_ref, RASE_AVX2_DOT(dotn_q5_0_avx2)}},
-    [7] = {ACT_Q8_1, {dotn_q5_1_ref, RASE_AVX2_DOT(dotn_q5_1_avx2)}},
-    [8] = {ACT_Q8_0, {dotn_q8_0_ref, RASE_AVX2_DOT(dotn_q8_0_avx2)}},
+    [2] = {ACT_Q8_0, {dotn_q4_0_ref, RASE_AVX2_DOT(dotn_q4_0_avx2)}, .dotr = RASE_AVX2_DOT(dotn_q4_0_avx2_rows)},
+    [3] = {ACT_Q8_1, {dotn_q4_1_ref, RASE_AVX2_DOT(dotn_q4_1_avx2)}, .dotr = RASE_AVX2_DOT(dotn_q4_1_avx2_rows)},
+    [6] = {ACT_Q8_0, {dotn_q5_0_ref, RASE_AVX2_DOT(dotn_q5_0_avx2)}, .dotr = RASE_AVX2_DOT(dotn_q5_0_avx2_rows)},
+    [7] = {ACT_Q8_1, {dotn_q5_1_ref, RASE_AVX2_DOT(dotn_q5_1_avx2)}, .dotr = RASE_AVX2_DOT(dotn_q5_1_avx2_rows)},
+    [8] = {ACT_Q8_0, {dotn_q8_0_ref, RASE_AVX2_DOT(dotn_q8_0_avx2)}, .dotr = RASE_AVX2_DOT(dotn_q8_0_avx2_rows)},
     [10] = {ACT_Q8_K, {dotn_q2_k_ref, RASE_AVX2_DOT(dotn_q2_k_avx2)}, 0, RASE_AVX2_DOT(dotn_q2_k_tiled_avx2)},
     [11] = {ACT_Q8_K, {dotn_q3_k_ref, RASE_AVX2_DOT(dotn_q3_k_avx2)}, 0, RASE_AVX2_DOT(dotn_q3_k_tiled_avx2)},
     [12] = {ACT_Q8_K, {dotn_q4_k_ref, RASE_AVX2_DOT(dotn_q4_k_avx2)}, RASE_AVX2_DOT(dotn_q4_k_gemm_avx2),

@@ -98,7 +98,8 @@ static int rase_model_alloc(rase_model *m) {
     m->g = rase_alloc(B * m->n_ff * 4);
     m->u = rase_alloc(B * m->n_ff * 4);
     m->rope = rase_alloc(2 * B * (m->n_rot / 2) * 2 * 4);
-    m->attn_stride = ((int64_t)m->n_ctx + 64 + 8) + 32 * (int64_t)m->head_dim + m->head_dim;
+    // scores over the KV length padded to 32 (+64 slack, 8-aligned), then partials and q
+    m->attn_stride = (((int64_t)m->n_ctx + 31 + 64 + 7) & ~7) + 33 * (int64_t)m->head_dim;
     m->scores = rase_alloc((size_t)m->n_threads * m->attn_stride * 4);
     m->gelu_table = m->gelu ? rase_gelu_table_new() : NULL;
     m->act = rase_alloc((size_t)m->n_threads * ACT_COUNT * m->act_stride);
@@ -172,7 +173,7 @@ static void rase_rmsnorm(const float *x, const float *w, float *y, int64_t n, fl
 
 // ---------------------------------------------------------------- attention
 // One query head against cached K/V rows j0..j1-1 (rows `stride` f16 apart).
-// Scratch: (n_ctx + 64) scores, then 32 * hd partial sums, then hd f16 for q.
+// Scratch: (n_ctx + 64) scores, then 32 * hd partial sums, then hd floats for q.
 
 static void attend_ref(const float *q, const uint16_t *kc, const uint16_t *vc, int64_t stride, int j0,
                        int j1, int hd, float scale, float *scratch, float *out) {
@@ -204,8 +205,9 @@ RASE_TARGET_AVX2 static void attend_avx2(const float *q, const uint16_t *kc, con
                                          int single) {
     const int n = (j1 + 31) & ~31, slots = single ? 32 : 8;
     float *s = scratch, *part = scratch + ((n + 64 + 7) & ~7);
-    uint16_t *q16 = (uint16_t *)(part + 32 * hd);
-    for (int i = 0; i < hd; ++i) q16[i] = rase_fp32_to_fp16(q[i]);
+    float *qf = part + 32 * hd;  // q rounded to f16, held as f32
+    for (int i = 0; i < hd; i += 8)
+        _mm256_storeu_ps(qf + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(q + i), 0)));
     float mx = -INFINITY;
     for (int j = 0; j < n; ++j) {
         if (j < j0 || j >= j1) { s[j] = -INFINITY; continue; }
@@ -214,7 +216,7 @@ RASE_TARGET_AVX2 static void attend_avx2(const float *q, const uint16_t *kc, con
         for (int i = 0; i < hd; i += 8) {
             const int c = single ? (i >> 3) & 3 : 0;
             acc[c] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + i))),
-                                     _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(q16 + i))), acc[c]);
+                                     _mm256_loadu_ps(qf + i), acc[c]);
         }
         s[j] = (single ? rase_avx2_reduce4(acc[0], acc[1], acc[2], acc[3]) : rase_avx2_hsum(acc[0])) * scale;
         if (s[j] > mx) mx = s[j];
@@ -344,6 +346,10 @@ static const uint8_t *rase_quantize_input(rase_model *m, int act, const float *X
     return buf;
 }
 
+#ifndef RASE_PREFETCH_GROUPS
+#define RASE_PREFETCH_GROUPS 4  // row groups ahead that decode prefetches (2 and 4 measured alike here)
+#endif
+
 // Y (T, rows) = X (T, cols) w^T for this thread's rows [lo, hi). Each weight row is read once
 // and dotted with up to RASE_NT tokens at a time; per token the arithmetic does not depend on T.
 static void rase_matmul(rase_model *m, const rase_mat *w, const float *X, int T, float *Y, int ith,
@@ -354,6 +360,18 @@ static void rase_matmul(rase_model *m, const rase_mat *w, const float *X, int T,
     rase_dotn_plan(w->type, m->isa, w->rows, T, &dotn_full, &dotn_tail);
     rase_split(w->rows, ith, nth, lo, hi);
     float out[RASE_NT];
+    const rase_dotr_fn dotr = m->isa == RASE_ISA_AVX2 ? DOT_TRAITS[w->type].dotr : 0;
+    if (T == 1 && dotr) {  // decode: RASE_NR rows at a time keep several FMA chains in flight
+        const int64_t group = RASE_NR * w->row_bytes;
+        for (int64_t r = *lo; r < *hi; r += RASE_NR) {
+            const int nr = *hi - r < RASE_NR ? (int)(*hi - r) : RASE_NR;
+            const uint8_t *g = w->data + r * w->row_bytes;
+            if (r + RASE_PREFETCH_GROUPS * RASE_NR < *hi)  // hide DRAM latency behind this group
+                for (int64_t off = 0; off < group; off += 64) rase_prefetch(g + RASE_PREFETCH_GROUPS * group + off);
+            dotr(w->cols, g, w->row_bytes, nr, A, Y + r);
+        }
+        return;
+    }
     for (int64_t r = *lo; r < *hi; ++r) {
         const uint8_t *wr = w->data + r * w->row_bytes;
         for (int t0 = 0; t0 < T; t0 += RASE_NT) {

