@@ -403,3 +403,66 @@ def quantize_activation(int qtype, const float[::1] x, isa=None):
     with nogil:
         quant(&x[0], &o[0], n)
     return bytes(out)
+
+
+cdef extern from "_forward.h" nogil:
+    void rase_gate(float *g, const float *u, int64_t n, const uint16_t *gelu_table, int isa)
+    void rase_rope(float *x, const float *cs, int n_rot, int neox, int isa)
+    void rase_rope_table(float *cs, int pos, int n_rot, float base, float freq_scale)
+    uint16_t *rase_gelu_table_new()
+
+cdef extern from "_simd.h" nogil:
+    """
+    #if RASE_HAVE_X86
+    RASE_TARGET_AVX2 static void rase_expf_avx2_n(const float *x, float *y, int64_t n) {
+        for (int64_t i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, rase_avx2_expf(_mm256_loadu_ps(x + i)));
+    }
+    #else
+    static void rase_expf_avx2_n(const float *x, float *y, int64_t n) { (void)x; (void)y; (void)n; }
+    #endif
+    """
+    void rase_expf_avx2_n(const float *x, float *y, int64_t n)
+
+
+def gate(const float[::1] g, const float[::1] u, bint gelu, isa=None):
+    """act(g) * u (SiLU, or GELU through llama.cpp's f16 table), as the FFN computes it."""
+    if g.shape[0] != u.shape[0]:
+        raise ValueError("g and u must have the same length")
+    cdef int path = rase_isa if isa is None else _isa_id(isa)
+    out = _np.array(g, dtype=_np.float32)
+    cdef float[::1] o = out
+    cdef uint16_t *table = rase_gelu_table_new() if gelu else NULL
+    if gelu and table == NULL:
+        raise MemoryError()
+    with nogil:
+        rase_gate(&o[0], &u[0], o.shape[0], table, path)
+    free(table)
+    return out
+
+
+def rope(const float[::1] x, int pos, float base, int n_rot=0, bint neox=False, isa=None):
+    """x rotated for position pos (theta_i = pos * base^(-2i/n_rot), ggml's f32 recurrence)."""
+    cdef int n = x.shape[0]
+    if n_rot == 0:
+        n_rot = n
+    if n_rot < 2 or n_rot % 2 or n_rot > n:
+        raise ValueError(f"n_rot={n_rot} invalid for {n} dims")
+    cdef int path = rase_isa if isa is None else _isa_id(isa)
+    out = _np.array(x, dtype=_np.float32)
+    cs = _np.empty(n_rot, dtype=_np.float32)
+    cdef float[::1] o = out, c = cs
+    with nogil:
+        rase_rope_table(&c[0], pos, n_rot, base, 1.0)
+        rase_rope(&o[0], &c[0], n_rot, neox, path)
+    return out
+
+
+def expf_avx2(const float[::1] x):
+    """The AVX2 exp used by softmax and SiLU, over len(x) (a multiple of 8) inputs."""
+    if x.shape[0] % 8 or "avx2" not in isa_supported():
+        raise ValueError("length must be a multiple of 8, and AVX2 available")
+    out = _np.empty(x.shape[0], dtype=_np.float32)
+    cdef float[::1] o = out
+    with nogil:
+        rase_expf_avx2_n(&x[0], &o[0], x.shape[0])
+    return out

@@ -45,3 +45,26 @@ def test_greedy_continuations(agreement):
     name, a = agreement
     diverged = [(ours[:12], ref[:12]) for equal, ours, ref in a.details if not equal]
     assert a.greedy_equal >= 4, f"{name}: {a.greedy_equal}/5 equal; diverged: {diverged}"
+
+
+def test_real_model_prefill_equals_token_by_token_and_thread_counts(smollm2_path):
+    """The same greedy continuation whether the prompt is prefilled at once or fed token by
+    token; and 1 and 2 threads give bit-identical logits."""
+    import numpy as np
+
+    prompt = load_fixture("smollm2-135m-instruct-q4_1")["prompts"][1]["ids"]
+    one, two = (load_gguf_decoder(None, smollm2_path, n_threads=n) for n in (1, 2))
+    assert np.array_equal(one.prefill(prompt, all_logits=True), two.prefill(prompt, all_logits=True))
+
+    def continuation(dec, first_logits):
+        out, logits = [], first_logits
+        for _ in range(16):
+            out.append(int(np.argmax(logits)))
+            logits = dec.decode(out[-1])
+        return out
+
+    batch = continuation(two, two.prefill(prompt))
+    logits = two.prefill(prompt[:1])
+    for tok in prompt[1:]:
+        logits = two.decode(tok)
+    assert continuation(two, logits) == batch

@@ -95,3 +95,53 @@ def test_attention_against_scalar_and_spec(hd, n, j0):
             got = _kernels.attention(q, k, v, scale, j0, isa, single)
             # the AVX2 path rounds q and the probabilities to f16, as llama.cpp does
             assert np.abs(got - spec).max() <= 4e-3 * np.abs(spec).max() + 1e-6, (isa, single)
+
+
+@pytest.mark.parametrize("n", [1, 7, 8, 33, 1536])
+@pytest.mark.parametrize("gelu", [False, True])
+def test_gate_avx2_matches_scalar_and_numpy(n, gelu):
+    rng = np.random.default_rng(n)
+    g = (rng.standard_normal(n) * 4).astype(np.float32)
+    g[: min(n, 3)] = [-12.0, 11.0, 0.0][: min(n, 3)]  # GELU table edges: <= -10, >= 10
+    u = rng.standard_normal(n).astype(np.float32)
+    scalar, avx2 = _kernels.gate(g, u, gelu, "scalar"), _kernels.gate(g, u, gelu, "avx2")
+    x = g.astype(np.float64)
+    if gelu:
+        act = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+        tol = 2e-3  # llama.cpp's GELU goes through an f16 table
+    else:
+        act = x / (1 + np.exp(-x))
+        tol = 1e-6
+    spec = act * u
+    assert np.abs(avx2 - spec).max() <= tol * (np.abs(spec).max() + 1)
+    assert np.abs(avx2 - scalar).max() <= tol * (np.abs(spec).max() + 1)
+
+
+@pytest.mark.parametrize("neox", [False, True])
+@pytest.mark.parametrize("n,n_rot", [(64, 64), (128, 64), (256, 256), (6, 4)])
+def test_rope_avx2_matches_scalar_and_numpy(neox, n, n_rot):
+    x = np.random.default_rng(n).standard_normal(n).astype(np.float32)
+    for pos in (0, 1, 17, 4095):
+        scalar = _kernels.rope(x, pos, 10000.0, n_rot, neox, "scalar")
+        avx2 = _kernels.rope(x, pos, 10000.0, n_rot, neox, "avx2")
+        half = n_rot // 2
+        theta = pos * 10000.0 ** (-2.0 * np.arange(half) / n_rot)
+        a, b = (np.arange(half), np.arange(half) + half) if neox else (np.arange(half) * 2, np.arange(half) * 2 + 1)
+        spec = x.astype(np.float64).copy()
+        spec[a] = x[a] * np.cos(theta) - x[b] * np.sin(theta)
+        spec[b] = x[a] * np.sin(theta) + x[b] * np.cos(theta)
+        # ggml's theta recurrence in f32 drifts ~1e-7 per step: a few e-4 at position 4095
+        assert np.abs(avx2 - spec).max() <= 2e-3 * max(1, pos / 1000)
+        assert np.abs(avx2 - scalar).max() <= 1e-5 * np.abs(x).max()
+        assert np.array_equal(avx2[n_rot:], x[n_rot:])
+
+
+def test_vector_exp():
+    x = np.concatenate([np.linspace(-110, 90, 4000), [0.0, -0.0, -np.inf, 1e-8, -87.5, 88.7, 126.0, -126.0]])
+    x = np.resize(x, (len(x) + 7) // 8 * 8).astype(np.float32)
+    got = _kernels.expf_avx2(x).astype(np.float64)
+    want = np.exp(x.astype(np.float64))
+    finite = want < np.finfo(np.float32).max
+    rel = np.abs(got[finite] - want[finite]) / np.maximum(want[finite], 1e-38)
+    assert rel[want[finite] > 1e-37].max() < 4e-7  # ~1.5 ulp, as documented for ggml_v_expf
+    assert np.all(got[~finite] == np.inf) and got[x == -np.inf][0] == 0.0
