@@ -9,7 +9,8 @@ from . import _kernels
 from .config import simd_request
 from .errors import (
     BackendUnavailable, Cancelled, ContextOverflow, CorruptModelFile, HubDownloadError,
-    IntegrityMismatch, InvalidGenerationConfig, InvalidLogits, InvalidModelId, ModelFileNotFound,
+    IntegrityMismatch, InvalidGenerationConfig, InvalidLogits, InvalidModelId, ManifestError,
+    ModelFileNotFound,
     ModelNotFound, RaseError, TokenizerError, UnsupportedArchitecture, UnsupportedFormat,
     UnsupportedQuantType,
 )
@@ -53,7 +54,7 @@ _select_isa()
 __all__ = [
     "BackendUnavailable", "Cancelled", "ContextOverflow", "CorruptModelFile", "GGUFFile",
     "HubDownloadError", "IntegrityMismatch", "InvalidGenerationConfig", "InvalidLogits",
-    "InvalidModelId", "ModelFileNotFound", "ModelNotFound", "QuantType", "RaseError",
+    "InvalidModelId", "ManifestError", "ModelFileNotFound", "ModelNotFound", "QuantType", "RaseError",
     "TensorInfo", "TokenizerError", "UnsupportedArchitecture", "UnsupportedFormat",
     "UnsupportedQuantType", "__version__", "build_info", "dequantize",
 ]

