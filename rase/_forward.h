@@ -424,10 +424,10 @@ static void rase_layer_forward(rase_model *m, const rase_layer *L, int il, int T
         }
     }
     rase_sync(m, ith);
-    // 4. attention per (token, query head)
+    // 4. attention per (token, query head), dealt round-robin: later tokens attend to more
+    // positions, so contiguous ranges would leave the first thread idle
     const int group = nh / nkv;
-    rase_split((int64_t)T * nh, ith, nth, &lo, &hi);
-    for (int64_t w = lo; w < hi; ++w) {
+    for (int64_t w = ith; w < (int64_t)T * nh; w += nth) {
         const int t = (int)(w / nh), hh = (int)(w % nh), p = pos0 + t;
         const int j0 = L->window > 0 && p - L->window + 1 > 0 ? p - L->window + 1 : 0;
         const int64_t koff = (int64_t)(hh / group) * hd;

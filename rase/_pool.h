@@ -7,8 +7,13 @@
 #define RASE_POOL_H
 
 #include "_simd.h"
+#include <sched.h>
 #ifdef _OPENMP
 #  include <omp.h>
+#endif
+
+#ifndef RASE_SPIN_LIMIT
+#define RASE_SPIN_LIMIT 2048  // pause-spins before a waiting thread yields its core
 #endif
 
 typedef struct {
@@ -30,7 +35,12 @@ static inline void rase_barrier_wait(rase_barrier *b) {
         __atomic_store_n(&b->count, 0, __ATOMIC_RELAXED);
         __atomic_add_fetch(&b->phase, 1, __ATOMIC_RELEASE);
     } else {
-        while (__atomic_load_n(&b->phase, __ATOMIC_ACQUIRE) == phase) rase_cpu_relax();
+        // spin briefly (a barrier normally completes within ~0.1 us), then yield: when the
+        // machine is oversubscribed the thread we wait for may need this very core
+        for (int spins = 0; __atomic_load_n(&b->phase, __ATOMIC_ACQUIRE) == phase; ++spins) {
+            if (spins < RASE_SPIN_LIMIT) rase_cpu_relax();
+            else sched_yield();
+        }
     }
 }
 
