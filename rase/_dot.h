@@ -692,17 +692,27 @@ RASE_TARGET_AVX2 static RASE_INLINE void dotn_q4_k_gemm_avx2_body(int64_t n, con
     rase_kblock_avx2 kb;
     for (int64_t b = 0; b < n / 256; ++b) {
         kunpack_q4_k_avx2(&x[b], &kb);
+        // mins as int16 pairs: lane k of madd(bsums, mins) is sub-block k's min term
+        __m256i mn16;
+        int16_t mns[16];
+        for (int g = 0; g < 16; ++g) mns[g] = (int16_t)kb.mn[g];
+        mn16 = _mm256_loadu_si256((const __m256i *)mns);
         for (int t = 0; t < nt; ++t) {
             const block_q8_K *y = RASE_ACT(block_q8_K, t, b);
             const float d = kb.dx * y->d, dm = kb.dmin * y->d;
-            for (int sb = 0; sb < 4; ++sb) {
-                const __m256i s = _mm256_add_epi32(
+            __m256i sv[4];
+            for (int sb = 0; sb < 4; ++sb)
+                sv[sb] = _mm256_add_epi32(
                     rase_avx2_kdot(kb.u[2 * sb], y->qs + 64 * sb, kb.sc[4 * sb], kb.sc[4 * sb + 1]),
                     rase_avx2_kdot(kb.u[2 * sb + 1], y->qs + 64 * sb + 32, kb.sc[4 * sb + 2], kb.sc[4 * sb + 3]));
-                int mins = 0;
-                for (int g = 4 * sb; g < 4 * sb + 4; ++g) mins += kb.mn[g] * y->bsums[g];
-                acc[t] = __builtin_fmaf((float)rase_avx2_hsum_i32(s), d, acc[t]);
-                accm[t] = __builtin_fmaf((float)mins, dm, accm[t]);
+            // the four per-64 integer sums at once (exact: integer adds in any order)
+            const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(sv[0], sv[1]), _mm256_hadd_epi32(sv[2], sv[3]));
+            int32_t S[4], M8[8];
+            _mm_storeu_si128((__m128i *)S, _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
+            _mm256_storeu_si256((__m256i *)M8, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), mn16));
+            for (int sb = 0; sb < 4; ++sb) {
+                acc[t] = __builtin_fmaf((float)S[sb], d, acc[t]);
+                accm[t] = __builtin_fmaf((float)(M8[2 * sb] + M8[2 * sb + 1]), dm, accm[t]);
             }
         }
     }
