@@ -8,7 +8,7 @@ from __future__ import annotations
 from . import _kernels
 from .config import simd_request
 from .errors import (
-    BackendUnavailable, Cancelled, ContextOverflow, CorruptModelFile, HubDownloadError,
+    BackendUnavailable, Cancelled, ChatTemplateError, ContextOverflow, CorruptModelFile, HubDownloadError,
     IntegrityMismatch, InvalidGenerationConfig, InvalidLogits, InvalidModelId, ManifestError,
     ModelFileNotFound,
     ModelNotFound, RaseError, TokenizerError, UnsupportedArchitecture, UnsupportedFormat,
@@ -52,7 +52,7 @@ def build_info() -> dict:
 _select_isa()
 
 __all__ = [
-    "BackendUnavailable", "Cancelled", "ContextOverflow", "CorruptModelFile", "GGUFFile",
+    "BackendUnavailable", "Cancelled", "ChatTemplateError", "ContextOverflow", "CorruptModelFile", "GGUFFile",
     "HubDownloadError", "IntegrityMismatch", "InvalidGenerationConfig", "InvalidLogits",
     "InvalidModelId", "ManifestError", "ModelFileNotFound", "ModelNotFound", "QuantType", "RaseError",
     "TensorInfo", "TokenizerError", "UnsupportedArchitecture", "UnsupportedFormat",

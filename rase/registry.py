@@ -21,6 +21,7 @@ from typing import Any, Iterator
 
 import tomli_w
 
+from .chat import BUILTIN
 from .errors import (
     HubDownloadError, InvalidModelId, ManifestError, ModelFileNotFound, ModelNotFound,
     IntegrityMismatch, UnsupportedFormat,
@@ -37,8 +38,8 @@ log = logging.getLogger("rase")
 _ID = re.compile(r"[A-Za-z0-9_-]+")
 KINDS = ("generator", "embedding")
 FORMATS = {".gguf": "gguf", ".safetensors": "safetensors"}
-# chat templates rase renders (chat.py); "gguf" = the template stored in the GGUF itself
-CHAT_TEMPLATES = ("chatml", "llama3", "mistral", "gemma", "gguf")
+# chat templates rase renders; "gguf" = the template stored in the GGUF itself
+CHAT_TEMPLATES = (*BUILTIN, "gguf")
 
 
 def validate_model_id(model_id: str) -> str:

@@ -1,0 +1,133 @@
+"""Chat messages -> prompt text: the seed's built-in templates (exact strings), Gemma's, and a
+model's own Jinja template (tokenizer.chat_template) rendered in a sandbox.
+
+Selection: the manifest's chat_template -> the GGUF's own template -> the architecture's
+default -> ChatTemplateError (plain completion still works).
+"""
+from __future__ import annotations
+
+from typing import Callable, Mapping, Sequence
+
+from .errors import ChatTemplateError, InvalidGenerationConfig
+
+Message = Mapping[str, str]
+
+
+def _check(messages: Sequence[Message]) -> list[tuple[str, str]]:
+    if not messages:
+        raise InvalidGenerationConfig("chat messages must not be empty")
+    out = []
+    for m in messages:
+        role, content = m.get("role"), m.get("content")
+        if not isinstance(role, str) or not isinstance(content, str):
+            raise InvalidGenerationConfig(f"each message needs string 'role' and 'content': {dict(m)!r}")
+        out.append((role, content))
+    return out
+
+
+def render_chatml(messages: Sequence[Message]) -> str:
+    body = "".join(f"<|im_start|>{r}\n{c}<|im_end|>\n" for r, c in _check(messages))
+    return body + "<|im_start|>assistant\n"
+
+
+def render_llama3(messages: Sequence[Message]) -> str:
+    body = "".join(f"<|start_header_id|>{r}<|end_header_id|>\n\n{c}<|eot_id|>" for r, c in _check(messages))
+    return "<|begin_of_text|>" + body + "<|start_header_id|>assistant<|end_header_id|>\n\n"
+
+
+def render_mistral(messages: Sequence[Message]) -> str:
+    prompt, system = "<s>", ""
+    for role, content in _check(messages):
+        if role == "system":
+            system = content  # the last system message wins; one without a user turn is dropped
+        elif role == "user":
+            text = f"{system}\n\n{content}" if system else content
+            system = ""
+            prompt += f"[INST] {text} [/INST]"
+        elif role == "assistant":
+            prompt += f"{content}</s>"
+        else:
+            raise InvalidGenerationConfig(f"unsupported chat role for the Mistral template: {role}")
+    return prompt
+
+
+def render_gemma(messages: Sequence[Message]) -> str:
+    """Gemma's turns; system text is folded into the first user turn (Gemma has no system role)."""
+    prompt, system = "<bos>", ""
+    for role, content in _check(messages):
+        if role == "system":
+            system = content
+            continue
+        if role not in ("user", "assistant", "model"):
+            raise InvalidGenerationConfig(f"unsupported chat role for the Gemma template: {role}")
+        if role == "user" and system:
+            content, system = f"{system}\n\n{content}", ""
+        turn = "model" if role in ("assistant", "model") else "user"
+        prompt += f"<start_of_turn>{turn}\n{content}<end_of_turn>\n"
+    return prompt + "<start_of_turn>model\n"
+
+
+BUILTIN: dict[str, Callable[[Sequence[Message]], str]] = {
+    "chatml": render_chatml, "llama3": render_llama3, "mistral": render_mistral,
+    "llama2": render_mistral, "gemma": render_gemma,
+}
+
+ARCH_DEFAULT = {  # the seed's for_architecture, plus gemma3
+    "qwen3": "chatml", "qwen3-gguf": "chatml", "llama3": "llama3", "llama": "mistral",
+    "llama2": "mistral", "llama-gguf": "mistral", "mistral": "mistral", "mixtral": "mistral",
+    "gemma3": "gemma",
+}
+
+
+class JinjaTemplate:
+    """A model's own template (HF chat_template), rendered with HF's variables in a sandbox."""
+
+    def __init__(self, source: str, bos_token: str = "", eos_token: str = "") -> None:
+        from jinja2 import TemplateError
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        def raise_exception(message: str) -> None:
+            raise ChatTemplateError(f"the model's chat template refused the messages: {message}")
+
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        env.globals["raise_exception"] = raise_exception
+        try:
+            self.template = env.from_string(source)
+        except TemplateError as exc:
+            raise ChatTemplateError(f"the model's chat template does not parse: {exc}") from None
+        self.bos_token, self.eos_token = bos_token, eos_token
+
+    def render(self, messages: Sequence[Message], add_generation_prompt: bool = True, **extra) -> str:
+        from jinja2 import TemplateError
+
+        msgs = [{"role": r, "content": c} for r, c in _check(messages)]
+        try:
+            return self.template.render(messages=msgs, add_generation_prompt=add_generation_prompt,
+                                        bos_token=self.bos_token, eos_token=self.eos_token, **extra)
+        except TemplateError as exc:
+            raise ChatTemplateError(f"the model's chat template failed: {exc}") from None
+
+
+def select_template(name: str | None, gguf=None, architecture: str | None = None) -> Callable[[Sequence[Message]], str]:
+    """manifest name -> the GGUF's template -> architecture default -> ChatTemplateError."""
+    if name is not None and name != "gguf":
+        key = name.lower()
+        if key not in BUILTIN:
+            raise ChatTemplateError(f"unknown chat template {name!r}; known: {', '.join(sorted(BUILTIN))}, gguf")
+        return BUILTIN[key]
+    source = gguf.get("tokenizer.chat_template") if gguf is not None else None
+    if isinstance(source, str) and source.strip():
+        tokens = gguf.get("tokenizer.ggml.tokens") or []
+        def piece(key: str) -> str:
+            i = gguf.get(key)
+            return tokens[i] if isinstance(i, int) and 0 <= i < len(tokens) else ""
+        jt = JinjaTemplate(source, piece("tokenizer.ggml.bos_token_id"), piece("tokenizer.ggml.eos_token_id"))
+        return jt.render
+    if name == "gguf":
+        raise ChatTemplateError("chat_template = 'gguf' but the model file has no tokenizer.chat_template")
+    default = ARCH_DEFAULT.get((architecture or "").lower())
+    if default is None:
+        raise ChatTemplateError(
+            f"no chat template for architecture {architecture!r}: set one with "
+            "`rase model import --chat-template NAME` (chatml, llama3, mistral, gemma); plain completion works")
+    return BUILTIN[default]

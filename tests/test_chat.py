@@ -1,0 +1,80 @@
+"""Chat templates: the seed's exact strings, Gemma's, and a model's own Jinja template."""
+from __future__ import annotations
+
+import pytest
+
+from rase import ChatTemplateError, GGUFFile, InvalidGenerationConfig
+from rase.chat import JinjaTemplate, render_chatml, render_gemma, render_llama3, render_mistral, select_template
+
+
+def msgs(*pairs):
+    return [{"role": r, "content": c} for r, c in pairs]
+
+
+def test_seed_chatml():
+    assert render_chatml(msgs(("system", "You are terse."), ("user", "Hi"))) == (
+        "<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+        "<|im_start|>assistant\n")
+
+
+def test_seed_llama3():
+    assert render_llama3(msgs(("user", "Hi"))) == (
+        "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\n")
+
+
+def test_seed_mistral():
+    assert render_mistral(msgs(("system", "Be brief."), ("user", "Hi"), ("assistant", "Hello."),
+                               ("user", "Bye"))) == "<s>[INST] Be brief.\n\nHi [/INST]Hello.</s>[INST] Bye [/INST]"
+    assert render_mistral(msgs(("system", "dropped"))) == "<s>"  # no user turn follows
+    with pytest.raises(InvalidGenerationConfig, match="unsupported chat role"):
+        render_mistral(msgs(("tool", "x")))
+
+
+def test_gemma():
+    assert render_gemma(msgs(("system", "Be brief."), ("user", "Hi"), ("assistant", "Hello."), ("user", "Bye"))) == (
+        "<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello.<end_of_turn>\n"
+        "<start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n")
+
+
+@pytest.mark.parametrize("render", [render_chatml, render_llama3, render_mistral, render_gemma])
+def test_empty_and_malformed_messages(render):
+    with pytest.raises(InvalidGenerationConfig, match="must not be empty"):
+        render([])
+    with pytest.raises(InvalidGenerationConfig, match="string 'role' and 'content'"):
+        render([{"role": "user"}])
+
+
+def test_smollm2_gguf_template_renders_what_transformers_would(smollm2_path):
+    render = select_template(None, GGUFFile(smollm2_path), "llama")
+    # SmolLM2's template adds its default system prompt when none is given
+    assert render(msgs(("user", "Hi"))) == (
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
+    assert render(msgs(("system", "Be brief."), ("user", "Hi"))) == (
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_selection_order(smollm2_path):
+    g = GGUFFile(smollm2_path)
+    assert select_template("llama3", g, "llama") is render_llama3  # the manifest wins
+    assert select_template(None, None, "qwen3") is render_chatml    # architecture default
+    assert select_template(None, None, "gemma3") is render_gemma
+    assert select_template(None, None, "llama") is render_mistral  # the seed's default for llama
+    with pytest.raises(ChatTemplateError, match="no chat template for architecture 'phi9'"):
+        select_template(None, None, "phi9")
+    with pytest.raises(ChatTemplateError, match="unknown chat template 'zephyr'"):
+        select_template("zephyr", g, "llama")
+    with pytest.raises(ChatTemplateError, match="no tokenizer.chat_template"):
+        select_template("gguf", None, "llama")
+
+
+def test_jinja_is_sandboxed():
+    for evil in ("{{ messages.__class__.__mro__ }}", "{{ messages.append(1) }}"):
+        with pytest.raises(ChatTemplateError, match="is unsafe"):
+            JinjaTemplate(evil).render(msgs(("user", "x")))
+    refusing = JinjaTemplate("{{ raise_exception('only user roles') }}")
+    with pytest.raises(ChatTemplateError, match="only user roles"):
+        refusing.render(msgs(("user", "x")))
+    with pytest.raises(ChatTemplateError, match="does not parse"):
+        JinjaTemplate("{% for %}")
