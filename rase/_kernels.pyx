@@ -466,3 +466,75 @@ def expf_avx2(const float[::1] x):
     with nogil:
         rase_expf_avx2_n(&x[0], &o[0], x.shape[0])
     return out
+
+
+from libc.stdint cimport uint64_t
+
+cdef extern from "_sample.h" nogil:
+    ctypedef struct rase_rng:
+        uint64_t s[4]
+    ctypedef struct rase_sampling:
+        float temperature
+        int top_k
+        float top_p
+        float min_p
+        float repeat_penalty
+        float presence_penalty
+        float frequency_penalty
+    ctypedef struct rase_cand:
+        float logit
+        int32_t id
+    void rase_rng_seed(rase_rng *r, uint64_t seed)
+    int32_t rase_sample(float *logits, int32_t n, const int32_t *counts, const rase_sampling *p,
+                        rase_rng *rng, rase_cand *work)
+
+from libc.stdlib cimport malloc
+
+
+cdef class Sampler:
+    """Samples token ids from logits rows with an explicit seeded RNG; counts of the tokens
+    sampled so far feed the repeat/presence/frequency penalties. The GIL is released while it
+    runs."""
+    cdef rase_sampling p
+    cdef rase_rng rng
+    cdef rase_cand *work
+    cdef int32_t n
+    cdef object counts  # int32 (n,)
+
+    def __cinit__(self):
+        self.work = NULL
+
+    def __init__(self, int n_vocab, float temperature, int top_k, float top_p, float min_p,
+                 float repeat_penalty, float presence_penalty, float frequency_penalty,
+                 unsigned long long seed):
+        if n_vocab < 1:
+            raise ValueError("vocabulary must not be empty")
+        self.n = n_vocab
+        self.p.temperature, self.p.top_k, self.p.top_p, self.p.min_p = temperature, top_k, top_p, min_p
+        self.p.repeat_penalty = repeat_penalty
+        self.p.presence_penalty, self.p.frequency_penalty = presence_penalty, frequency_penalty
+        rase_rng_seed(&self.rng, seed)
+        self.work = <rase_cand *>malloc(n_vocab * sizeof(rase_cand))
+        if self.work == NULL:
+            raise MemoryError()
+        self.counts = _np.zeros(n_vocab, dtype=_np.int32)
+
+    def __dealloc__(self):
+        free(self.work)
+
+    def accept(self, int token):
+        """Record a token as part of the history the penalties see (prompt or generated)."""
+        if 0 <= token < self.n:
+            self.counts[token] += 1
+
+    def sample(self, logits):
+        """One token id from a (n_vocab,) float32 row; -1 if the logits are not finite."""
+        row = _np.array(logits, dtype=_np.float32, copy=True)
+        if row.ndim != 1 or row.shape[0] != self.n:
+            raise ValueError(f"logits must be ({self.n},) float32")
+        cdef float[::1] lv = row
+        cdef int32_t[::1] cv = self.counts
+        cdef int32_t out
+        with nogil:
+            out = rase_sample(&lv[0], self.n, &cv[0], &self.p, &self.rng, self.work)
+        return out

@@ -1,0 +1,137 @@
+// rase/_sample.h: token sampling over one logits row, without Python objects.
+//
+// Order (llama.cpp's default chain, minus what is not configured): penalties -> top-k ->
+// temperature -> softmax -> top-p -> min-p -> draw. temperature == 0 is greedy (lowest index
+// among equal maxima). The RNG is explicit (xoshiro256**, seeded by splitmix64) so the same
+// seed gives the same tokens.
+#ifndef RASE_SAMPLE_H
+#define RASE_SAMPLE_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+typedef struct { uint64_t s[4]; } rase_rng;
+
+static inline uint64_t rase_splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static inline void rase_rng_seed(rase_rng *r, uint64_t seed) {
+    for (int i = 0; i < 4; ++i) r->s[i] = rase_splitmix64(&seed);
+}
+
+static inline uint64_t rase_rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static inline uint64_t rase_rng_next(rase_rng *r) {
+    uint64_t *s = r->s;
+    const uint64_t result = rase_rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0]; s[3] ^= s[1]; s[1] ^= s[2]; s[0] ^= s[3]; s[2] ^= t; s[3] = rase_rotl(s[3], 45);
+    return result;
+}
+
+static inline double rase_rng_uniform(rase_rng *r) { return (double)(rase_rng_next(r) >> 11) * 0x1.0p-53; }
+
+typedef struct {
+    float temperature;       // 0: greedy
+    int top_k;               // <= 0: whole vocabulary
+    float top_p;             // 1: off
+    float min_p;             // 0: off
+    float repeat_penalty;    // 1: off; divides positive / multiplies negative logits of seen tokens
+    float presence_penalty;  // subtracted once from seen tokens
+    float frequency_penalty; // subtracted per occurrence
+} rase_sampling;
+
+typedef struct { float logit; int32_t id; } rase_cand;
+
+static int rase_cand_desc(const void *a, const void *b) {
+    const rase_cand *x = (const rase_cand *)a, *y = (const rase_cand *)b;
+    if (x->logit != y->logit) return x->logit < y->logit ? 1 : -1;
+    return x->id - y->id;  // ties: lower id first (deterministic)
+}
+
+// Returns the sampled id, or -1 if the logits are unusable (NaN/inf everywhere relevant).
+// logits (n) is modified in place by the penalties; counts (n) = occurrences so far (or NULL);
+// work holds n candidates.
+static int32_t rase_sample(float *logits, int32_t n, const int32_t *counts, const rase_sampling *p,
+                           rase_rng *rng, rase_cand *work) {
+    if (counts && (p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f)) {
+        for (int32_t i = 0; i < n; ++i) {
+            if (counts[i] <= 0) continue;
+            float l = logits[i];
+            if (p->repeat_penalty != 1.0f) l = l > 0 ? l / p->repeat_penalty : l * p->repeat_penalty;
+            logits[i] = l - p->presence_penalty - p->frequency_penalty * (float)counts[i];
+        }
+    }
+    for (int32_t i = 0; i < n; ++i)
+        if (!isfinite(logits[i])) return -1;
+    if (p->temperature == 0.0f) {
+        int32_t best = 0;
+        for (int32_t i = 1; i < n; ++i)
+            if (logits[i] > logits[best]) best = i;
+        return best;
+    }
+    // top-k: keep the k largest (a partial selection, then a sort of those)
+    int32_t k = p->top_k > 0 && p->top_k < n ? p->top_k : n;
+    int32_t m = 0;
+    if (k < n) {
+        // threshold by a small heap-free pass: repeatedly keep candidates above the k-th value
+        for (int32_t i = 0; i < n; ++i) { work[i].logit = logits[i]; work[i].id = i; }
+        // quickselect on descending order
+        int32_t lo = 0, hi = n - 1;
+        while (lo < hi) {
+            const rase_cand pivot = work[(lo + hi) / 2];
+            int32_t i = lo, j = hi;
+            while (i <= j) {
+                while (rase_cand_desc(&work[i], &pivot) < 0) ++i;
+                while (rase_cand_desc(&work[j], &pivot) > 0) --j;
+                if (i <= j) { const rase_cand t = work[i]; work[i] = work[j]; work[j] = t; ++i; --j; }
+            }
+            if (k - 1 <= j) hi = j;
+            else if (k - 1 >= i) lo = i;
+            else break;
+        }
+        m = k;
+    } else {
+        for (int32_t i = 0; i < n; ++i) { work[i].logit = logits[i]; work[i].id = i; }
+        m = n;
+    }
+    qsort(work, (size_t)m, sizeof(rase_cand), rase_cand_desc);
+    // temperature and softmax (in double for the sums)
+    const double t = p->temperature, peak = work[0].logit / t;
+    double total = 0.0;
+    for (int32_t i = 0; i < m; ++i) {
+        const double w = exp(work[i].logit / t - peak);
+        work[i].logit = (float)w;
+        total += w;
+    }
+    if (!(total > 0.0) || !isfinite(total)) return -1;
+    // top-p: the smallest prefix whose mass reaches p; min-p: relative to the most likely
+    int32_t keep = m;
+    if (p->top_p < 1.0f) {
+        double cum = 0.0;
+        for (int32_t i = 0; i < m; ++i) {
+            cum += work[i].logit / total;
+            if (cum >= p->top_p) { keep = i + 1; break; }
+        }
+    }
+    if (p->min_p > 0.0f) {
+        const double floor_w = p->min_p * (double)work[0].logit;
+        int32_t j = 1;
+        while (j < keep && work[j].logit >= floor_w) ++j;
+        keep = j;
+    }
+    double mass = 0.0;
+    for (int32_t i = 0; i < keep; ++i) mass += work[i].logit;
+    double r = rase_rng_uniform(rng) * mass;
+    for (int32_t i = 0; i < keep; ++i) {
+        r -= work[i].logit;
+        if (r < 0.0) return work[i].id;
+    }
+    return work[keep - 1].id;
+}
+
+#endif  // RASE_SAMPLE_H
