@@ -51,6 +51,8 @@ typedef struct {
     uint16_t *gelu_table;         // (65536,) f16 GELU table, GELU models only
     int attn_prescale;            // 1: q *= attn_scale before rounding (gemma), scores unscaled
     float *trace;                 // NULL, or (n_layer, T, n_embd): residual stream after each layer
+    int profile;                  // 1: thread 0 accumulates the ns below (RASE_PROFILE=1)
+    int64_t prof_matmul_ns, prof_attn_ns;
     uint8_t *act;                 // (n_threads, ACT_COUNT, act_stride): one quantized row per thread
     uint8_t *act_rows;            // (ACT_COUNT, max_batch, act_stride): shared quantized rows
     const float **act_src;        // (n_threads, 2, ACT_COUNT): which input each buffer holds
@@ -384,6 +386,16 @@ static void rase_matmul(rase_model *m, const rase_mat *w, const float *X, int T,
 
 // ---------------------------------------------------------------- the forward
 
+#include <time.h>
+static inline int64_t rase_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+// thread 0 times the ops between barriers (their wall time) when profiling
+#define RASE_PROF_START(m, ith) const int64_t prof_t0 = ((m)->profile && (ith) == 0) ? rase_now_ns() : 0
+#define RASE_PROF_ADD(m, ith, field) do { if ((m)->profile && (ith) == 0) (m)->field += rase_now_ns() - prof_t0; } while (0)
+
 static void rase_layer_forward(rase_model *m, const rase_layer *L, int il, int T, int pos0, int ith,
                                int nth) {
     const int E = m->n_embd, hd = m->head_dim, nh = m->n_head, nkv = m->n_head_kv;
@@ -395,10 +407,14 @@ static void rase_layer_forward(rase_model *m, const rase_layer *L, int il, int T
     for (int64_t t = lo; t < hi; ++t) rase_rmsnorm(m->x + t * E, L->attn_norm, m->h + t * E, E, m->eps);
     rase_sync(m, ith);
     // 2. Q, K, V projections share the normed input
-    rase_matmul(m, &L->wq, m->h, T, m->q, ith, nth, &lo, &hi);
-    rase_matmul(m, &L->wk, m->h, T, m->k, ith, nth, &lo, &hi);
-    rase_matmul(m, &L->wv, m->h, T, m->v, ith, nth, &lo, &hi);
-    rase_sync(m, ith);
+    {
+        RASE_PROF_START(m, ith);
+        rase_matmul(m, &L->wq, m->h, T, m->q, ith, nth, &lo, &hi);
+        rase_matmul(m, &L->wk, m->h, T, m->k, ith, nth, &lo, &hi);
+        rase_matmul(m, &L->wv, m->h, T, m->v, ith, nth, &lo, &hi);
+        rase_sync(m, ith);
+        RASE_PROF_ADD(m, ith, prof_matmul_ns);
+    }
     // 3. per (token, head): QK-norm, RoPE; K and V go to the f16 cache
     uint16_t *kc = m->k_cache + (size_t)il * m->n_ctx * nk, *vc = m->v_cache + (size_t)il * m->n_ctx * nk;
     const float *rope = m->rope + (size_t)L->rope_slot * m->max_batch * half_rot * 2;
@@ -427,6 +443,8 @@ static void rase_layer_forward(rase_model *m, const rase_layer *L, int il, int T
     // 4. attention per (token, query head), dealt round-robin: later tokens attend to more
     // positions, so contiguous ranges would leave the first thread idle
     const int group = nh / nkv;
+    {
+    RASE_PROF_START(m, ith);
     for (int64_t w = ith; w < (int64_t)T * nh; w += nth) {
         const int t = (int)(w / nh), hh = (int)(w % nh), p = pos0 + t;
         const int j0 = L->window > 0 && p - L->window + 1 > 0 ? p - L->window + 1 : 0;
@@ -436,9 +454,15 @@ static void rase_layer_forward(rase_model *m, const rase_layer *L, int il, int T
                     m->att + t * nq + (int64_t)hh * hd, m->isa, T == 1);
     }
     rase_sync(m, ith);
+    RASE_PROF_ADD(m, ith, prof_attn_ns);
+    }
     // 5. output projection
-    rase_matmul(m, &L->wo, m->att, T, m->o, ith, nth, &lo, &hi);
-    rase_sync(m, ith);
+    {
+        RASE_PROF_START(m, ith);
+        rase_matmul(m, &L->wo, m->att, T, m->o, ith, nth, &lo, &hi);
+        rase_sync(m, ith);
+        RASE_PROF_ADD(m, ith, prof_matmul_ns);
+    }
     // 6. (post-attention norm), residual, FFN norm
     rase_split(T, ith, nth, &lo, &hi);
     for (int64_t t = lo; t < hi; ++t) {
@@ -449,6 +473,8 @@ static void rase_layer_forward(rase_model *m, const rase_layer *L, int il, int T
     }
     rase_sync(m, ith);
     // 7. gate and up over the same rows, then act(gate) * up on those rows
+    {
+    RASE_PROF_START(m, ith);
     rase_matmul(m, &L->wgate, m->h, T, m->g, ith, nth, &lo, &hi);
     rase_matmul(m, &L->wup, m->h, T, m->u, ith, nth, &lo, &hi);
     for (int t = 0; t < T; ++t)
@@ -457,6 +483,8 @@ static void rase_layer_forward(rase_model *m, const rase_layer *L, int il, int T
     // 8. down projection
     rase_matmul(m, &L->wdown, m->g, T, m->o, ith, nth, &lo, &hi);
     rase_sync(m, ith);
+    RASE_PROF_ADD(m, ith, prof_matmul_ns);
+    }
     // 9. (post-FFN norm), residual
     rase_split(T, ith, nth, &lo, &hi);
     for (int64_t t = lo; t < hi; ++t) {

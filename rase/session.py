@@ -44,7 +44,15 @@ def _manifest_state(m: ModelManifest) -> tuple:
 class Session:
     manifest: ModelManifest
     decoder: GGUFDecoder
+    tokenizer: object = None  # LocalTokenizer: the attached tokenizer.json, else the GGUF's vocabulary
     lock: threading.Lock = field(default_factory=threading.Lock)  # one generation at a time
+
+    def render_chat(self, messages) -> list[int]:
+        """Chat messages -> prompt ids (the template writes the special tokens itself)."""
+        from .chat import select_template
+
+        render = select_template(self.manifest.chat_template, self.decoder.gguf, self.decoder.architecture)
+        return self.tokenizer.encode(render(messages), add_special_tokens=False, parse_special=True)
 
 
 @dataclass
@@ -57,8 +65,12 @@ class _Entry:
 def load_session(manifest: ModelManifest, n_threads: int | None = None) -> Session:
     if manifest.format != "gguf":
         raise UnsupportedFormat("only GGUF model bundles are currently executable")
+    from .tokenizer import LocalTokenizer
+
     decoder = load_gguf_decoder(manifest.architecture, manifest.weights, n_threads=n_threads)
-    return Session(manifest, decoder)
+    tokenizer = (LocalTokenizer.from_file(manifest.tokenizer) if manifest.tokenizer
+                 else LocalTokenizer.from_gguf(decoder.gguf))
+    return Session(manifest, decoder, tokenizer)
 
 
 class SessionCache:

