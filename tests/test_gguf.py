@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import struct
 
+import gguf  # test extra: the reference GGUF reader/writer
 import numpy as np
 import pytest
 
@@ -33,7 +34,6 @@ def test_small_file_from_path_and_buffer(tmp_path):
 
 
 def test_reads_every_value_type_written_by_gguf_package(tmp_path):
-    gguf = pytest.importorskip("gguf")
     path = tmp_path / "w.gguf"
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_uint8("t.u8", 200); w.add_int8("t.i8", -100); w.add_uint16("t.u16", 60000)
@@ -61,7 +61,6 @@ def test_reads_every_value_type_written_by_gguf_package(tmp_path):
 
 
 def test_real_models_agree_with_gguf_package(real_model_path):
-    gguf = pytest.importorskip("gguf")
     g, r = GGUFFile(real_model_path), gguf.GGUFReader(str(real_model_path))
     assert len(g.tensors) == len(r.tensors)
     for rt in r.tensors:

@@ -1,6 +1,7 @@
 """Every fast kernel against its scalar reference and against numpy, over awkward shapes."""
 from __future__ import annotations
 
+import gguf  # test extra: the independent dequantizer we check against
 import numpy as np
 import pytest
 
@@ -9,7 +10,6 @@ from rase.quants import QUANT_BLOCKS
 from tests.reference import ACT_FORMAT, quantize_act
 from tests.test_quants import random_blocks
 
-gguf = pytest.importorskip("gguf")
 
 if "avx2" not in _kernels.isa_supported():  # this machine kind has AVX2: it must be tested
     pytest.fail("AVX2 expected on this machine kind", pytrace=False)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import gguf  # test extra: the independent dequantizer we check against
 import numpy as np
 import pytest
 
@@ -8,7 +9,6 @@ from rase.gguf import _OTHER_BLOCKS
 from rase.quants import QUANT_BLOCKS
 from tests.ggufbuild import GGUFSpec, Tensor
 
-gguf = pytest.importorskip("gguf")
 
 ISAS = _kernels.isa_supported()
 
