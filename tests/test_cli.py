@@ -61,15 +61,56 @@ def test_help_everywhere():
         assert run_cli(sub, "--help").returncode == 0
 
 
-def test_demo_chats_with_the_demo_model(tmp_path):
+def test_demo_registers_chats_and_serves_with_calls_that_work(tmp_path):
+    """The README's first command: fetch + register once, answer once, then `--serve` prints a
+    curl and an openai call; both are run here as printed, against the live server."""
+    import json
     import os
+    import shlex
+    import socket
+    import time
+
+    import httpx
 
     env = dict(os.environ, RASE_STORE=str(tmp_path / "store"))
-    proc = subprocess.run([shutil.which("rase") or sys.executable, *([] if shutil.which("rase") else ["-m", "rase"]),
-                           "demo", "--max-tokens", "16"], capture_output=True, text=True, env=env, timeout=600)
+    exe = [shutil.which("rase")] if shutil.which("rase") else [sys.executable, "-m", "rase"]
+    proc = subprocess.run([*exe, "demo", "--max-tokens", "16"], capture_output=True, text=True, env=env,
+                          timeout=600)
     assert proc.returncode == 0, proc.stderr
+    assert "registered smollm2-demo" in proc.stdout
     assert "assistant: The capital of France is Paris." in proc.stdout
-    assert "finish_reason=stop" in proc.stdout
+    assert "finish_reason=stop" in proc.stdout and "rase chat smollm2-demo" in proc.stdout
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([*exe, "demo", "--serve", "--port", str(port)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        lines = []
+        deadline = time.monotonic() + 120
+        while not any(line.lstrip().startswith("python -c") for line in lines):
+            line = server.stdout.readline()
+            assert line and time.monotonic() < deadline, (lines, server.stderr.read() if not line else "")
+            lines.append(line)
+        assert not any("fetching" in line for line in lines), "the demo model is fetched only once"
+        curl = shlex.split(next(line for line in lines if line.lstrip().startswith("curl")))
+        py = shlex.split(next(line for line in lines if line.lstrip().startswith("python -c")))
+        url, body = curl[1], json.loads(curl[curl.index("-d") + 1])
+        for _ in range(300):
+            try:
+                r = httpx.post(url, json=body, timeout=120)
+                break
+            except httpx.ConnectError:
+                time.sleep(0.1)
+        assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"].strip(), r.text
+        answer = subprocess.run([sys.executable, *py[1:]], capture_output=True, text=True, timeout=300)
+        assert answer.returncode == 0 and answer.stdout.strip(), answer.stderr
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+        server.stdout.close()
+        server.stderr.close()
 
 
 def test_model_lifecycle_and_run_through_the_cli(tmp_path):
@@ -114,3 +155,12 @@ def test_help_for_every_command():
     for args in (["model", "--help"], ["model", "pull", "--help"], ["run", "--help"], ["chat", "--help"],
                  ["serve", "--help"], ["runtime", "probe", "--help"]):
         assert run_cli(*args).returncode == 0
+
+
+def test_serve_without_the_server_extra_says_how_to_install_it(tmp_path):
+    code = ("import sys; sys.modules['uvicorn'] = None; from rase.cli import main; "
+            f"sys.exit(main(['--store', {str(tmp_path)!r}, 'serve']))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("error: the server needs the `server` extra (uvicorn is missing)")
+    assert "pip install 'rase[server]'" in proc.stderr
