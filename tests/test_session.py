@@ -49,10 +49,16 @@ def test_manifest_change_reloads(store, tmp_path):
     store.import_local("a", first.manifest.weights, chat_template="chatml")
     second = cache.get_or_load(store, "a")
     assert second is not first and second.manifest.chat_template == "chatml" and cache.loads == 2
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    hf = Tokenizer(models.WordLevel({"[UNK]": 0, "hello": 7, "world": 9}, unk_token="[UNK]"))
+    hf.pre_tokenizer = pre_tokenizers.Whitespace()
     tok = tmp_path / "tokenizer.json"
-    tok.write_text("{}")
+    hf.save(str(tok))
     store.attach_tokenizer("a", tok)
-    assert cache.get_or_load(store, "a") is not second and cache.loads == 3
+    third = cache.get_or_load(store, "a")
+    assert third is not second and cache.loads == 3
+    assert third.tokenizer.encode("hello world", add_special_tokens=False) == [7, 9]  # the attached one
 
 
 def test_file_changed_on_disk_is_reverified(store):

@@ -34,6 +34,26 @@ def quantize(w: np.ndarray, qtype: QuantType, rng: np.random.Generator) -> np.nd
     return gguf.quants.quantize(w, gguf.GGMLQuantizationType(int(qtype)))
 
 
+def _add_tiny_vocab(w, n_vocab: int) -> None:
+    """A SentencePiece-style vocabulary of n_vocab tokens: <unk> <s> </s>, the word marker, the
+    printable ASCII characters, then letter pairs; enough for sessions to encode ASCII text."""
+    import itertools
+    import string
+
+    pieces = ["\u2581"] + [chr(c) for c in range(0x21, 0x7F)]
+    pairs = ("".join(p) for p in itertools.product(string.ascii_lowercase, repeat=2))
+    pieces += list(itertools.islice(pairs, n_vocab - 3 - len(pieces)))
+    tokens = ["<unk>", "<s>", "</s>", *pieces]
+    assert len(tokens) == n_vocab
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_scores([0.0, 0.0, 0.0] + [-float(i) for i in range(len(pieces))])
+    w.add_token_types([2, 3, 3] + [1] * len(pieces))
+    w.add_unk_token_id(0)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+
+
 def write_tiny_model(path: Path, arch: str, qtype: QuantType, seed: int = 0) -> Path:
     import gguf
 
@@ -54,7 +74,7 @@ def write_tiny_model(path: Path, arch: str, qtype: QuantType, seed: int = 0) -> 
         w.add_value_length(D)
     if arch == "gemma3":
         w.add_sliding_window(WINDOW)
-    w.add_eos_token_id(2)
+    _add_tiny_vocab(w, V)
 
     def mat(name: str, rows: int, cols: int, scale: float = 0.08) -> None:
         m = (rng.standard_normal((rows, cols)) * scale).astype(np.float32)
