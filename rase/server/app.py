@@ -10,6 +10,7 @@ import json
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
 from fastapi import FastAPI, Request
@@ -17,7 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.middleware.base import BaseHTTPMiddleware
 
-from ..errors import RaseError
+from ..errors import InvalidGenerationConfig, RaseError
 from .errors import error_body, status_of
 from .schemas import ChatRequest, CompletionRequest
 
@@ -27,6 +28,54 @@ MAX_BODY = 1 << 20  # 1 MiB of JSON is far more than any prompt a local model ta
 def create_app(engine, api_key: str | None = None, max_body: int = MAX_BODY) -> FastAPI:
     app = FastAPI(title="rase", version=__import__("rase").__version__)
     app.state.engine = engine
+    _install_guards(app, api_key, max_body)
+
+    @app.get("/health")
+    async def health():
+        return {"status": "ok", **engine.stats}
+
+    @app.get("/v1/models")
+    async def models():
+        return {"object": "list", "data": [_model_card(m) for m in engine.registry.list()]}
+
+    @app.get("/v1/models/{model_id}")
+    async def model(model_id: str):
+        return _model_card(engine.registry.get(model_id))
+
+    @app.post("/v1/chat/completions")
+    async def chat(req: ChatRequest):
+        kw = req.generation_kwargs()
+        if req.max_completion_tokens and "max_tokens" not in kw:
+            kw["max_tokens"] = req.max_completion_tokens
+        messages = [m.model_dump() for m in req.messages]
+        start = lambda cancel, push: engine.chat(req.model, messages, stop=req.stop, on_delta=push,
+                                                 cancelled=cancel, **kw)
+        return await respond(req, start, chat=True)
+
+    @app.post("/v1/completions")
+    async def completions(req: CompletionRequest):
+        prompt = req.prompt
+        if isinstance(prompt, list):
+            if len(prompt) != 1:
+                raise InvalidGenerationConfig("prompt: exactly one prompt per request is supported")
+            prompt = prompt[0]
+        start = lambda cancel, push: engine.complete(req.model, prompt, stop=req.stop, on_delta=push,
+                                                     cancelled=cancel, **req.generation_kwargs())
+        return await respond(req, start, chat=False)
+
+    async def respond(req, start, chat: bool):
+        engine.registry.get(req.model)  # 404 before any streaming starts
+        reply = _Reply(f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}", int(time.time()), req.model, chat)
+        if not req.stream:
+            return await _complete_once(start, reply)
+        include_usage = bool(req.stream_options and req.stream_options.include_usage)
+        return StreamingResponse(_sse(start, reply, include_usage), media_type="text/event-stream")
+
+    return app
+
+
+def _install_guards(app: FastAPI, api_key: str | None, max_body: int) -> None:
+    """Body size and API key before any route; validation and RaseErrors as OpenAI errors."""
 
     @app.middleware("http")
     async def guard(request: Request, call_next):
@@ -53,133 +102,95 @@ def create_app(engine, api_key: str | None = None, max_body: int = MAX_BODY) -> 
         status, kind = status_of(exc)
         return JSONResponse(error_body(str(exc), kind), status)
 
-    @app.get("/health")
-    async def health():
-        return {"status": "ok", **engine.stats}
 
-    def model_card(m) -> dict:
-        return {"id": m.id, "object": "model", "created": 0, "owned_by": "rase",
-                "architecture": m.architecture, "context_length": m.context_length}
+def _model_card(m) -> dict:
+    return {"id": m.id, "object": "model", "created": 0, "owned_by": "rase",
+            "architecture": m.architecture, "context_length": m.context_length}
 
-    @app.get("/v1/models")
-    async def models():
-        return {"object": "list", "data": [model_card(m) for m in engine.registry.list()]}
 
-    @app.get("/v1/models/{model_id}")
-    async def model(model_id: str):
-        return model_card(engine.registry.get(model_id))
+@dataclass(frozen=True)
+class _Reply:
+    """What every response or chunk of one request repeats."""
+    id: str
+    created: int
+    model: str
+    chat: bool
 
-    @app.post("/v1/chat/completions")
-    async def chat(req: ChatRequest, request: Request):
-        kw = req.generation_kwargs()
-        if req.max_completion_tokens and "max_tokens" not in kw:
-            kw["max_tokens"] = req.max_completion_tokens
-        messages = [m.model_dump() for m in req.messages]
-        start = lambda cancel, push: engine.chat(req.model, messages, stop=req.stop, on_delta=push,
-                                                 cancelled=cancel, **kw)
-        return await _respond(request, req, start, chat=True)
+    def envelope(self, stream: bool) -> dict[str, Any]:
+        obj = ("chat.completion.chunk" if stream else "chat.completion") if self.chat else "text_completion"
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
 
-    @app.post("/v1/completions")
-    async def completions(req: CompletionRequest, request: Request):
-        prompt = req.prompt
-        if isinstance(prompt, list):
-            if len(prompt) != 1:
-                raise_invalid("prompt: exactly one prompt per request is supported")
-            prompt = prompt[0]
-        start = lambda cancel, push: engine.complete(req.model, prompt, stop=req.stop, on_delta=push,
-                                                     cancelled=cancel, **req.generation_kwargs())
-        return await _respond(request, req, start, chat=False)
 
-    async def _respond(request: Request, req, start, chat: bool):
-        engine.registry.get(req.model)  # 404 before any streaming starts
-        rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
-        created = int(time.time())
-        if not req.stream:
-            stop = threading.Event()
-            fut = asyncio.get_running_loop().run_in_executor(None, lambda: start(stop.is_set, None))
-            try:
-                out = await asyncio.shield(fut)
-            except asyncio.CancelledError:
-                stop.set()
-                raise
-            usage = {"prompt_tokens": out.prompt_tokens, "completion_tokens": out.completion_tokens,
-                     "total_tokens": out.prompt_tokens + out.completion_tokens}
-            choice: dict[str, Any] = {"index": 0, "finish_reason": _finish(out.finish_reason), "logprobs": None}
-            if chat:
-                choice["message"] = {"role": "assistant", "content": out.text}
-            else:
-                choice["text"] = out.text
-            return {"id": rid, "object": "chat.completion" if chat else "text_completion",
-                    "created": created, "model": req.model, "choices": [choice], "usage": usage}
-        include_usage = bool(req.stream_options and req.stream_options.include_usage)
-        return StreamingResponse(_sse(request, start, rid, created, req.model, chat, include_usage),
-                                 media_type="text/event-stream")
-
-    async def _sse(request: Request, start, rid: str, created: int, model: str, chat: bool,
-                   include_usage: bool) -> AsyncIterator[str]:
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue = asyncio.Queue()
-        stop = threading.Event()
-        end = object()
-
-        def push(delta: str) -> None:
-            loop.call_soon_threadsafe(queue.put_nowait, delta)
-
-        def work():
-            try:
-                return start(stop.is_set, push)
-            finally:
-                loop.call_soon_threadsafe(queue.put_nowait, end)
-
-        obj = "chat.completion.chunk" if chat else "text_completion"
-
-        def chunk(delta: dict | str | None, finish: str | None = None, usage: dict | None = None) -> str:
-            body: dict[str, Any] = {"id": rid, "object": obj, "created": created, "model": model}
-            if delta is not None or finish is not None:
-                c: dict[str, Any] = {"index": 0, "finish_reason": finish, "logprobs": None}
-                if chat:
-                    c["delta"] = delta if isinstance(delta, dict) else {}
-                else:
-                    c["text"] = delta if isinstance(delta, str) else ""
-                body["choices"] = [c]
-            else:
-                body["choices"] = []
-            if usage is not None:
-                body["usage"] = usage
-            return f"data: {json.dumps(body)}\n\n"
-
-        fut = loop.run_in_executor(None, work)
-        try:
-            if chat:
-                yield chunk({"role": "assistant", "content": ""})
-            while True:
-                item = await queue.get()
-                if item is end:
-                    break
-                yield chunk({"content": item} if chat else item)
-            try:
-                out = await fut
-            except RaseError as exc:
-                status, kind = status_of(exc)
-                yield f"data: {json.dumps(error_body(str(exc), kind))}\n\n"
-                yield "data: [DONE]\n\n"
-                return
-            yield chunk({} if chat else "", _finish(out.finish_reason))
-            if include_usage:
-                yield chunk(None, None, {"prompt_tokens": out.prompt_tokens, "completion_tokens": out.completion_tokens,
-                                         "total_tokens": out.prompt_tokens + out.completion_tokens})
-            yield "data: [DONE]\n\n"
-        finally:
-            stop.set()  # the client went away (or we are done): stop at the next token
-
-    return app
+def _usage(out) -> dict:
+    return {"prompt_tokens": out.prompt_tokens, "completion_tokens": out.completion_tokens,
+            "total_tokens": out.prompt_tokens + out.completion_tokens}
 
 
 def _finish(reason: str) -> str:
     return reason if reason in ("stop", "length") else "stop"
 
 
-def raise_invalid(message: str):
-    from ..errors import InvalidGenerationConfig
+async def _complete_once(start, reply: _Reply) -> dict:
+    stop = threading.Event()
+    fut = asyncio.get_running_loop().run_in_executor(None, lambda: start(stop.is_set, None))
+    try:
+        out = await asyncio.shield(fut)
+    except asyncio.CancelledError:
+        stop.set()  # the request was dropped: stop generating at the next token
+        raise
+    choice: dict[str, Any] = {"index": 0, "finish_reason": _finish(out.finish_reason), "logprobs": None}
+    if reply.chat:
+        choice["message"] = {"role": "assistant", "content": out.text}
+    else:
+        choice["text"] = out.text
+    return {**reply.envelope(stream=False), "choices": [choice], "usage": _usage(out)}
 
-    raise InvalidGenerationConfig(message)
+
+def _chunk(reply: _Reply, delta: dict | str | None, finish: str | None = None, usage: dict | None = None) -> str:
+    body = reply.envelope(stream=True)
+    body["choices"] = []
+    if delta is not None or finish is not None:
+        c: dict[str, Any] = {"index": 0, "finish_reason": finish, "logprobs": None}
+        if reply.chat:
+            c["delta"] = delta if isinstance(delta, dict) else {}
+        else:
+            c["text"] = delta if isinstance(delta, str) else ""
+        body["choices"] = [c]
+    if usage is not None:
+        body["usage"] = usage
+    return f"data: {json.dumps(body)}\n\n"
+
+
+async def _sse(start, reply: _Reply, include_usage: bool) -> AsyncIterator[str]:
+    """Deltas from the worker thread through a queue; closing the generator (client gone) sets
+    the stop flag, so generation ends at the next token."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue = asyncio.Queue()
+    stop = threading.Event()
+    end = object()
+
+    def work():
+        try:
+            return start(stop.is_set, lambda delta: loop.call_soon_threadsafe(queue.put_nowait, delta))
+        finally:
+            loop.call_soon_threadsafe(queue.put_nowait, end)
+
+    fut = loop.run_in_executor(None, work)
+    try:
+        if reply.chat:
+            yield _chunk(reply, {"role": "assistant", "content": ""})
+        while (item := await queue.get()) is not end:
+            yield _chunk(reply, {"content": item} if reply.chat else item)
+        try:
+            out = await fut
+        except RaseError as exc:
+            status, kind = status_of(exc)
+            yield f"data: {json.dumps(error_body(str(exc), kind))}\n\n"
+            yield "data: [DONE]\n\n"
+            return
+        yield _chunk(reply, {} if reply.chat else "", _finish(out.finish_reason))
+        if include_usage:
+            yield _chunk(reply, None, None, _usage(out))
+        yield "data: [DONE]\n\n"
+    finally:
+        stop.set()
