@@ -13,15 +13,26 @@ from .errors import ChatTemplateError, InvalidGenerationConfig
 Message = Mapping[str, str]
 
 
+def message_text(content) -> str:
+    """A message's content as text: a string, or OpenAI's list of text parts joined."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(
+            isinstance(p, Mapping) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content):
+        return "".join(p["text"] for p in content)
+    raise InvalidGenerationConfig('message content must be a string or a list of text parts '
+                                  '({"type": "text", "text": ...}); other content types are not supported')
+
+
 def _check(messages: Sequence[Message]) -> list[tuple[str, str]]:
     if not messages:
         raise InvalidGenerationConfig("chat messages must not be empty")
     out = []
     for m in messages:
-        role, content = m.get("role"), m.get("content")
-        if not isinstance(role, str) or not isinstance(content, str):
-            raise InvalidGenerationConfig(f"each message needs string 'role' and 'content': {dict(m)!r}")
-        out.append((role, content))
+        role = m.get("role") if isinstance(m, Mapping) else None
+        if not isinstance(role, str) or "content" not in m:
+            raise InvalidGenerationConfig(f"each message needs a string 'role' and a 'content': {m!r}")
+        out.append((role, message_text(m["content"])))
     return out
 
 

@@ -41,8 +41,16 @@ def test_gemma():
 def test_empty_and_malformed_messages(render):
     with pytest.raises(InvalidGenerationConfig, match="must not be empty"):
         render([])
-    with pytest.raises(InvalidGenerationConfig, match="string 'role' and 'content'"):
+    with pytest.raises(InvalidGenerationConfig, match="string 'role' and a 'content'"):
         render([{"role": "user"}])
+    with pytest.raises(InvalidGenerationConfig, match="string 'role'"):
+        render(["hi"])
+    with pytest.raises(InvalidGenerationConfig, match="list of text parts"):
+        render([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}])
+    with pytest.raises(InvalidGenerationConfig, match="list of text parts"):
+        render([{"role": "user", "content": None}])
+    parts = [{"role": "user", "content": [{"type": "text", "text": "Hel"}, {"type": "text", "text": "lo"}]}]
+    assert render(parts) == render([{"role": "user", "content": "Hello"}])
 
 
 def test_smollm2_gguf_template_renders_what_transformers_would(smollm2_path):

@@ -85,6 +85,10 @@ def test_openai_client_end_to_end(server):
     parts = list(streamed_cut)
     assert "".join(c.choices[0].delta.content or "" for c in parts if c.choices) == text[:text.index(word)]
     assert parts[-1].usage is not None and parts[-1].usage.completion_tokens > 0
+    as_parts = [{"role": "user", "content": [{"type": "text", "text": CHAT[0]["content"][:20]},
+                                             {"type": "text", "text": CHAT[0]["content"][20:]}]}]
+    same = client.chat.completions.create(model="smollm2", messages=as_parts, temperature=0, max_tokens=40)
+    assert same.choices[0].message.content == text  # content parts join to the same prompt
 
 
 @pytest.mark.parametrize("body,status", [
@@ -95,6 +99,7 @@ def test_openai_client_end_to_end(server):
     (b'{"model": "nope", "messages": [{"role": "user", "content": "x"}]}', 404),
     (b'{"model": "smollm2", "messages": []}', 400),
     (b'{"model": "smollm2", "messages": [{"role": "user", "content": "x"}], "n": 3}', 400),
+    (b'{"model": "smollm2", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}', 400),
     (b'{"model": "smollm2", "messages": [{"role": "user", "content": "' + b"x" * (2 << 20) + b'"}]}', 413),
 ])
 def test_bad_requests_get_openai_errors_and_the_server_lives(server, body, status):

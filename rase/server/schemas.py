@@ -3,13 +3,24 @@ from __future__ import annotations
 
 from typing import Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ..chat import message_text
+from ..errors import InvalidGenerationConfig
 
 
 class Message(BaseModel):
     model_config = ConfigDict(extra="ignore")
     role: str
     content: str
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _text_parts(cls, value):
+        try:
+            return message_text(value)
+        except InvalidGenerationConfig as exc:
+            raise ValueError(str(exc)) from None
 
 
 class StreamOptions(BaseModel):
