@@ -396,6 +396,22 @@ static inline int64_t rase_now_ns(void) {
 #define RASE_PROF_START(m, ith) const int64_t prof_t0 = ((m)->profile && (ith) == 0) ? rase_now_ns() : 0
 #define RASE_PROF_ADD(m, ith, field) do { if ((m)->profile && (ith) == 0) (m)->field += rase_now_ns() - prof_t0; } while (0)
 
+// x[t] += post_norm ? rmsnorm(o[t]) : o[t] for this thread's tokens, then (next_norm) h[t] =
+// rmsnorm(x[t]); a barrier after.
+static void rase_residual(rase_model *m, const float *post_norm, const float *next_norm, int T, int ith,
+                          int nth) {
+    const int E = m->n_embd;
+    int64_t lo, hi;
+    rase_split(T, ith, nth, &lo, &hi);
+    for (int64_t t = lo; t < hi; ++t) {
+        float *o = m->o + t * E, *x = m->x + t * E;
+        if (post_norm) rase_rmsnorm(o, post_norm, o, E, m->eps);
+        for (int i = 0; i < E; ++i) x[i] += o[i];
+        if (next_norm) rase_rmsnorm(x, next_norm, m->h + t * E, E, m->eps);
+    }
+    rase_sync(m, ith);
+}
+
 static void rase_layer_forward(rase_model *m, const rase_layer *L, int il, int T, int pos0, int ith,
                                int nth) {
     const int E = m->n_embd, hd = m->head_dim, nh = m->n_head, nkv = m->n_head_kv;
@@ -464,14 +480,7 @@ static void rase_layer_forward(rase_model *m, const rase_layer *L, int il, int T
         RASE_PROF_ADD(m, ith, prof_matmul_ns);
     }
     // 6. (post-attention norm), residual, FFN norm
-    rase_split(T, ith, nth, &lo, &hi);
-    for (int64_t t = lo; t < hi; ++t) {
-        float *o = m->o + t * E, *x = m->x + t * E;
-        if (L->post_attn_norm) rase_rmsnorm(o, L->post_attn_norm, o, E, m->eps);
-        for (int i = 0; i < E; ++i) x[i] += o[i];
-        rase_rmsnorm(x, L->ffn_norm, m->h + t * E, E, m->eps);
-    }
-    rase_sync(m, ith);
+    rase_residual(m, L->post_attn_norm, L->ffn_norm, T, ith, nth);
     // 7. gate and up over the same rows, then act(gate) * up on those rows
     {
     RASE_PROF_START(m, ith);
@@ -486,13 +495,7 @@ static void rase_layer_forward(rase_model *m, const rase_layer *L, int il, int T
     RASE_PROF_ADD(m, ith, prof_matmul_ns);
     }
     // 9. (post-FFN norm), residual
-    rase_split(T, ith, nth, &lo, &hi);
-    for (int64_t t = lo; t < hi; ++t) {
-        float *o = m->o + t * E, *x = m->x + t * E;
-        if (L->post_ffn_norm) rase_rmsnorm(o, L->post_ffn_norm, o, E, m->eps);
-        for (int i = 0; i < E; ++i) x[i] += o[i];
-    }
-    rase_sync(m, ith);
+    rase_residual(m, L->post_ffn_norm, 0, T, ith, nth);
 }
 
 // Evaluate tokens[0..T) at positions pos0..; T <= max_batch, pos0 + T <= n_ctx and every
