@@ -8,6 +8,7 @@ it when the awaiting task is cancelled.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import queue
 import threading
@@ -16,10 +17,10 @@ from typing import AsyncIterator, Callable, Iterator, Sequence
 
 from . import __version__
 from .config import default_store
-from .errors import BackendUnavailable, Cancelled
+from .errors import BackendUnavailable, Cancelled, InvalidGenerationConfig
 from .generation import GenerationConfig
 from .registry import ModelRegistry
-from .session import DEVICES, SessionCache
+from .session import DEVICES, SessionCache, load_session
 from .textgen import TextResult, run_text
 
 GEN_FIELDS = ("max_tokens", "temperature", "top_k", "seed", "top_p", "min_p", "repeat_penalty",
@@ -43,11 +44,15 @@ def _config(kw: dict) -> GenerationConfig:
 
 
 class Engine:
-    def __init__(self, store=None, device: str = "auto") -> None:
+    """n_ctx: KV cache positions per loaded model (default: the model's context, at most 4096)."""
+
+    def __init__(self, store=None, device: str = "auto", n_ctx: int | None = None) -> None:
         if device not in DEVICES:
             raise BackendUnavailable(f"requested backend is unavailable: {device!r}; rase runs on the CPU")
+        if n_ctx is not None and (isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or n_ctx < 1):
+            raise InvalidGenerationConfig(f"n_ctx must be a positive integer, got {n_ctx!r}")
         self.registry = ModelRegistry(store if store is not None else default_store())
-        self.sessions = SessionCache()
+        self.sessions = SessionCache(functools.partial(load_session, n_ctx=n_ctx))
         self.device = device
         self.stats = {"requests": 0, "generated_tokens": 0, "cancelled": 0}
         self._stats_lock = threading.Lock()

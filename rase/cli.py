@@ -203,7 +203,7 @@ def _gen_kwargs(args) -> dict:
 def cmd_run(args) -> int:
     from .api import Engine
 
-    engine = Engine(args.store or default_store())
+    engine = Engine(args.store or default_store(), n_ctx=args.ctx_size)
     emit = lambda d: print(d, end="", flush=True)
     if args.raw:
         out = engine.complete(args.id, args.prompt, on_delta=emit, stop=args.stop, **_gen_kwargs(args))
@@ -217,7 +217,7 @@ def cmd_run(args) -> int:
 def cmd_chat(args) -> int:
     from .api import Engine
 
-    engine = Engine(args.store or default_store())
+    engine = Engine(args.store or default_store(), n_ctx=args.ctx_size)
     history: list[dict] = []
     if args.system:
         history.append({"role": "system", "content": args.system})
@@ -230,10 +230,32 @@ def cmd_chat(args) -> int:
         if not line.strip():
             break
         history.append({"role": "user", "content": line})
-        out = engine.chat(args.id, history, on_delta=lambda d: print(d, end="", flush=True), **_gen_kwargs(args))
+        try:
+            out = _chat_turn(engine, args, history)
+        except KeyboardInterrupt:  # Ctrl-C stops this answer, not the chat
+            print("\n[stopped]", file=sys.stderr)
+            history.pop()
+            continue
         print()
         history.append({"role": "assistant", "content": out.text})
     return 0
+
+
+def _chat_turn(engine, args, history: list[dict]):
+    """One answer; when the conversation no longer fits the context, the oldest exchange goes."""
+    from .errors import ContextOverflow
+
+    while True:
+        try:
+            return engine.chat(args.id, history, on_delta=lambda d: print(d, end="", flush=True),
+                               **_gen_kwargs(args))
+        except ContextOverflow:
+            turns = [i for i, m in enumerate(history) if m["role"] != "system"]
+            if len(turns) < 3:  # only the new message left: it cannot fit
+                history.pop()
+                raise
+            del history[turns[0]:turns[1] + 1]
+            print("[context full: the oldest exchange was dropped]", file=sys.stderr)
 
 
 def _serve(engine, host: str, port: int, api_key: str | None, banner: str = "") -> int:
@@ -254,7 +276,8 @@ def _serve(engine, host: str, port: int, api_key: str | None, banner: str = "") 
 def cmd_serve(args) -> int:
     from .api import Engine
 
-    return _serve(Engine(args.store or default_store(), device=args.device), args.host, args.port, args.api_key)
+    engine = Engine(args.store or default_store(), device=args.device, n_ctx=args.ctx_size)
+    return _serve(engine, args.host, args.port, args.api_key)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -329,7 +352,12 @@ def _add_model_commands(sub, leaf) -> None:
 
 
 def _add_generation_commands(sub, leaf) -> None:
+    def context(s):
+        s.add_argument("-c", "--ctx-size", type=int, default=None, metavar="N",
+                       help="context positions per model (default: the model's, at most 4096)")
+
     def generation(s):
+        context(s)
         s.add_argument("--max-tokens", type=int, default=256)
         s.add_argument("--temperature", type=float, default=0.7)
         s.add_argument("--top-k", type=int, default=40)
@@ -350,6 +378,7 @@ def _add_generation_commands(sub, leaf) -> None:
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8080)
     s.add_argument("--device", default="auto")
+    context(s)
     s.add_argument("--api-key", default=None, help="require Authorization: Bearer KEY on /v1/")
 
 

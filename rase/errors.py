@@ -99,9 +99,9 @@ class CorruptModelFile(RaseError):
 
 
 class ContextOverflow(RaseError):
-    def __init__(self, n_tokens: int, n_ctx: int) -> None:
+    def __init__(self, n_tokens: int, n_ctx: int, detail: str = "") -> None:
         super().__init__(
-            f"{n_tokens} tokens do not fit the context of {n_ctx}; shorten the prompt, lower "
+            f"{n_tokens} tokens{detail} do not fit the context of {n_ctx}; shorten the prompt, lower "
             "max_tokens, or load the model with a larger n_ctx"
         )
         self.n_tokens, self.n_ctx = n_tokens, n_ctx

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from . import _kernels
-from .errors import Cancelled, InvalidGenerationConfig, InvalidLogits
+from .errors import Cancelled, ContextOverflow, InvalidGenerationConfig, InvalidLogits
 
 
 @dataclass(frozen=True)
@@ -83,6 +83,10 @@ def generate_with(decoder, prompt: Sequence[int], config: GenerationConfig,
     """Prefill the prompt and sample up to max_tokens. A stop token ends generation (it is in
     the result; on_token is not called for it). No forward pass runs after the last token."""
     config.validate()
+    n_ctx = getattr(decoder, "n_ctx", None)
+    if n_ctx is not None and len(prompt) + config.max_tokens > n_ctx:  # refuse before any work
+        raise ContextOverflow(len(prompt) + config.max_tokens, n_ctx,
+                              f" ({len(prompt)} prompt + {config.max_tokens} max_tokens)")
     stops = set(config.stop_tokens)
     result = GenerationResult(prompt_tokens=len(prompt))
     try:

@@ -266,7 +266,8 @@ class ModelRegistry:
             checks.append((manifest.tokenizer, manifest.tokenizer_sha256, f"{model_id} tokenizer"))
         for path, expected, what in checks:
             if not Path(path).is_file():
-                raise ModelFileNotFound(f"model file does not exist: {path}")
+                raise ModelFileNotFound(f"model file does not exist: {path} (registered as {what}); put it back, "
+                                        f"re-register it, or `rase model rm {model_id}`")
             actual = sha256_file(path, label=what)
             if actual != expected:
                 raise IntegrityMismatch(what, expected, actual)

@@ -62,12 +62,12 @@ class _Entry:
     fingerprint: tuple
 
 
-def load_session(manifest: ModelManifest, n_threads: int | None = None) -> Session:
+def load_session(manifest: ModelManifest, n_threads: int | None = None, n_ctx: int | None = None) -> Session:
     if manifest.format != "gguf":
         raise UnsupportedFormat("only GGUF model bundles are currently executable")
     from .tokenizer import LocalTokenizer
 
-    decoder = load_gguf_decoder(manifest.architecture, manifest.weights, n_threads=n_threads)
+    decoder = load_gguf_decoder(manifest.architecture, manifest.weights, n_threads=n_threads, n_ctx=n_ctx)
     tokenizer = (LocalTokenizer.from_file(manifest.tokenizer) if manifest.tokenizer
                  else LocalTokenizer.from_gguf(decoder.gguf))
     return Session(manifest, decoder, tokenizer)

@@ -135,3 +135,15 @@ def test_manual_names_are_top_level_and_import_stays_light():
     probe = "import sys, rase; print(sorted(m for m in ('rase.api', 'tokenizers', 'jinja2') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "[]", out.stderr
+
+
+def test_engine_context_size(engine):
+    from rase import ContextOverflow, InvalidGenerationConfig
+
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(InvalidGenerationConfig, match="n_ctx"):
+            Engine(engine.registry.root, n_ctx=bad)
+    small = Engine(engine.registry.root, n_ctx=64)
+    assert small.session("smollm2").decoder.n_ctx == 64 and engine.session("smollm2").decoder.n_ctx == 4096
+    with pytest.raises(ContextOverflow, match="context of 64"):
+        small.chat("smollm2", CHAT, max_tokens=40)

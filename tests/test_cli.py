@@ -140,6 +140,13 @@ def test_model_lifecycle_and_run_through_the_cli(tmp_path):
                           input="What is the capital of France? Answer in one sentence.\nAnd its river?\n\n",
                           capture_output=True, text=True, timeout=600)
     assert chat.returncode == 0 and "Paris" in chat.stdout and chat.stdout.count("> ") == 3  # 2 turns + quit
+    small = [*exe, "chat", "smollm2", "--ctx-size", "100", "--temperature", "0", "--max-tokens", "24"]
+    full = subprocess.run(small, env=env, input="What is the capital of France?\nAnd of Germany?\nAnd of Italy?\n\n",
+                          capture_output=True, text=True, timeout=600)
+    assert full.returncode == 0 and full.stdout.count("> ") == 4, full.stderr  # 3 answers + quit
+    assert "[context full: the oldest exchange was dropped]" in full.stderr
+    too_long = rase("run", "smollm2", "hello " * 50, "--ctx-size", "40", ok=False)
+    assert too_long.stderr.startswith("error: ") and "do not fit the context of 40" in too_long.stderr
     raw = rase("run", "smollm2", "The capital of France is", "--raw", "--temperature", "0", "--max-tokens", "3")
     assert "Paris" in raw.stdout
     assert "backend: Cpu" in rase("runtime", "probe").stdout

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rase import GGUFFile, InvalidGenerationConfig, InvalidLogits
+from rase import ContextOverflow, GGUFFile, InvalidGenerationConfig, InvalidLogits
 from rase._kernels import Sampler
 from rase.chat import select_template
 from rase.decoder import load_gguf_decoder
@@ -85,6 +85,16 @@ def test_stop_reasons_and_no_wasted_forward(demo):
     assert r.stop_reason is GenerationStopReason.CANCELLED and len(r.tokens) == 1
     r = generate_with(dec, prompt, GenerationConfig(max_tokens=5), cancelled=lambda: True)
     assert r.stop_reason is GenerationStopReason.CANCELLED and r.tokens == []
+
+
+def test_prompt_plus_max_tokens_over_the_context_is_refused_before_any_work(demo):
+    path, tok, prompt = demo
+    dec = load_gguf_decoder(None, path, n_ctx=len(prompt) + 4)
+    dec.prefill = dec.decode = None  # any forward pass would fail with TypeError
+    with pytest.raises(ContextOverflow, match=rf"{len(prompt) + 5} tokens \({len(prompt)} prompt \+ 5 max_tokens\)"):
+        generate(dec, prompt, GenerationConfig(max_tokens=5, temperature=0.0))
+    fits = load_gguf_decoder(None, path, n_ctx=len(prompt) + 4)
+    assert len(generate(fits, prompt, GenerationConfig(max_tokens=4, temperature=0.0)).tokens) == 4
 
 
 def test_eos_ends_chat_and_stop_strings_never_leak(demo):

@@ -99,6 +99,7 @@ def test_openai_client_end_to_end(server):
     (b'{"model": "nope", "messages": [{"role": "user", "content": "x"}]}', 404),
     (b'{"model": "smollm2", "messages": []}', 400),
     (b'{"model": "smollm2", "messages": [{"role": "user", "content": "x"}], "n": 3}', 400),
+    (b'{"model": "smollm2", "messages": [{"role": "user", "content": "x"}], "max_tokens": 100000}', 400),
     (b'{"model": "smollm2", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}', 400),
     (b'{"model": "smollm2", "messages": [{"role": "user", "content": "' + b"x" * (2 << 20) + b'"}]}', 413),
 ])
