@@ -65,3 +65,29 @@ def test_set_isa_round_trip():
         assert _kernels.get_isa() == "scalar"
     finally:
         _kernels.set_isa(before)
+
+
+def test_a_regular_install_carries_every_module(tmp_path):
+    """The README's first command is a regular (non-editable) install: build and install the
+    tree into a folder and import every module from there, away from the source tree."""
+    import shutil
+
+    root = Path(__file__).resolve().parents[1]
+    src, target = tmp_path / "src", tmp_path / "site"  # a copy: no stale build/ can fill the gaps
+    shutil.copytree(root, src, ignore=shutil.ignore_patterns(
+        "build", ".venv", ".git", "tests", "benchmarks", "*.so", "*.egg-info", "__pycache__", "_kernels.c"))
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--quiet", "--target", str(target),
+                          str(src)], capture_output=True, text=True, timeout=900)
+    assert pip.returncode == 0, pip.stderr[-3000:]
+    modules = sorted(".".join(p.relative_to(root).with_suffix("").parts)
+                     for p in (root / "rase").rglob("*.py") if p.name != "__main__.py")
+    # every module must come from the install (an editable install's finder would mask a gap)
+    code = ("import importlib, rase, sys; "
+            f"files = [importlib.import_module(m).__file__ for m in {modules!r} + ['rase._kernels']]; "
+            "outside = [f for f in files if not f.startswith(sys.argv[1])]; "
+            "assert not outside, outside; print(rase.build_info()['isa_selected'])")
+    env = dict(os.environ, PYTHONPATH=str(target))
+    out = subprocess.run([sys.executable, "-c", code, str(target)], capture_output=True, text=True, env=env,
+                         cwd=tmp_path, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip() in _kernels.isa_names()
