@@ -12,7 +12,7 @@ from typing import Callable
 
 from . import __version__, build_info
 from .config import default_store
-from .errors import ManifestError, MissingDependency, RaseError
+from .errors import ContextOverflow, ManifestError, MissingDependency, ModelNotFound, RaseError
 from .gguf import GGUFFile
 
 
@@ -77,7 +77,6 @@ def _demo_calls(base: str) -> str:
 
 
 def _ensure_demo_model(store) -> None:
-    from .errors import ModelNotFound
     from .registry import ModelRegistry
     from .sources import DEMO_MODEL
 
@@ -243,8 +242,6 @@ def cmd_chat(args) -> int:
 
 def _chat_turn(engine, args, history: list[dict]):
     """One answer; when the conversation no longer fits the context, the oldest exchange goes."""
-    from .errors import ContextOverflow
-
     while True:
         try:
             return engine.chat(args.id, history, on_delta=lambda d: print(d, end="", flush=True),
