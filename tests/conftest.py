@@ -3,6 +3,7 @@ outside the repo in $RASE_TEST_MODELS or ~/.cache/rase/test-models)."""
 from __future__ import annotations
 
 import os
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,12 @@ from rase import sources
 
 def models_dir() -> Path:
     return Path(os.environ.get("RASE_TEST_MODELS") or Path.home() / ".cache" / "rase" / "test-models")
+
+
+def rase_command() -> list[str]:
+    """The `rase` console script pip installed beside this interpreter (the venv's bin/, which
+    need not be on PATH: CI runs .venv/bin/python without activating the venv)."""
+    return [str(Path(sysconfig.get_path("scripts")) / "rase")]
 
 
 @pytest.fixture(scope="session")

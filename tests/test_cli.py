@@ -1,23 +1,26 @@
 """The `rase` command through its real entry points (console script and python -m rase)."""
 from __future__ import annotations
 
-import shutil
+import os
 import subprocess
 import sys
 
 import pytest
 
+from tests.conftest import rase_command
 from tests.ggufbuild import small_spec
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    exe = shutil.which("rase")
-    cmd = [exe, *args] if exe else [sys.executable, "-m", "rase", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    return subprocess.run([*rase_command(), *args], capture_output=True, text=True, timeout=300)
 
 
 def test_console_script_is_installed():
-    assert shutil.which("rase"), "pip install must put the `rase` command on PATH"
+    (script,) = rase_command()
+    assert os.path.isfile(script) and os.access(script, os.X_OK), \
+        f"pip install must put the `rase` command beside {sys.executable}"
+    proc = subprocess.run([script, "--version"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.startswith("rase "), proc.stderr
 
 
 def test_inspect_gguf_real_model(smollm2_path):
@@ -65,7 +68,6 @@ def test_demo_registers_chats_and_serves_with_calls_that_work(tmp_path):
     """The README's first command: fetch + register once, answer once, then `--serve` prints a
     curl and an openai call; both are run here as printed, against the live server."""
     import json
-    import os
     import shlex
     import socket
     import time
@@ -73,7 +75,7 @@ def test_demo_registers_chats_and_serves_with_calls_that_work(tmp_path):
     import httpx
 
     env = dict(os.environ, RASE_STORE=str(tmp_path / "store"))
-    exe = [shutil.which("rase")] if shutil.which("rase") else [sys.executable, "-m", "rase"]
+    exe = rase_command()
     proc = subprocess.run([*exe, "demo", "--max-tokens", "16"], capture_output=True, text=True, env=env,
                           timeout=600)
     assert proc.returncode == 0, proc.stderr
@@ -114,10 +116,9 @@ def test_demo_registers_chats_and_serves_with_calls_that_work(tmp_path):
 
 
 def test_model_lifecycle_and_run_through_the_cli(tmp_path):
-    import os
 
     env = dict(os.environ, RASE_STORE=str(tmp_path / "store"))
-    exe = [shutil.which("rase")] if shutil.which("rase") else [sys.executable, "-m", "rase"]
+    exe = rase_command()
 
     def rase(*args, ok=True):
         proc = subprocess.run([*exe, *args], capture_output=True, text=True, env=env, timeout=600)

@@ -3,7 +3,6 @@ serve` process, plus error shapes, disconnects and mounting inside a host app.""
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -15,6 +14,7 @@ import pytest
 
 from rase.api import Engine
 from rase.registry import ModelRegistry
+from tests.conftest import rase_command
 
 
 def _free_port() -> int:
@@ -33,7 +33,7 @@ def store(tmp_path_factory, smollm2_path):
 @pytest.fixture(scope="module")
 def server(store):
     port = _free_port()
-    exe = [shutil.which("rase")] if shutil.which("rase") else [sys.executable, "-m", "rase"]
+    exe = rase_command()
     proc = subprocess.Popen([*exe, "--store", str(store), "serve", "--port", str(port)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     base = f"http://127.0.0.1:{port}"
