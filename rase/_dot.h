@@ -656,7 +656,7 @@ RASE_KDOT_BODY(dotn_q2_k_avx2, block_q2_K, kunpack_q2_k_avx2)
 RASE_KDOT_BODY(dotn_q3_k_avx2, block_q3_K, kunpack_q3_k_avx2)
 RASE_KDOT_BODY(dotn_q5_k_avx2, block_q5_K, kunpack_q5_k_avx2)
 
-// Q4_K in the rounding of llama.cpp's x86 repacked kernels (ggml_gemv/gemm_q4_K_8x8_q8_K, used
+// Q4_K in the rounding of llama.cpp's x86 one-token repacked kernel (ggml_gemv_q4_K_8x8_q8_K, used
 // for every Q4_K matrix with a multiple of 8 rows): per block the exact integer sums S (scaled
 // dots) and M (mins x bsums), then acc = fma(S, dx*dy, acc), accm = fma(M, dmin*dy, accm).
 RASE_TARGET_AVX2 static RASE_INLINE void dotn_q4_k_avx2_body(int64_t n, const void *w, const void *a,
@@ -682,44 +682,6 @@ RASE_TARGET_AVX2 static RASE_INLINE void dotn_q4_k_avx2_body(int64_t n, const vo
 }
 RASE_DOTN(dotn_q4_k_avx2)
 
-// The same product as llama.cpp's repacked Q4_K GEMM computes it for tokens in full groups of 4
-// (ggml_gemm_q4_K_8x8_q8_K): the float accumulation steps every 64 elements, not every block.
-RASE_TARGET_AVX2 static RASE_INLINE void dotn_q4_k_gemm_avx2_body(int64_t n, const void *w, const void *a,
-                                                                size_t astride, int nt, float *out) {
-    const block_q4_K *x = (const block_q4_K *)w;
-    float acc[RASE_NT], accm[RASE_NT];
-    for (int t = 0; t < nt; ++t) acc[t] = accm[t] = 0.0f;
-    rase_kblock_avx2 kb;
-    for (int64_t b = 0; b < n / 256; ++b) {
-        kunpack_q4_k_avx2(&x[b], &kb);
-        // mins as int16 pairs: lane k of madd(bsums, mins) is sub-block k's min term
-        __m256i mn16;
-        int16_t mns[16];
-        for (int g = 0; g < 16; ++g) mns[g] = (int16_t)kb.mn[g];
-        mn16 = _mm256_loadu_si256((const __m256i *)mns);
-        for (int t = 0; t < nt; ++t) {
-            const block_q8_K *y = RASE_ACT(block_q8_K, t, b);
-            const float d = kb.dx * y->d, dm = kb.dmin * y->d;
-            __m256i sv[4];
-            for (int sb = 0; sb < 4; ++sb)
-                sv[sb] = _mm256_add_epi32(
-                    rase_avx2_kdot(kb.u[2 * sb], y->qs + 64 * sb, kb.sc[4 * sb], kb.sc[4 * sb + 1]),
-                    rase_avx2_kdot(kb.u[2 * sb + 1], y->qs + 64 * sb + 32, kb.sc[4 * sb + 2], kb.sc[4 * sb + 3]));
-            // the four per-64 integer sums at once (exact: integer adds in any order)
-            const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(sv[0], sv[1]), _mm256_hadd_epi32(sv[2], sv[3]));
-            int32_t S[4], M8[8];
-            _mm_storeu_si128((__m128i *)S, _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
-            _mm256_storeu_si256((__m256i *)M8, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), mn16));
-            for (int sb = 0; sb < 4; ++sb) {
-                acc[t] = __builtin_fmaf((float)S[sb], d, acc[t]);
-                accm[t] = __builtin_fmaf((float)(M8[2 * sb] + M8[2 * sb + 1]), dm, accm[t]);
-            }
-        }
-    }
-    for (int t = 0; t < nt; ++t) out[t] = acc[t] - accm[t];
-}
-RASE_DOTN(dotn_q4_k_gemm_avx2)
-
 // Q6_K in the rounding of ggml's AVX2 vec_dot: 8 int32 lanes per block (unsigned values times
 // scales), minus 32 * (scale . bsums) laid over the lanes pairwise, one FMA per block, hsum.
 RASE_TARGET_AVX2 static RASE_INLINE void dotn_q6_k_avx2_body(int64_t n, const void *w, const void *a,
@@ -744,41 +706,6 @@ RASE_TARGET_AVX2 static RASE_INLINE void dotn_q6_k_avx2_body(int64_t n, const vo
     for (int t = 0; t < nt; ++t) out[t] = rase_avx2_hsum(acc[t]);
 }
 RASE_DOTN(dotn_q6_k_avx2)
-
-// K-quants as llama.cpp's tiled K-quant matmul computes them for batches of >= 8 tokens
-// (ggml-cpu/tiled, weights not repacked): per block the exact integer sums S1 (scaled dots) and
-// S2 (mins x bsums), res = dx*S1 - dmin*S2 (one rounding for the product, one fused), then
-// out = fma(res, dy, out).
-#define RASE_KDOT_TILED(NAME, XT, UNPACK, HAS_MIN)                                            \
-    RASE_TARGET_AVX2 static RASE_INLINE void NAME##_body(int64_t n, const void *w, const void *a, \
-                                                         size_t astride, int nt, float *out) {   \
-        const XT *x = (const XT *)w;                                                          \
-        float acc[RASE_NT];                                                                   \
-        for (int t = 0; t < nt; ++t) acc[t] = 0.0f;                                           \
-        rase_kblock_avx2 kb;                                                                  \
-        for (int64_t b = 0; b < n / 256; ++b) {                                               \
-            UNPACK(&x[b], &kb);                                                               \
-            for (int t = 0; t < nt; ++t) {                                                    \
-                const block_q8_K *y = RASE_ACT(block_q8_K, t, b);                             \
-                __m256i sumi = _mm256_setzero_si256();                                        \
-                for (int v = 0; v < 8; ++v)                                                   \
-                    sumi = _mm256_add_epi32(sumi, rase_avx2_kdot(kb.u[v], y->qs + 32 * v, kb.sc[2 * v], kb.sc[2 * v + 1])); \
-                int offs = 0, mins = 0;                                                       \
-                for (int g = 0; g < 16; ++g) { offs += kb.sc[g] * y->bsums[g]; mins += kb.mn[g] * y->bsums[g]; } \
-                float res = kb.dx * (float)(rase_avx2_hsum_i32(sumi) - kb.off * offs);        \
-                if (HAS_MIN) res = __builtin_fmaf(-kb.dmin, (float)mins, res);                \
-                acc[t] = __builtin_fmaf(res, y->d, acc[t]);                                   \
-            }                                                                                 \
-        }                                                                                     \
-        for (int t = 0; t < nt; ++t) out[t] = acc[t];                                         \
-    }                                                                                         \
-    RASE_DOTN(NAME)
-
-RASE_KDOT_TILED(dotn_q2_k_tiled_avx2, block_q2_K, kunpack_q2_k_avx2, 1)
-RASE_KDOT_TILED(dotn_q3_k_tiled_avx2, block_q3_K, kunpack_q3_k_avx2, 0)
-RASE_KDOT_TILED(dotn_q4_k_tiled_avx2, block_q4_K, kunpack_q4_k_avx2, 1)
-RASE_KDOT_TILED(dotn_q5_k_tiled_avx2, block_q5_K, kunpack_q5_k_avx2, 1)
-RASE_KDOT_TILED(dotn_q6_k_tiled_avx2, block_q6_K, kunpack_q6_k_avx2, 0)
 
 // -- float weights: the row stays in L1 across tokens
 #define RASE_FLOAT_DOTN(NAME, SINGLE)                                                          \
@@ -821,13 +748,9 @@ RASE_REF_DOTN(dotn_q6_k_ref, vec_dot_q6_k_q8_k_ref)
 typedef struct {
     int act;                             // ACT_* the weights pair with
     rase_dotn_fn dotn[RASE_ISA_COUNT];   // [scalar reference, AVX2 or 0]; up to RASE_NT tokens
-    rase_dotn_fn dotn_batch;             // AVX2, full groups of RASE_NT tokens in a batch; 0 = dotn
-    rase_dotn_fn dotn_tiled;             // AVX2, batches of >= RASE_TILED_MIN tokens; 0 = as above
-    int repacked;                        // llama.cpp repacks rows % 8 == 0 matrices on AVX2
-    rase_dotr_fn dotr;                   // AVX2, one token x up to RASE_NR rows; 0 = row by row
+    rase_dotr_fn dotr;                   // AVX2, one token x up to RASE_NR rows (the same
+                                         // arithmetic per element as dotn); 0 = row by row
 } rase_dot_traits;
-
-#define RASE_TILED_MIN 8  // llama.cpp's tiled K-quant matmul takes batches of 8+ tokens
 
 static const rase_dot_traits DOT_TRAITS[RASE_GGML_TYPE_COUNT] = {
     [0] = {ACT_F32, {dotn_f32_ref, RASE_AVX2_DOT(dotn_f32_avx2)}},
@@ -837,12 +760,11 @@ static const rase_dot_traits DOT_TRAITS[RASE_GGML_TYPE_COUNT] = {
     [6] = {ACT_Q8_0, {dotn_q5_0_ref, RASE_AVX2_DOT(dotn_q5_0_avx2)}, .dotr = RASE_AVX2_DOT(dotn_q5_0_avx2_rows)},
     [7] = {ACT_Q8_1, {dotn_q5_1_ref, RASE_AVX2_DOT(dotn_q5_1_avx2)}, .dotr = RASE_AVX2_DOT(dotn_q5_1_avx2_rows)},
     [8] = {ACT_Q8_0, {dotn_q8_0_ref, RASE_AVX2_DOT(dotn_q8_0_avx2)}, .dotr = RASE_AVX2_DOT(dotn_q8_0_avx2_rows)},
-    [10] = {ACT_Q8_K, {dotn_q2_k_ref, RASE_AVX2_DOT(dotn_q2_k_avx2)}, 0, RASE_AVX2_DOT(dotn_q2_k_tiled_avx2)},
-    [11] = {ACT_Q8_K, {dotn_q3_k_ref, RASE_AVX2_DOT(dotn_q3_k_avx2)}, 0, RASE_AVX2_DOT(dotn_q3_k_tiled_avx2)},
-    [12] = {ACT_Q8_K, {dotn_q4_k_ref, RASE_AVX2_DOT(dotn_q4_k_avx2)}, RASE_AVX2_DOT(dotn_q4_k_gemm_avx2),
-            RASE_AVX2_DOT(dotn_q4_k_tiled_avx2), 1},
-    [13] = {ACT_Q8_K, {dotn_q5_k_ref, RASE_AVX2_DOT(dotn_q5_k_avx2)}, 0, RASE_AVX2_DOT(dotn_q5_k_tiled_avx2)},
-    [14] = {ACT_Q8_K, {dotn_q6_k_ref, RASE_AVX2_DOT(dotn_q6_k_avx2)}, 0, RASE_AVX2_DOT(dotn_q6_k_tiled_avx2)},
+    [10] = {ACT_Q8_K, {dotn_q2_k_ref, RASE_AVX2_DOT(dotn_q2_k_avx2)}},
+    [11] = {ACT_Q8_K, {dotn_q3_k_ref, RASE_AVX2_DOT(dotn_q3_k_avx2)}},
+    [12] = {ACT_Q8_K, {dotn_q4_k_ref, RASE_AVX2_DOT(dotn_q4_k_avx2)}},
+    [13] = {ACT_Q8_K, {dotn_q5_k_ref, RASE_AVX2_DOT(dotn_q5_k_avx2)}},
+    [14] = {ACT_Q8_K, {dotn_q6_k_ref, RASE_AVX2_DOT(dotn_q6_k_avx2)}},
     [30] = {ACT_F32, {dotn_bf16_ref, RASE_AVX2_DOT(dotn_bf16_avx2)}},
 };
 
@@ -853,21 +775,7 @@ static const rase_quant_fn ACT_QUANT[ACT_COUNT][RASE_ISA_COUNT] = {
     [ACT_Q8_K] = {quant_q8_k_ref, RASE_AVX2_DOT(quant_q8_k_avx2)},
 };
 
-// The kernels llama.cpp would pick for a matmul of `rows` weight rows and a batch of T tokens,
-// which round differently: its tiled K-quant matmul (T >= 8, weights not repacked), its repacked
-// GEMM for full groups of 4 tokens (`*full`), and its single-token kernel for the rest (`*tail`).
-static inline void rase_dotn_plan(int type, int isa, int64_t rows, int T, rase_dotn_fn *full, rase_dotn_fn *tail) {
-    const rase_dotn_fn plain = DOT_TRAITS[type].dotn[isa] ? DOT_TRAITS[type].dotn[isa] : DOT_TRAITS[type].dotn[RASE_ISA_SCALAR];
-    *full = *tail = plain;
-    if (isa != RASE_ISA_AVX2) return;
-    const int repacked = DOT_TRAITS[type].repacked && rows % 8 == 0;
-    if (!repacked && T >= RASE_TILED_MIN && DOT_TRAITS[type].dotn_tiled) {
-        *full = *tail = DOT_TRAITS[type].dotn_tiled;
-    } else if (repacked && DOT_TRAITS[type].dotn_batch) {
-        *full = DOT_TRAITS[type].dotn_batch;
-    }
-}
-
+// The one kernel per (type, ISA): no kernel is chosen by the number of rows in a step.
 static inline rase_dotn_fn rase_dotn_for(int type, int isa) {
     const rase_dotn_fn f = DOT_TRAITS[type].dotn[isa];
     return f ? f : DOT_TRAITS[type].dotn[RASE_ISA_SCALAR];

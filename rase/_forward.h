@@ -1,16 +1,25 @@
 // rase/_forward.h: the one transformer forward shared by every architecture.
 //
-// A model is a plan: weight pointers into the mmap, per-layer flags (rase_layer), the
-// hyper-parameters, an f16 KV cache and scratch. rase_forward evaluates T tokens at
-// positions pos0..pos0+T-1 inside one OpenMP parallel region; ops split work by thread and
-// are separated by barriers. Every output element is computed by exactly one thread in a
-// fixed order, so results do not depend on the thread count.
+// State is kept apart (llama2.c's split): rase_hparams and rase_weights are read-only after load
+// (weight pointers into the mmap) and shared by every sequence; rase_kv_pool holds f16 K/V in
+// blocks of RASE_KV_BLOCK positions that sequences own or share through block tables;
+// rase_scratch holds one step's activations. rase_step evaluates a batch of (token, sequence,
+// position) rows inside one OpenMP parallel region (ops split work by thread, barriers between
+// them), then samples the rows that need a token.
+//
+// Numerics contract: every output element is computed by one thread, and each row by the same
+// arithmetic whatever else is in the step (the one-token kernels, per-row activation
+// quantization, per-row norms and RoPE, attention over the row's own sequence). A sequence's
+// logits therefore do not depend on the batch, its chunking, the thread count or the pool
+// blocks that hold its K/V, and they equal llama.cpp's one-token (n_batch = 1) numerics.
 #ifndef RASE_FORWARD_H
 #define RASE_FORWARD_H
 
 #include <stdlib.h>
 #include "_dot.h"
 #include "_pool.h"
+#include "_attention.h"
+#include "_sample.h"
 
 
 typedef struct {
@@ -30,33 +39,71 @@ typedef struct {
 } rase_layer;
 
 typedef struct {
-    int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx, n_rot;
-    int rope_neox;  // 1: rotate (i, i + n_rot/2) pairs (NeoX); 0: (2i, 2i+1)
-    int gelu;       // 1: GELU(tanh) gate, 0: SiLU gate
+    int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_rot;
+    int n_ctx;          // positions one sequence may reach
+    int rope_neox;      // 1: rotate (i, i + n_rot/2) pairs (NeoX); 0: (2i, 2i+1)
+    int gelu;           // 1: GELU(tanh) gate, 0: SiLU gate
+    int attn_prescale;  // 1: q *= attn_scale before rounding (gemma), scores unscaled
     float eps, embd_scale, attn_scale;
     float rope_base[2], rope_freq_scale[2];
+} rase_hparams;
+
+typedef struct {  // read-only during a forward
+    rase_hparams hp;
     rase_mat tok_embd, output;
-    const float *output_norm;
-    rase_layer *layers;
-    int max_batch, n_threads, isa;
-    // owned buffers (rase_model_alloc / rase_model_free)
-    uint16_t *k_cache, *v_cache;  // (n_layer, n_ctx, n_head_kv * head_dim), f16
-    float *x, *h, *o;             // (max_batch, n_embd)
-    float *q, *att;               // (max_batch, n_head * head_dim)
-    float *k, *v;                 // (max_batch, n_head_kv * head_dim)
-    float *g, *u;                 // (max_batch, n_ff)
-    float *rope;                  // (2, max_batch, n_rot / 2, 2): cos, sin
-    float *scores;                // (n_threads, attn_stride): attention scratch per thread
+    const float *output_norm;  // (n_embd,)
+    rase_layer *layers;        // (n_layer,)
+    uint16_t *gelu_table;      // (65536,) f16 GELU table, GELU models only (owned)
+} rase_weights;
+
+typedef struct {
+    uint16_t *k, *v;   // (n_blocks, n_layer, RASE_KV_BLOCK, n_kv_dim) f16; pages touched as written
+    int32_t n_blocks, n_layer;
+    int64_t n_kv_dim;  // n_head_kv * head_dim
+} rase_kv_pool;
+
+typedef struct {
+    int max_rows, n_threads, n_ctx;
+    float *x, *h, *o;      // (max_rows, n_embd)
+    float *q, *att;        // (max_rows, n_head * head_dim)
+    float *k, *v;          // (max_rows, n_head_kv * head_dim)
+    float *g, *u;          // (max_rows, n_ff)
+    float *rope;           // (2, max_rows, n_rot / 2, 2): cos, sin per row and rope slot
+    float *scores;         // (n_threads, RASE_ATTN_G, attn_stride): attention scratch per query
     int64_t attn_stride;
-    uint16_t *gelu_table;         // (65536,) f16 GELU table, GELU models only
-    int attn_prescale;            // 1: q *= attn_scale before rounding (gemma), scores unscaled
-    float *trace;                 // NULL, or (n_layer, T, n_embd): residual stream after each layer
-    int profile;                  // 1: thread 0 accumulates the ns below (RASE_PROFILE=1)
-    int64_t prof_matmul_ns, prof_attn_ns;
-    uint8_t *act;                 // (n_threads, ACT_COUNT, act_stride): one quantized row per thread
-    uint8_t *act_rows;            // (ACT_COUNT, max_batch, act_stride): shared quantized rows
-    const float **act_src;        // (n_threads, 2, ACT_COUNT): which input each buffer holds
+    uint8_t *act;          // (n_threads, ACT_COUNT, act_stride): one quantized row per thread
+    uint8_t *act_rows;     // (ACT_COUNT, max_rows, act_stride): shared quantized rows
+    const float **act_src; // (n_threads, 2, ACT_COUNT): which input each buffer holds
     int64_t act_stride;
+} rase_scratch;
+
+typedef struct { int32_t token, seq, pos; } rase_entry;
+
+typedef struct {  // one step
+    const rase_entry *rows;    // (n,): the rows to evaluate
+    int n;
+    const int32_t *tables;     // seq s's block table is tables + s * table_stride
+    int64_t table_stride;
+    const int32_t *out_rows;   // (n_out,): rows whose logits are wanted, in output order
+    int n_out;
+    float *logits;             // (n_out, n_vocab)
+} rase_batch;
+
+typedef struct {  // one row's sampler state (owned by its request)
+    const rase_sampling *p;
+    rase_rng *rng;
+    rase_cand *work;           // (n_vocab,)
+    const int32_t *counts;     // (n_vocab,) or NULL
+} rase_sampler_ref;
+
+typedef struct {
+    const rase_weights *w;
+    rase_kv_pool *kv;
+    rase_scratch *s;
+    int isa;
+    float *trace;              // NULL, or (n_layer, n, n_embd): residual stream after each layer
+    int profile;               // 1: thread 0 accumulates the ns below (RASE_PROFILE=1)
+    int64_t prof_matmul_ns, prof_attn_ns;
     rase_barrier barrier;
 } rase_model;
 
@@ -68,48 +115,71 @@ static void *rase_alloc(size_t bytes) {
     return p;
 }
 
-static void rase_model_free(rase_model *m) {
-    void *bufs[] = {m->k_cache, m->v_cache, m->x, m->h, m->o, m->q, m->att, m->k, m->v, m->g,
-                    m->u, m->rope, m->scores, m->act, m->act_rows, (void *)m->act_src, m->gelu_table};
-    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); ++i) free(bufs[i]);
-    m->k_cache = m->v_cache = NULL;
-    m->x = m->h = m->o = m->q = m->att = m->k = m->v = m->g = m->u = m->rope = m->scores = NULL;
-    m->act = m->act_rows = NULL;
-    m->gelu_table = NULL;
-    m->act_src = NULL;
+static void rase_weights_free(rase_weights *w) {
+    free(w->gelu_table);
+    w->gelu_table = NULL;
 }
 
-// 0 on success, -1 when out of memory (everything freed)
-static int rase_model_alloc(rase_model *m) {
-    const int64_t B = m->max_batch, nq = (int64_t)m->n_head * m->head_dim;
-    const int64_t nkv = (int64_t)m->n_head_kv * m->head_dim;
-    int64_t max_cols = m->n_embd;
+static int rase_weights_init(rase_weights *w) {
+    w->gelu_table = w->hp.gelu ? rase_gelu_table_new() : NULL;
+    return w->hp.gelu && !w->gelu_table ? -1 : 0;
+}
+
+static void rase_kv_pool_free(rase_kv_pool *kv) {
+    free(kv->k);
+    free(kv->v);
+    kv->k = kv->v = NULL;
+}
+
+// 0 on success, -1 when out of memory
+static int rase_kv_pool_alloc(rase_kv_pool *kv, const rase_hparams *hp, int32_t n_blocks) {
+    kv->n_blocks = n_blocks;
+    kv->n_layer = hp->n_layer;
+    kv->n_kv_dim = (int64_t)hp->n_head_kv * hp->head_dim;
+    const size_t bytes = (size_t)n_blocks * hp->n_layer * RASE_KV_BLOCK * kv->n_kv_dim * sizeof(uint16_t);
+    kv->k = rase_alloc(bytes);  // never written here: pages are touched as positions fill
+    kv->v = rase_alloc(bytes);
+    if (!kv->k || !kv->v) { rase_kv_pool_free(kv); return -1; }
+    return 0;
+}
+
+static void rase_scratch_free(rase_scratch *s) {
+    void *bufs[] = {s->x, s->h, s->o, s->q, s->att, s->k, s->v, s->g, s->u, s->rope, s->scores,
+                    s->act, s->act_rows, (void *)s->act_src};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); ++i) free(bufs[i]);
+    memset(s, 0, sizeof(*s));
+}
+
+// scratch for steps of up to max_rows rows over sequences of up to n_ctx positions
+static int rase_scratch_alloc(rase_scratch *s, const rase_hparams *hp, int max_rows, int n_threads) {
+    memset(s, 0, sizeof(*s));
+    s->max_rows = max_rows;
+    s->n_threads = n_threads;
+    s->n_ctx = hp->n_ctx;
+    const int64_t B = max_rows, nq = (int64_t)hp->n_head * hp->head_dim;
+    const int64_t nkv = (int64_t)hp->n_head_kv * hp->head_dim;
+    int64_t max_cols = hp->n_embd;
     if (nq > max_cols) max_cols = nq;
-    if (m->n_ff > max_cols) max_cols = m->n_ff;
-    m->act_stride = (int64_t)rase_act_bytes(ACT_F32, max_cols) + 64;
-    const size_t kv = (size_t)m->n_layer * m->n_ctx * nkv * sizeof(uint16_t);
-    m->k_cache = rase_alloc(kv);  // pages are touched only as positions fill
-    m->v_cache = rase_alloc(kv);
-    m->x = rase_alloc(B * m->n_embd * 4);
-    m->h = rase_alloc(B * m->n_embd * 4);
-    m->o = rase_alloc(B * m->n_embd * 4);
-    m->q = rase_alloc(B * nq * 4);
-    m->att = rase_alloc(B * nq * 4);
-    m->k = rase_alloc(B * nkv * 4);
-    m->v = rase_alloc(B * nkv * 4);
-    m->g = rase_alloc(B * m->n_ff * 4);
-    m->u = rase_alloc(B * m->n_ff * 4);
-    m->rope = rase_alloc(2 * B * (m->n_rot / 2) * 2 * 4);
-    // scores over the KV length padded to 32 (+64 slack, 8-aligned), then partials and q
-    m->attn_stride = (((int64_t)m->n_ctx + 31 + 64 + 7) & ~7) + 33 * (int64_t)m->head_dim;
-    m->scores = rase_alloc((size_t)m->n_threads * m->attn_stride * 4);
-    m->gelu_table = m->gelu ? rase_gelu_table_new() : NULL;
-    m->act = rase_alloc((size_t)m->n_threads * ACT_COUNT * m->act_stride);
-    m->act_rows = rase_alloc((size_t)ACT_COUNT * B * m->act_stride);
-    m->act_src = rase_alloc((size_t)m->n_threads * 2 * ACT_COUNT * sizeof(float *));
-    if (!m->k_cache || !m->v_cache || !m->x || !m->h || !m->o || !m->q || !m->att || !m->k ||
-        !m->v || !m->g || !m->u || !m->rope || !m->scores || !m->act || !m->act_rows || !m->act_src || (m->gelu && !m->gelu_table)) {
-        rase_model_free(m);
+    if (hp->n_ff > max_cols) max_cols = hp->n_ff;
+    s->act_stride = (int64_t)rase_act_bytes(ACT_F32, max_cols) + 64;
+    s->x = rase_alloc(B * hp->n_embd * 4);
+    s->h = rase_alloc(B * hp->n_embd * 4);
+    s->o = rase_alloc(B * hp->n_embd * 4);
+    s->q = rase_alloc(B * nq * 4);
+    s->att = rase_alloc(B * nq * 4);
+    s->k = rase_alloc(B * nkv * 4);
+    s->v = rase_alloc(B * nkv * 4);
+    s->g = rase_alloc(B * hp->n_ff * 4);
+    s->u = rase_alloc(B * hp->n_ff * 4);
+    s->rope = rase_alloc(2 * B * (hp->n_rot / 2) * 2 * 4);
+    s->attn_stride = rase_attend_scratch(hp->n_ctx, hp->head_dim);
+    s->scores = rase_alloc((size_t)n_threads * RASE_ATTN_G * s->attn_stride * 4);
+    s->act = rase_alloc((size_t)n_threads * ACT_COUNT * s->act_stride);
+    s->act_rows = rase_alloc((size_t)ACT_COUNT * B * s->act_stride);
+    s->act_src = rase_alloc((size_t)n_threads * 2 * ACT_COUNT * sizeof(float *));
+    if (!s->x || !s->h || !s->o || !s->q || !s->att || !s->k || !s->v || !s->g || !s->u || !s->rope ||
+        !s->scores || !s->act || !s->act_rows || !s->act_src) {
+        rase_scratch_free(s);
         return -1;
     }
     return 0;
@@ -145,16 +215,25 @@ static void gate_ref(float *g, const float *u, int64_t n, const uint16_t *gelu_t
 }
 
 #if RASE_HAVE_X86
+RASE_TARGET_AVX2 static inline __m256 rase_avx2_silu_mul(__m256 x, __m256 u) {
+    const __m256 e = rase_avx2_expf(_mm256_sub_ps(_mm256_setzero_ps(), x));
+    return _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), u);
+}
+
+// every element through the vector exp, the tail too: a thread's range may start anywhere, so
+// an element's arithmetic must not depend on where its 8-lane group begins
 RASE_TARGET_AVX2 static void gate_avx2(float *g, const float *u, int64_t n, const uint16_t *gelu_table) {
     if (gelu_table) { gate_ref(g, u, n, gelu_table); return; }
-    const __m256 one = _mm256_set1_ps(1.0f);
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const __m256 x = _mm256_loadu_ps(g + i);
-        const __m256 e = rase_avx2_expf(_mm256_sub_ps(_mm256_setzero_ps(), x));
-        _mm256_storeu_ps(g + i, _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(one, e)), _mm256_loadu_ps(u + i)));
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(g + i, rase_avx2_silu_mul(_mm256_loadu_ps(g + i), _mm256_loadu_ps(u + i)));
+    if (i < n) {
+        float xg[8] = {0}, xu[8] = {0};
+        memcpy(xg, g + i, (size_t)(n - i) * sizeof(float));
+        memcpy(xu, u + i, (size_t)(n - i) * sizeof(float));
+        _mm256_storeu_ps(xg, rase_avx2_silu_mul(_mm256_loadu_ps(xg), _mm256_loadu_ps(xu)));
+        memcpy(g + i, xg, (size_t)(n - i) * sizeof(float));
     }
-    gate_ref(g + i, u + i, n - i, NULL);
 }
 #endif
 
@@ -171,105 +250,6 @@ static void rase_rmsnorm(const float *x, const float *w, float *y, int64_t n, fl
     for (int64_t i = 0; i < n; ++i) sum += (double)(x[i] * x[i]);
     const float scale = 1.0f / sqrtf((float)(sum / (double)n) + eps);
     for (int64_t i = 0; i < n; ++i) y[i] = (x[i] * scale) * w[i];
-}
-
-// ---------------------------------------------------------------- attention
-// One query head against cached K/V rows j0..j1-1 (rows `stride` f16 apart).
-// Scratch: (n_ctx + 64) scores, then 32 * hd partial sums, then hd floats for q.
-
-static void attend_ref(const float *q, const uint16_t *kc, const uint16_t *vc, int64_t stride, int j0,
-                       int j1, int hd, float scale, float *scratch, float *out) {
-    float *s = scratch, mx = -INFINITY;
-    for (int j = j0; j < j1; ++j) {
-        float d = 0.0f;
-        for (int i = 0; i < hd; ++i) d += q[i] * rase_fp16_to_fp32(kc[(int64_t)j * stride + i]);
-        s[j] = d * scale;
-        if (s[j] > mx) mx = s[j];
-    }
-    double sum = 0.0;
-    for (int j = j0; j < j1; ++j) { s[j] = expf(s[j] - mx); sum += s[j]; }
-    const float inv = (float)(1.0 / sum);
-    for (int i = 0; i < hd; ++i) out[i] = 0.0f;
-    for (int j = j0; j < j1; ++j) {
-        const float p = s[j] * inv;
-        for (int i = 0; i < hd; ++i) out[i] += p * rase_fp16_to_fp32(vc[(int64_t)j * stride + i]);
-    }
-}
-
-#if RASE_HAVE_X86
-// llama.cpp's non-flash attention, step for step so logits match its own: q rounded to f16;
-// softmax over the KV length padded to 32 with ggml's exp and an f64 sum of 8-lane partial
-// sums; probabilities rounded to f16. The two products are dot products of f16 rows whose
-// summation order depends on how llama.cpp multiplies: a batch (tinyBLAS: one 8-lane FMA
-// accumulator) or a single token (ggml_vec_dot_f16: four 8-lane accumulators, 32 per step).
-RASE_TARGET_AVX2 static void attend_avx2(const float *q, const uint16_t *kc, const uint16_t *vc, int64_t stride,
-                                         int j0, int j1, int hd, float scale, float *scratch, float *out,
-                                         int single) {
-    const int n = (j1 + 31) & ~31, slots = single ? 32 : 8;
-    float *s = scratch, *part = scratch + ((n + 64 + 7) & ~7);
-    float *qf = part + 32 * hd;  // q rounded to f16, held as f32
-    for (int i = 0; i < hd; i += 8)
-        _mm256_storeu_ps(qf + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(q + i), 0)));
-    float mx = -INFINITY;
-    for (int j = 0; j < n; ++j) {
-        if (j < j0 || j >= j1) { s[j] = -INFINITY; continue; }
-        const uint16_t *k = kc + (int64_t)j * stride;
-        __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-        for (int i = 0; i < hd; i += 8) {
-            const int c = single ? (i >> 3) & 3 : 0;
-            acc[c] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + i))),
-                                     _mm256_loadu_ps(qf + i), acc[c]);
-        }
-        s[j] = (single ? rase_avx2_reduce4(acc[0], acc[1], acc[2], acc[3]) : rase_avx2_hsum(acc[0])) * scale;
-        if (s[j] > mx) mx = s[j];
-    }
-    double sum = 0.0;
-    for (int j = 0; j < n; j += 8) {
-        const __m256 e = rase_avx2_expf(_mm256_sub_ps(_mm256_loadu_ps(s + j), _mm256_set1_ps(mx)));
-        _mm256_storeu_ps(s + j, e);
-        sum += (double)rase_avx2_hsum(e);
-    }
-    const __m256 inv = _mm256_set1_ps((float)(1.0 / sum));
-    for (int j = 0; j < n; j += 8)  // p rounded to f16, kept as f32 values
-        _mm256_storeu_ps(s + j, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_mul_ps(_mm256_loadu_ps(s + j), inv), 0)));
-    // P.V: partial sums per accumulator slot (position mod `slots`), each a sequential FMA chain
-    for (int i = 0; i < slots * hd; i += 8) _mm256_storeu_ps(part + i, _mm256_setzero_ps());
-    for (int j = j0; j < j1; ++j) {  // outside [j0, j1) p is 0 and adds nothing
-        const __m256 p = _mm256_set1_ps(s[j]);
-        const uint16_t *v = vc + (int64_t)j * stride;
-        float *acc = part + (j & (slots - 1)) * hd;
-        for (int i = 0; i < hd; i += 8)
-            _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + i))), p,
-                                                      _mm256_loadu_ps(acc + i)));
-    }
-    for (int i = 0; i < hd; i += 8) {  // lane l of accumulator c holds slot 8c + l; reduce as ggml
-        __m256 z[8];
-        for (int l = 0; l < 8; ++l) {
-            const float *pl = part + l * hd + i;
-            z[l] = single ? _mm256_add_ps(_mm256_add_ps(_mm256_loadu_ps(pl), _mm256_loadu_ps(pl + 16 * hd)),
-                                          _mm256_add_ps(_mm256_loadu_ps(pl + 8 * hd), _mm256_loadu_ps(pl + 24 * hd)))
-                          : _mm256_loadu_ps(pl);
-        }
-        __m256 r;
-        if (single) {  // 128-bit halves, then two hadds: (z0+z4 + z1+z5) + (z2+z6 + z3+z7)
-            r = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(z[0], z[4]), _mm256_add_ps(z[1], z[5])),
-                              _mm256_add_ps(_mm256_add_ps(z[2], z[6]), _mm256_add_ps(z[3], z[7])));
-        } else {       // hi+lo halves, movehl, movehdup: ((z4+z0) + (z6+z2)) + ((z5+z1) + (z7+z3))
-            r = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(z[4], z[0]), _mm256_add_ps(z[6], z[2])),
-                              _mm256_add_ps(_mm256_add_ps(z[5], z[1]), _mm256_add_ps(z[7], z[3])));
-        }
-        _mm256_storeu_ps(out + i, r);
-    }
-}
-#endif
-
-// single: the query is evaluated alone (decode), not as part of a batch (see attend_avx2)
-static void rase_attend(const float *q, const uint16_t *kc, const uint16_t *vc, int64_t stride, int j0,
-                        int j1, int hd, float scale, float *scratch, float *out, int isa, int single) {
-#if RASE_HAVE_X86
-    if (isa == RASE_ISA_AVX2 && hd % 32 == 0) { attend_avx2(q, kc, vc, stride, j0, j1, hd, scale, scratch, out, single); return; }
-#endif
-    attend_ref(q, kc, vc, stride, j0, j1, hd, scale, scratch, out);
 }
 
 // rotate one head (n_rot leading dims) with the table row cs = (cos, sin) x n_rot/2
@@ -319,25 +299,27 @@ static void rase_rope_table(float *cs, int pos, int n_rot, float base, float fre
 
 static void rase_sync(rase_model *m, int ith) {
     rase_barrier_wait(&m->barrier);
-    for (int a = 0; a < 2 * ACT_COUNT; ++a) m->act_src[ith * 2 * ACT_COUNT + a] = NULL;
+    for (int a = 0; a < 2 * ACT_COUNT; ++a) m->s->act_src[ith * 2 * ACT_COUNT + a] = NULL;
 }
 
-// X (T, cols) quantized to activation format `act`, as rows `*astride` bytes apart. One row:
-// each thread quantizes it into its own buffer (no barrier). Several rows: the threads split
-// them into a shared buffer, then meet at a barrier. Each thread remembers what its buffers
-// hold, so matmuls sharing an input (Q/K/V, gate/up) quantize it once; rase_sync forgets.
+// X (T, cols) quantized to activation format `act`, as rows `*astride` bytes apart; each row
+// on its own (no statistics across rows). One row: each thread quantizes it into its own buffer
+// (no barrier). Several rows: the threads split them into a shared buffer, then meet at a
+// barrier. Each thread remembers what its buffers hold, so matmuls sharing an input (Q/K/V,
+// gate/up) quantize it once; rase_sync forgets.
 static const uint8_t *rase_quantize_input(rase_model *m, int act, const float *X, int T, int64_t cols,
                                           int ith, int nth, size_t *astride) {
+    rase_scratch *s = m->s;
     const rase_quant_fn quant = rase_act_quant_for(act, m->isa);
     const size_t row = rase_act_bytes(act, cols);
     *astride = row;
-    const float **src = m->act_src + ith * 2 * ACT_COUNT;
+    const float **src = s->act_src + ith * 2 * ACT_COUNT;
     if (T == 1) {
-        uint8_t *buf = m->act + ((size_t)ith * ACT_COUNT + act) * m->act_stride;
+        uint8_t *buf = s->act + ((size_t)ith * ACT_COUNT + act) * s->act_stride;
         if (src[act] != X) { quant(X, buf, cols); src[act] = X; }
         return buf;
     }
-    uint8_t *buf = m->act_rows + (size_t)act * m->max_batch * m->act_stride;
+    uint8_t *buf = s->act_rows + (size_t)act * s->max_rows * s->act_stride;
     if (src[ACT_COUNT + act] != X) {
         int64_t lo, hi;
         rase_split(T, ith, nth, &lo, &hi);
@@ -353,17 +335,17 @@ static const uint8_t *rase_quantize_input(rase_model *m, int act, const float *X
 #endif
 
 // Y (T, rows) = X (T, cols) w^T for this thread's rows [lo, hi). Each weight row is read once
-// and dotted with up to RASE_NT tokens at a time; per token the arithmetic does not depend on T.
+// and dotted with up to RASE_NT tokens at a time. The tile shape changes with T (RASE_NR rows x
+// 1 token, or 1 row x RASE_NT tokens); the arithmetic of each output element does not.
 static void rase_matmul(rase_model *m, const rase_mat *w, const float *X, int T, float *Y, int ith,
                         int nth, int64_t *lo, int64_t *hi) {
     size_t as;
     const uint8_t *A = rase_quantize_input(m, DOT_TRAITS[w->type].act, X, T, w->cols, ith, nth, &as);
-    rase_dotn_fn dotn_full, dotn_tail;
-    rase_dotn_plan(w->type, m->isa, w->rows, T, &dotn_full, &dotn_tail);
+    const rase_dotn_fn dotn = rase_dotn_for(w->type, m->isa);
     rase_split(w->rows, ith, nth, lo, hi);
     float out[RASE_NT];
     const rase_dotr_fn dotr = m->isa == RASE_ISA_AVX2 ? DOT_TRAITS[w->type].dotr : 0;
-    if (T == 1 && dotr) {  // decode: RASE_NR rows at a time keep several FMA chains in flight
+    if (T == 1 && dotr) {  // one token: RASE_NR rows at a time keep several FMA chains in flight
         const int64_t group = RASE_NR * w->row_bytes;
         for (int64_t r = *lo; r < *hi; r += RASE_NR) {
             const int nr = *hi - r < RASE_NR ? (int)(*hi - r) : RASE_NR;
@@ -378,7 +360,7 @@ static void rase_matmul(rase_model *m, const rase_mat *w, const float *X, int T,
         const uint8_t *wr = w->data + r * w->row_bytes;
         for (int t0 = 0; t0 < T; t0 += RASE_NT) {
             const int nt = T - t0 < RASE_NT ? T - t0 : RASE_NT;
-            (nt == RASE_NT ? dotn_full : dotn_tail)(w->cols, wr, A + (size_t)t0 * as, as, nt, out);
+            dotn(w->cols, wr, A + (size_t)t0 * as, as, nt, out);
             for (int j = 0; j < nt; ++j) Y[(int64_t)(t0 + j) * w->rows + r] = out[j];
         }
     }
@@ -396,115 +378,178 @@ static inline int64_t rase_now_ns(void) {
 #define RASE_PROF_START(m, ith) const int64_t prof_t0 = ((m)->profile && (ith) == 0) ? rase_now_ns() : 0
 #define RASE_PROF_ADD(m, ith, field) do { if ((m)->profile && (ith) == 0) (m)->field += rase_now_ns() - prof_t0; } while (0)
 
-// x[t] += post_norm ? rmsnorm(o[t]) : o[t] for this thread's tokens, then (next_norm) h[t] =
+// x[t] += post_norm ? rmsnorm(o[t]) : o[t] for this thread's rows, then (next_norm) h[t] =
 // rmsnorm(x[t]); a barrier after.
 static void rase_residual(rase_model *m, const float *post_norm, const float *next_norm, int T, int ith,
                           int nth) {
-    const int E = m->n_embd;
+    const int E = m->w->hp.n_embd;
+    const float eps = m->w->hp.eps;
     int64_t lo, hi;
     rase_split(T, ith, nth, &lo, &hi);
     for (int64_t t = lo; t < hi; ++t) {
-        float *o = m->o + t * E, *x = m->x + t * E;
-        if (post_norm) rase_rmsnorm(o, post_norm, o, E, m->eps);
+        float *o = m->s->o + t * E, *x = m->s->x + t * E;
+        if (post_norm) rase_rmsnorm(o, post_norm, o, E, eps);
         for (int i = 0; i < E; ++i) x[i] += o[i];
-        if (next_norm) rase_rmsnorm(x, next_norm, m->h + t * E, E, m->eps);
+        if (next_norm) rase_rmsnorm(x, next_norm, m->s->h + t * E, E, eps);
     }
     rase_sync(m, ith);
 }
 
-static void rase_layer_forward(rase_model *m, const rase_layer *L, int il, int T, int pos0, int ith,
+// pool offset (elements) of position pos of a sequence, for layer il
+static inline int64_t rase_kv_slot(const rase_kv_pool *kv, const int32_t *table, int il, int pos) {
+    return (((int64_t)table[pos / RASE_KV_BLOCK] * kv->n_layer + il) * RASE_KV_BLOCK + pos % RASE_KV_BLOCK) *
+           kv->n_kv_dim;
+}
+
+// per (row, head): QK-norm, RoPE (and Gemma's q prescale); K and V go to the row's pool slot
+static void rase_qk_rope_store(rase_model *m, const rase_layer *L, int il, const rase_batch *b, int ith,
                                int nth) {
-    const int E = m->n_embd, hd = m->head_dim, nh = m->n_head, nkv = m->n_head_kv;
-    const int64_t nq = (int64_t)nh * hd, nk = (int64_t)nkv * hd;
-    const int64_t half_rot = m->n_rot / 2;
+    const rase_hparams *hp = &m->w->hp;
+    rase_scratch *s = m->s;
+    const int hd = hp->head_dim, nh = hp->n_head, nkv = hp->n_head_kv, T = b->n;
+    const int64_t nq = (int64_t)nh * hd, nk = (int64_t)nkv * hd, half_rot = hp->n_rot / 2;
+    const float *rope = s->rope + (size_t)L->rope_slot * s->max_rows * half_rot * 2;
     int64_t lo, hi;
-    // 1. attention norm, rows split by token
-    rase_split(T, ith, nth, &lo, &hi);
-    for (int64_t t = lo; t < hi; ++t) rase_rmsnorm(m->x + t * E, L->attn_norm, m->h + t * E, E, m->eps);
-    rase_sync(m, ith);
-    // 2. Q, K, V projections share the normed input
-    {
-        RASE_PROF_START(m, ith);
-        rase_matmul(m, &L->wq, m->h, T, m->q, ith, nth, &lo, &hi);
-        rase_matmul(m, &L->wk, m->h, T, m->k, ith, nth, &lo, &hi);
-        rase_matmul(m, &L->wv, m->h, T, m->v, ith, nth, &lo, &hi);
-        rase_sync(m, ith);
-        RASE_PROF_ADD(m, ith, prof_matmul_ns);
-    }
-    // 3. per (token, head): QK-norm, RoPE; K and V go to the f16 cache
-    uint16_t *kc = m->k_cache + (size_t)il * m->n_ctx * nk, *vc = m->v_cache + (size_t)il * m->n_ctx * nk;
-    const float *rope = m->rope + (size_t)L->rope_slot * m->max_batch * half_rot * 2;
     rase_split((int64_t)T * (nh + nkv), ith, nth, &lo, &hi);
     for (int64_t w = lo; w < hi; ++w) {
         const int t = (int)(w / (nh + nkv)), hh = (int)(w % (nh + nkv));
         const float *cs = rope + (size_t)t * half_rot * 2;
         if (hh < nh) {
-            float *qh = m->q + t * nq + (int64_t)hh * hd;
-            if (L->q_norm) rase_rmsnorm(qh, L->q_norm, qh, hd, m->eps);
-            rase_rope(qh, cs, m->n_rot, m->rope_neox, m->isa);
-            if (m->attn_prescale)
-                for (int i = 0; i < hd; ++i) qh[i] *= m->attn_scale;
+            float *qh = s->q + t * nq + (int64_t)hh * hd;
+            if (L->q_norm) rase_rmsnorm(qh, L->q_norm, qh, hd, hp->eps);
+            rase_rope(qh, cs, hp->n_rot, hp->rope_neox, m->isa);
+            if (hp->attn_prescale)
+                for (int i = 0; i < hd; ++i) qh[i] *= hp->attn_scale;
         } else {
             const int kh = hh - nh;
-            float *khd = m->k + t * nk + (int64_t)kh * hd;
-            const float *vh = m->v + t * nk + (int64_t)kh * hd;
-            if (L->k_norm) rase_rmsnorm(khd, L->k_norm, khd, hd, m->eps);
-            rase_rope(khd, cs, m->n_rot, m->rope_neox, m->isa);
-            uint16_t *kd = kc + (size_t)(pos0 + t) * nk + (int64_t)kh * hd;
-            uint16_t *vd = vc + (size_t)(pos0 + t) * nk + (int64_t)kh * hd;
+            const rase_entry e = b->rows[t];
+            float *khd = s->k + t * nk + (int64_t)kh * hd;
+            const float *vh = s->v + t * nk + (int64_t)kh * hd;
+            if (L->k_norm) rase_rmsnorm(khd, L->k_norm, khd, hd, hp->eps);
+            rase_rope(khd, cs, hp->n_rot, hp->rope_neox, m->isa);
+            const int64_t slot = rase_kv_slot(m->kv, b->tables + e.seq * b->table_stride, il, e.pos) + (int64_t)kh * hd;
+            uint16_t *kd = m->kv->k + slot, *vd = m->kv->v + slot;
             for (int i = 0; i < hd; ++i) { kd[i] = rase_fp32_to_fp16(khd[i]); vd[i] = rase_fp32_to_fp16(vh[i]); }
         }
     }
-    rase_sync(m, ith);
-    // 4. attention per (token, query head), dealt round-robin: later tokens attend to more
-    // positions, so contiguous ranges would leave the first thread idle
-    const int group = nh / nkv;
-    {
-    RASE_PROF_START(m, ith);
-    for (int64_t w = ith; w < (int64_t)T * nh; w += nth) {
-        const int t = (int)(w / nh), hh = (int)(w % nh), p = pos0 + t;
-        const int j0 = L->window > 0 && p - L->window + 1 > 0 ? p - L->window + 1 : 0;
-        const int64_t koff = (int64_t)(hh / group) * hd;
-        rase_attend(m->q + t * nq + (int64_t)hh * hd, kc + koff, vc + koff, nk, j0, p + 1, hd,
-                    m->attn_prescale ? 1.0f : m->attn_scale, m->scores + (size_t)ith * m->attn_stride,
-                    m->att + t * nq + (int64_t)hh * hd, m->isa, T == 1);
+}
+
+// Attention, dealt round-robin (rows attend to different lengths, so contiguous ranges would
+// leave threads idle). Work items are (row, query head), or with enough rows to keep every
+// thread busy (row, KV head) serving up to RASE_ATTN_G query heads of its group at once; either
+// way each query is computed by the same operations. A row reads its own sequence's positions
+// [j0, pos]: the rows of its own chunk were stored before the barrier that precedes this.
+static void rase_attention(rase_model *m, const rase_layer *L, int il, const rase_batch *b, int ith, int nth) {
+    const rase_hparams *hp = &m->w->hp;
+    rase_scratch *s = m->s;
+    const int hd = hp->head_dim, nh = hp->n_head, group = hp->n_head / hp->n_head_kv;
+    const int64_t nq = (int64_t)nh * hd;
+    const rase_kv_pool *kv = m->kv;
+    const int64_t layer = (int64_t)il * RASE_KV_BLOCK * kv->n_kv_dim;
+    // heads per item: a whole group (in calls of up to RASE_ATTN_G), or one
+    const int per = (int64_t)b->n * hp->n_head_kv >= 4 * nth ? group : 1;
+    const int items_per_row = nh / per;
+    const float scale = hp->attn_prescale ? 1.0f : hp->attn_scale;
+    for (int64_t w = ith; w < (int64_t)b->n * items_per_row; w += nth) {
+        const int t = (int)(w / items_per_row), h0 = (int)(w % items_per_row) * per;
+        const rase_entry e = b->rows[t];
+        const int j0 = L->window > 0 && e.pos - L->window + 1 > 0 ? e.pos - L->window + 1 : 0;
+        const int64_t koff = layer + (int64_t)(h0 / group) * hd;
+        const rase_kv_view view = {kv->k + koff, kv->v + koff, b->tables + e.seq * b->table_stride,
+                                   (int64_t)kv->n_layer * RASE_KV_BLOCK * kv->n_kv_dim, kv->n_kv_dim};
+        for (int h = h0; h < h0 + per; h += RASE_ATTN_G) {
+            const int g = h0 + per - h < RASE_ATTN_G ? h0 + per - h : RASE_ATTN_G;
+            const float *qs[RASE_ATTN_G];
+            float *outs[RASE_ATTN_G];
+            for (int i = 0; i < g; ++i) {
+                qs[i] = s->q + t * nq + (int64_t)(h + i) * hd;
+                outs[i] = s->att + t * nq + (int64_t)(h + i) * hd;
+            }
+            rase_attend(g, qs, &view, j0, e.pos + 1, hd, scale, s->scores + (size_t)ith * RASE_ATTN_G * s->attn_stride,
+                        s->attn_stride, outs, m->isa);
+        }
     }
+}
+
+static void rase_layer_forward(rase_model *m, const rase_layer *L, int il, const rase_batch *b, int ith,
+                               int nth) {
+    rase_scratch *s = m->s;
+    const int E = m->w->hp.n_embd, T = b->n, n_ff = m->w->hp.n_ff;
+    int64_t lo, hi;
+    // 1. attention norm, rows split by token
+    rase_split(T, ith, nth, &lo, &hi);
+    for (int64_t t = lo; t < hi; ++t) rase_rmsnorm(s->x + t * E, L->attn_norm, s->h + t * E, E, m->w->hp.eps);
     rase_sync(m, ith);
-    RASE_PROF_ADD(m, ith, prof_attn_ns);
+    // 2. Q, K, V projections share the normed input
+    {
+        RASE_PROF_START(m, ith);
+        rase_matmul(m, &L->wq, s->h, T, s->q, ith, nth, &lo, &hi);
+        rase_matmul(m, &L->wk, s->h, T, s->k, ith, nth, &lo, &hi);
+        rase_matmul(m, &L->wv, s->h, T, s->v, ith, nth, &lo, &hi);
+        rase_sync(m, ith);
+        RASE_PROF_ADD(m, ith, prof_matmul_ns);
+    }
+    // 3. QK-norm, RoPE, K/V to the pool; 4. attention
+    rase_qk_rope_store(m, L, il, b, ith, nth);
+    rase_sync(m, ith);
+    {
+        RASE_PROF_START(m, ith);
+        rase_attention(m, L, il, b, ith, nth);
+        rase_sync(m, ith);
+        RASE_PROF_ADD(m, ith, prof_attn_ns);
     }
     // 5. output projection
     {
         RASE_PROF_START(m, ith);
-        rase_matmul(m, &L->wo, m->att, T, m->o, ith, nth, &lo, &hi);
+        rase_matmul(m, &L->wo, s->att, T, s->o, ith, nth, &lo, &hi);
         rase_sync(m, ith);
         RASE_PROF_ADD(m, ith, prof_matmul_ns);
     }
     // 6. (post-attention norm), residual, FFN norm
     rase_residual(m, L->post_attn_norm, L->ffn_norm, T, ith, nth);
-    // 7. gate and up over the same rows, then act(gate) * up on those rows
+    // 7. gate and up over the same rows, then act(gate) * up on those rows; 8. down projection
     {
-    RASE_PROF_START(m, ith);
-    rase_matmul(m, &L->wgate, m->h, T, m->g, ith, nth, &lo, &hi);
-    rase_matmul(m, &L->wup, m->h, T, m->u, ith, nth, &lo, &hi);
-    for (int t = 0; t < T; ++t)
-        rase_gate(m->g + (int64_t)t * m->n_ff + lo, m->u + (int64_t)t * m->n_ff + lo, hi - lo, m->gelu_table, m->isa);
-    rase_sync(m, ith);
-    // 8. down projection
-    rase_matmul(m, &L->wdown, m->g, T, m->o, ith, nth, &lo, &hi);
-    rase_sync(m, ith);
-    RASE_PROF_ADD(m, ith, prof_matmul_ns);
+        RASE_PROF_START(m, ith);
+        rase_matmul(m, &L->wgate, s->h, T, s->g, ith, nth, &lo, &hi);
+        rase_matmul(m, &L->wup, s->h, T, s->u, ith, nth, &lo, &hi);
+        for (int t = 0; t < T; ++t)
+            rase_gate(s->g + (int64_t)t * n_ff + lo, s->u + (int64_t)t * n_ff + lo, hi - lo, m->w->gelu_table, m->isa);
+        rase_sync(m, ith);
+        rase_matmul(m, &L->wdown, s->g, T, s->o, ith, nth, &lo, &hi);
+        rase_sync(m, ith);
+        RASE_PROF_ADD(m, ith, prof_matmul_ns);
     }
     // 9. (post-FFN norm), residual
     rase_residual(m, L->post_ffn_norm, 0, T, ith, nth);
 }
 
-// Evaluate tokens[0..T) at positions pos0..; T <= max_batch, pos0 + T <= n_ctx and every
-// token < n_vocab (the caller checks). logits: (n_out, n_vocab) for the last n_out tokens.
-static void rase_forward(rase_model *m, const int32_t *tokens, int T, int pos0, float *logits, int n_out) {
-    const int E = m->n_embd;
-    const int64_t half_rot = m->n_rot / 2;
-    const int nslots = m->rope_base[1] > 0.0f ? 2 : 1;
-#pragma omp parallel num_threads(m->n_threads)
+// embeddings and RoPE tables of this thread's rows, from each row's own token and position
+static void rase_embed(rase_model *m, const rase_batch *b, int ith, int nth) {
+    const rase_weights *w = m->w;
+    const rase_hparams *hp = &w->hp;
+    const int E = hp->n_embd, nslots = hp->rope_base[1] > 0.0f ? 2 : 1;
+    const int64_t half_rot = hp->n_rot / 2;
+    const rase_dequant_fn deq = rase_dequant_for(w->tok_embd.type, m->isa);
+    int64_t lo, hi;
+    rase_split(b->n, ith, nth, &lo, &hi);
+    for (int64_t t = lo; t < hi; ++t) {
+        float *x = m->s->x + t * E;
+        deq(w->tok_embd.data + (int64_t)b->rows[t].token * w->tok_embd.row_bytes, x, E);
+        if (hp->embd_scale != 1.0f)
+            for (int i = 0; i < E; ++i) x[i] *= hp->embd_scale;
+        for (int sl = 0; sl < nslots; ++sl)
+            rase_rope_table(m->s->rope + ((size_t)sl * m->s->max_rows + t) * half_rot * 2, b->rows[t].pos,
+                            hp->n_rot, hp->rope_base[sl], hp->rope_freq_scale[sl]);
+    }
+}
+
+// One step. The caller checks: 1 <= n <= max_rows; n_out <= max_rows; tokens < n_vocab;
+// 0 <= pos < n_ctx; every (seq, pos) row has a block in its table; out_rows in [0, n).
+// samplers (n_out) or NULL: when given, tokens[j] = the token sampled from logits row j (-1 if
+// those logits are not finite), rows split across threads (each sampler has its own RNG).
+static void rase_step(rase_model *m, const rase_batch *b, const rase_sampler_ref *samplers, int32_t *tokens) {
+    const int E = m->w->hp.n_embd, V = m->w->hp.n_vocab;
+#pragma omp parallel num_threads(m->s->n_threads)
     {
         int ith = 0, nth = 1;
 #ifdef _OPENMP
@@ -516,32 +561,27 @@ static void rase_forward(rase_model *m, const int32_t *tokens, int T, int pos0, 
             m->barrier.n = nth;
             m->barrier.count = 0;
         }  // implicit barrier: every thread sees n
-        for (int a = 0; a < 2 * ACT_COUNT; ++a) m->act_src[ith * 2 * ACT_COUNT + a] = NULL;
+        for (int a = 0; a < 2 * ACT_COUNT; ++a) m->s->act_src[ith * 2 * ACT_COUNT + a] = NULL;
+        rase_embed(m, b, ith, nth);
+        rase_sync(m, ith);
+        for (int il = 0; il < m->w->hp.n_layer; ++il) {
+            rase_layer_forward(m, &m->w->layers[il], il, b, ith, nth);
+            if (m->trace && ith == 0) memcpy(m->trace + (size_t)il * b->n * E, m->s->x, (size_t)b->n * E * sizeof(float));
+        }
+        // final norm of the wanted rows, gathered in output order, then the LM head
         int64_t lo, hi;
-        rase_split(T, ith, nth, &lo, &hi);
-        const rase_dequant_fn deq = rase_dequant_for(m->tok_embd.type, m->isa);
-        for (int64_t t = lo; t < hi; ++t) {
-            float *x = m->x + t * E;
-            deq(m->tok_embd.data + (int64_t)tokens[t] * m->tok_embd.row_bytes, x, E);
-            if (m->embd_scale != 1.0f)
-                for (int i = 0; i < E; ++i) x[i] *= m->embd_scale;
-            for (int s = 0; s < nslots; ++s)
-                rase_rope_table(m->rope + ((size_t)s * m->max_batch + t) * half_rot * 2, pos0 + (int)t,
-                                m->n_rot, m->rope_base[s], m->rope_freq_scale[s]);
-        }
+        rase_split(b->n_out, ith, nth, &lo, &hi);
+        for (int64_t j = lo; j < hi; ++j)
+            rase_rmsnorm(m->s->x + (int64_t)b->out_rows[j] * E, m->w->output_norm, m->s->h + j * E, E, m->w->hp.eps);
         rase_sync(m, ith);
-        for (int il = 0; il < m->n_layer; ++il) {
-            rase_layer_forward(m, &m->layers[il], il, T, pos0, ith, nth);
-            if (m->trace && ith == 0) memcpy(m->trace + (size_t)il * T * E, m->x, (size_t)T * E * sizeof(float));
+        if (b->n_out > 0) rase_matmul(m, &m->w->output, m->s->h, b->n_out, b->logits, ith, nth, &lo, &hi);
+        if (samplers) {
+            rase_sync(m, ith);
+            for (int j = ith; j < b->n_out; j += nth) {
+                const rase_sampler_ref *r = &samplers[j];
+                tokens[j] = rase_sample(b->logits + (int64_t)j * V, V, r->counts, r->p, r->rng, r->work);
+            }
         }
-        // final norm and LM head for the last n_out tokens (matvec: one row of logits each)
-        rase_split(n_out, ith, nth, &lo, &hi);
-        for (int64_t j = lo; j < hi; ++j) {
-            const int64_t t = T - n_out + j;
-            rase_rmsnorm(m->x + t * E, m->output_norm, m->h + t * E, E, m->eps);
-        }
-        rase_sync(m, ith);
-        rase_matmul(m, &m->output, m->h + (int64_t)(T - n_out) * E, n_out, logits, ith, nth, &lo, &hi);
     }
 }
 

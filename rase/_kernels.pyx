@@ -180,10 +180,29 @@ def vec_dot(int qtype, const uint8_t[::1] w, const float[:, ::1] x, isa=None):
 
 # ---------------------------------------------------------------- the forward
 
-from libc.stdint cimport int32_t, uint16_t
-from libc.stdlib cimport calloc, free
+from libc.stdint cimport int32_t, uint16_t, uint64_t
+from libc.stdlib cimport calloc, free, malloc
+
+cdef extern from "_sample.h" nogil:
+    ctypedef struct rase_rng:
+        uint64_t s[4]
+    ctypedef struct rase_sampling:
+        float temperature
+        int top_k
+        float top_p
+        float min_p
+        float repeat_penalty
+        float presence_penalty
+        float frequency_penalty
+    ctypedef struct rase_cand:
+        float logit
+        int32_t id
+    void rase_rng_seed(rase_rng *r, uint64_t seed)
+    int32_t rase_sample(const float *logits, int32_t n, const int32_t *counts, const rase_sampling *p,
+                        rase_rng *rng, rase_cand *work)
 
 cdef extern from "_forward.h" nogil:
+    int RASE_KV_BLOCK
     ctypedef struct rase_mat:
         const uint8_t *data
         int type
@@ -197,97 +216,130 @@ cdef extern from "_forward.h" nogil:
         const float *post_attn_norm
         const float *post_ffn_norm
         int window, rope_slot
-    ctypedef struct rase_model:
-        int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx, n_rot
+    ctypedef struct rase_hparams:
+        int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_rot, n_ctx
         int rope_neox, gelu, attn_prescale
         float eps, embd_scale, attn_scale
         float rope_base[2]
         float rope_freq_scale[2]
+    ctypedef struct rase_weights:
+        rase_hparams hp
         rase_mat tok_embd, output
         const float *output_norm
         rase_layer *layers
-        int max_batch, n_threads, isa
+    ctypedef struct rase_kv_pool:
+        int32_t n_blocks
+    ctypedef struct rase_scratch:
+        int max_rows, n_threads
+    ctypedef struct rase_entry:
+        int32_t token, seq, pos
+    ctypedef struct rase_batch:
+        const rase_entry *rows
+        int n
+        const int32_t *tables
+        int64_t table_stride
+        const int32_t *out_rows
+        int n_out
+        float *logits
+    ctypedef struct rase_sampler_ref:
+        const rase_sampling *p
+        rase_rng *rng
+        rase_cand *work
+        const int32_t *counts
+    ctypedef struct rase_model:
+        const rase_weights *w
+        rase_kv_pool *kv
+        rase_scratch *s
+        int isa
         float *trace
         int profile
         int64_t prof_matmul_ns, prof_attn_ns
-    int rase_model_alloc(rase_model *m)
-    void rase_model_free(rase_model *m)
-    void rase_forward(rase_model *m, const int32_t *tokens, int T, int pos0, float *logits, int n_out)
+    int rase_weights_init(rase_weights *w)
+    void rase_weights_free(rase_weights *w)
+    int rase_kv_pool_alloc(rase_kv_pool *kv, const rase_hparams *hp, int32_t n_blocks)
+    void rase_kv_pool_free(rase_kv_pool *kv)
+    int rase_scratch_alloc(rase_scratch *s, const rase_hparams *hp, int max_rows, int n_threads)
+    void rase_scratch_free(rase_scratch *s)
+    void rase_step(rase_model *m, const rase_batch *b, const rase_sampler_ref *samplers, int32_t *tokens)
 
 import numpy as _np
+
+KV_BLOCK = RASE_KV_BLOCK  # positions per KV block
 
 _MATS = ("wq", "wk", "wv", "wo", "wgate", "wup", "wdown")
 _NORMS = ("attn_norm", "ffn_norm", "q_norm", "k_norm", "post_attn_norm", "post_ffn_norm")
 
 
-cdef class Forward:
-    """A model plan over weights that stay in the caller's buffers (the GGUF mmap), an f16 KV
-    cache of n_ctx positions and scratch for max_batch tokens. Not thread-safe: one caller
-    at a time (sessions hold a lock)."""
-    cdef rase_model m
+cdef class Weights:
+    """The read-only plan of one model: hyper-parameters and weight pointers into the caller's
+    buffers (the GGUF mmap), shared by every Forward over it."""
+    cdef rase_weights w
     cdef rase_layer *layers
     cdef list _keep  # owners of every buffer the plan points into
 
     def __cinit__(self):
         self.layers = NULL
 
-    def __init__(self, dict hp, dict tensors, list layers, int n_threads, int max_batch):
-        """hp: hyper-parameters; tensors: tok_embd, output (matrices), output_norm (vector);
-        layers: one dict per layer with the _MATS matrices, _NORMS vectors (None = absent),
-        window and rope_slot. A matrix is (data uint8, ggml type, rows, cols)."""
+    def __init__(self, dict hp, dict tensors, list layers):
+        """hp: hyper-parameters (n_ctx = positions one sequence may reach); tensors: tok_embd,
+        output (matrices), output_norm (vector); layers: one dict per layer with the _MATS
+        matrices, _NORMS vectors (None = absent), window and rope_slot. A matrix is
+        (data uint8, ggml type, rows, cols)."""
         self._keep = []
-        m = &self.m
-        m.n_layer, m.n_embd, m.n_head = hp["n_layer"], hp["n_embd"], hp["n_head"]
-        m.n_head_kv, m.head_dim, m.n_ff = hp["n_head_kv"], hp["head_dim"], hp["n_ff"]
-        m.n_vocab, m.n_ctx, m.n_rot = hp["n_vocab"], hp["n_ctx"], hp["n_rot"]
-        m.rope_neox, m.gelu = hp["rope_neox"], hp["gelu"]
-        m.attn_prescale = hp.get("attn_prescale", 0)
-        m.eps, m.embd_scale, m.attn_scale = hp["eps"], hp["embd_scale"], hp["attn_scale"]
+        cdef rase_hparams *h = &self.w.hp
+        h.n_layer, h.n_embd, h.n_head = hp["n_layer"], hp["n_embd"], hp["n_head"]
+        h.n_head_kv, h.head_dim, h.n_ff = hp["n_head_kv"], hp["head_dim"], hp["n_ff"]
+        h.n_vocab, h.n_ctx, h.n_rot = hp["n_vocab"], hp["n_ctx"], hp["n_rot"]
+        h.rope_neox, h.gelu = hp["rope_neox"], hp["gelu"]
+        h.attn_prescale = hp.get("attn_prescale", 0)
+        h.eps, h.embd_scale, h.attn_scale = hp["eps"], hp["embd_scale"], hp["attn_scale"]
         for s in range(2):
-            m.rope_base[s] = hp["rope_base"][s]
-            m.rope_freq_scale[s] = hp["rope_freq_scale"][s]
-        if min(m.n_layer, m.n_embd, m.n_head, m.n_head_kv, m.head_dim, m.n_ff, m.n_vocab,
-               m.n_ctx, n_threads, max_batch) <= 0 or m.n_head % m.n_head_kv:
+            h.rope_base[s] = hp["rope_base"][s]
+            h.rope_freq_scale[s] = hp["rope_freq_scale"][s]
+        if min(h.n_layer, h.n_embd, h.n_head, h.n_head_kv, h.head_dim, h.n_ff, h.n_vocab,
+               h.n_ctx) <= 0 or h.n_head % h.n_head_kv:
             raise ValueError("invalid hyper-parameters")
-        if m.n_rot <= 0 or m.n_rot > m.head_dim or m.n_rot % 2:
-            raise ValueError(f"rope dimension {m.n_rot} invalid for head_dim {m.head_dim}")
-        m.n_threads, m.max_batch = n_threads, max_batch
-        nq, nkv = m.n_head * m.head_dim, m.n_head_kv * m.head_dim
-        self._mat(&m.tok_embd, tensors["tok_embd"], m.n_vocab, m.n_embd, "token_embd")
-        self._mat(&m.output, tensors["output"], m.n_vocab, m.n_embd, "output")
-        m.output_norm = self._vec(tensors["output_norm"], m.n_embd, "output_norm")
-        if len(layers) != m.n_layer:
-            raise ValueError(f"{len(layers)} layer plans for {m.n_layer} layers")
-        self.layers = <rase_layer *>calloc(m.n_layer, sizeof(rase_layer))
+        if h.n_rot <= 0 or h.n_rot > h.head_dim or h.n_rot % 2:
+            raise ValueError(f"rope dimension {h.n_rot} invalid for head_dim {h.head_dim}")
+        self._mat(&self.w.tok_embd, tensors["tok_embd"], h.n_vocab, h.n_embd, "token_embd")
+        self._mat(&self.w.output, tensors["output"], h.n_vocab, h.n_embd, "output")
+        self.w.output_norm = self._vec(tensors["output_norm"], h.n_embd, "output_norm")
+        if len(layers) != h.n_layer:
+            raise ValueError(f"{len(layers)} layer plans for {h.n_layer} layers")
+        self.layers = <rase_layer *>calloc(h.n_layer, sizeof(rase_layer))
         if self.layers == NULL:
             raise MemoryError()
-        m.layers = self.layers
-        shapes = {"wq": (nq, m.n_embd), "wk": (nkv, m.n_embd), "wv": (nkv, m.n_embd),
-                  "wo": (m.n_embd, nq), "wgate": (m.n_ff, m.n_embd), "wup": (m.n_ff, m.n_embd),
-                  "wdown": (m.n_embd, m.n_ff)}
-        lens = {"attn_norm": m.n_embd, "ffn_norm": m.n_embd, "q_norm": m.head_dim,
-                "k_norm": m.head_dim, "post_attn_norm": m.n_embd, "post_ffn_norm": m.n_embd}
-        cdef rase_layer *L
+        self.w.layers = self.layers
+        for il, spec in enumerate(layers):
+            self._layer(&self.layers[il], il, spec)
+        if rase_weights_init(&self.w) != 0:
+            raise MemoryError()
+
+    cdef int _layer(self, rase_layer *L, int il, dict spec) except -1:
+        cdef rase_hparams *h = &self.w.hp
+        nq, nkv = h.n_head * h.head_dim, h.n_head_kv * h.head_dim
+        shapes = {"wq": (nq, h.n_embd), "wk": (nkv, h.n_embd), "wv": (nkv, h.n_embd),
+                  "wo": (h.n_embd, nq), "wgate": (h.n_ff, h.n_embd), "wup": (h.n_ff, h.n_embd),
+                  "wdown": (h.n_embd, h.n_ff)}
+        lens = {"attn_norm": h.n_embd, "ffn_norm": h.n_embd, "q_norm": h.head_dim,
+                "k_norm": h.head_dim, "post_attn_norm": h.n_embd, "post_ffn_norm": h.n_embd}
         cdef rase_mat *mats[7]
         cdef const float **norms[6]
-        for il, spec in enumerate(layers):
-            L = &self.layers[il]
-            mats[:] = [&L.wq, &L.wk, &L.wv, &L.wo, &L.wgate, &L.wup, &L.wdown]
-            norms[:] = [&L.attn_norm, &L.ffn_norm, &L.q_norm, &L.k_norm, &L.post_attn_norm, &L.post_ffn_norm]
-            for j, name in enumerate(_MATS):
-                self._mat(mats[j], spec[name], shapes[name][0], shapes[name][1], f"blk.{il}.{name}")
-            for j, name in enumerate(_NORMS):
-                if spec.get(name) is None:
-                    if name in ("attn_norm", "ffn_norm"):
-                        raise ValueError(f"layer {il} needs {name}")
-                    norms[j][0] = NULL
-                else:
-                    norms[j][0] = self._vec(spec[name], lens[name], f"blk.{il}.{name}")
-            L.window, L.rope_slot = spec.get("window", 0), spec.get("rope_slot", 0)
-            if L.rope_slot not in (0, 1) or (L.rope_slot == 1 and m.rope_base[1] <= 0) or L.window < 0:
-                raise ValueError(f"layer {il}: bad window/rope slot")
-        if rase_model_alloc(m) != 0:
-            raise MemoryError(f"cannot allocate the KV cache and scratch for n_ctx={m.n_ctx}")
+        mats[:] = [&L.wq, &L.wk, &L.wv, &L.wo, &L.wgate, &L.wup, &L.wdown]
+        norms[:] = [&L.attn_norm, &L.ffn_norm, &L.q_norm, &L.k_norm, &L.post_attn_norm, &L.post_ffn_norm]
+        for j, name in enumerate(_MATS):
+            self._mat(mats[j], spec[name], shapes[name][0], shapes[name][1], f"blk.{il}.{name}")
+        for j, name in enumerate(_NORMS):
+            if spec.get(name) is None:
+                if name in ("attn_norm", "ffn_norm"):
+                    raise ValueError(f"layer {il} needs {name}")
+                norms[j][0] = NULL
+            else:
+                norms[j][0] = self._vec(spec[name], lens[name], f"blk.{il}.{name}")
+        L.window, L.rope_slot = spec.get("window", 0), spec.get("rope_slot", 0)
+        if L.rope_slot not in (0, 1) or (L.rope_slot == 1 and h.rope_base[1] <= 0) or L.window < 0:
+            raise ValueError(f"layer {il}: bad window/rope slot")
+        return 0
 
     cdef int _mat(self, rase_mat *out, tuple spec, int64_t rows, int64_t cols, str name) except -1:
         data, qtype, r, c = spec
@@ -318,24 +370,131 @@ cdef class Forward:
         return &view[0]
 
     def __dealloc__(self):
-        rase_model_free(&self.m)
+        rase_weights_free(&self.w)
         free(self.layers)
 
     @property
     def n_ctx(self):
-        return self.m.n_ctx
+        return self.w.hp.n_ctx
 
     @property
     def n_vocab(self):
-        return self.m.n_vocab
+        return self.w.hp.n_vocab
 
     @property
-    def max_batch(self):
-        return self.m.max_batch
+    def kv_bytes_per_token(self):
+        """f16 K and V of one position, all layers."""
+        return 2 * 2 * self.w.hp.n_layer * self.w.hp.n_head_kv * self.w.hp.head_dim
+
+
+cdef class Sampler:
+    """Samples token ids from logits rows with an explicit seeded RNG; counts of the tokens
+    accepted so far feed the repeat/presence/frequency penalties. The GIL is released while it
+    runs (alone, or inside Forward.step)."""
+    cdef rase_sampling p
+    cdef rase_rng rng
+    cdef rase_cand *work
+    cdef int32_t n
+    cdef object counts  # int32 (n,)
+
+    def __cinit__(self):
+        self.work = NULL
+
+    def __init__(self, int n_vocab, float temperature, int top_k, float top_p, float min_p,
+                 float repeat_penalty, float presence_penalty, float frequency_penalty,
+                 unsigned long long seed):
+        if n_vocab < 1:
+            raise ValueError("vocabulary must not be empty")
+        self.n = n_vocab
+        self.p.temperature, self.p.top_k, self.p.top_p, self.p.min_p = temperature, top_k, top_p, min_p
+        self.p.repeat_penalty = repeat_penalty
+        self.p.presence_penalty, self.p.frequency_penalty = presence_penalty, frequency_penalty
+        rase_rng_seed(&self.rng, seed)
+        self.work = <rase_cand *>malloc(n_vocab * sizeof(rase_cand))
+        if self.work == NULL:
+            raise MemoryError()
+        self.counts = _np.zeros(n_vocab, dtype=_np.int32)
+
+    def __dealloc__(self):
+        free(self.work)
+
+    cdef const int32_t *counts_ptr(self):
+        cdef int32_t[::1] cv = self.counts
+        return &cv[0]
+
+    def accept(self, int token):
+        """Record a token as part of the history the penalties see (prompt or generated)."""
+        if 0 <= token < self.n:
+            self.counts[token] += 1
+
+    def sample(self, logits):
+        """One token id from a (n_vocab,) float32 row; -1 if the logits are not finite."""
+        row = _np.ascontiguousarray(logits, dtype=_np.float32)
+        if row.ndim != 1 or row.shape[0] != self.n:
+            raise ValueError(f"logits must be ({self.n},) float32")
+        cdef const float[::1] lv = row
+        cdef const int32_t *cp = self.counts_ptr()
+        cdef int32_t out
+        with nogil:
+            out = rase_sample(&lv[0], self.n, cp, &self.p, &self.rng, self.work)
+        return out
+
+
+cdef class Forward:
+    """Runs steps over a Weights plan: owns a KV pool of n_blocks blocks (RASE_KV_BLOCK
+    positions each, every layer) and scratch for steps of up to max_rows rows. One caller at a
+    time (a session's decoder, or a model's worker thread)."""
+    cdef rase_model m
+    cdef rase_kv_pool kv
+    cdef rase_scratch s
+    cdef readonly Weights weights
+    cdef object _identity  # int32 (1, n_blocks): the single-sequence block table
+    cdef object _logits    # float32 (rows, n_vocab): step() output, grown on demand
+    cdef rase_sampler_ref *_refs
+    cdef int _n_refs
+
+    def __cinit__(self):
+        self._refs = NULL
+        self._n_refs = 0
+
+    def __init__(self, Weights weights, int n_blocks, int max_rows, int n_threads):
+        if n_blocks < 1 or max_rows < 1 or n_threads < 1:
+            raise ValueError("n_blocks, max_rows and n_threads must be positive")
+        self.weights = weights
+        self.m.w = &weights.w
+        self.m.kv = &self.kv
+        self.m.s = &self.s
+        if rase_kv_pool_alloc(&self.kv, &weights.w.hp, n_blocks) != 0:
+            raise MemoryError(f"cannot allocate a KV pool of {n_blocks} blocks")
+        if rase_scratch_alloc(&self.s, &weights.w.hp, max_rows, n_threads) != 0:
+            raise MemoryError(f"cannot allocate scratch for {max_rows} rows")
+        self._identity = _np.arange(n_blocks, dtype=_np.int32).reshape(1, -1)
+        self._logits = _np.empty((0, weights.w.hp.n_vocab), dtype=_np.float32)
+
+    def __dealloc__(self):
+        rase_kv_pool_free(&self.kv)
+        rase_scratch_free(&self.s)
+        free(self._refs)
+
+    @property
+    def n_ctx(self):
+        return self.weights.w.hp.n_ctx
+
+    @property
+    def n_vocab(self):
+        return self.weights.w.hp.n_vocab
+
+    @property
+    def max_rows(self):
+        return self.s.max_rows
 
     @property
     def n_threads(self):
-        return self.m.n_threads
+        return self.s.n_threads
+
+    @property
+    def n_blocks(self):
+        return self.kv.n_blocks
 
     def take_profile(self):
         """(matmul ns, attention ns) accumulated since the last call; profiling on from now."""
@@ -345,54 +504,163 @@ cdef class Forward:
         return out
 
     def run(self, const int32_t[::1] tokens, int pos0, int n_out=1, trace=None):
-        """Evaluate tokens at positions pos0.. (writing the KV cache); returns float32 logits
-        (n_out, n_vocab) for the last n_out tokens. GIL released for the whole forward.
-        trace: optional float32 (n_layer, T, n_embd) array receiving each layer's output."""
+        """One sequence whose position p lives in block p // KV_BLOCK (the identity table):
+        evaluate tokens at positions pos0.. (writing its KV); returns float32 logits
+        (n_out, n_vocab) for the last n_out tokens. trace: optional float32 (n_layer, T,
+        n_embd) array receiving each layer's output."""
         cdef int T = tokens.shape[0], i
-        cdef rase_model *m = &self.m
-        if T < 1 or T > m.max_batch:
-            raise ValueError(f"batch of {T} tokens; 1..{m.max_batch} allowed")
-        if pos0 < 0 or pos0 + T > m.n_ctx:
-            raise ValueError(f"positions {pos0}..{pos0 + T - 1} outside the context of {m.n_ctx}")
+        if T < 1 or T > self.s.max_rows:
+            raise ValueError(f"batch of {T} tokens; 1..{self.s.max_rows} allowed")
         if n_out < 1 or n_out > T:
             raise ValueError(f"n_out={n_out} must be in 1..{T}")
-        for i in range(T):
-            if tokens[i] < 0 or tokens[i] >= m.n_vocab:
-                raise ValueError(f"token id {tokens[i]} outside the vocabulary of {m.n_vocab}")
-        out = _np.empty((n_out, m.n_vocab), dtype=_np.float32)
-        cdef float[:, ::1] lv = out
+        rows = _np.empty((T, 3), dtype=_np.int32)
+        rows[:, 0] = tokens
+        rows[:, 1] = 0
+        rows[:, 2] = _np.arange(pos0, pos0 + T, dtype=_np.int32)
+        out_rows = _np.arange(T - n_out, T, dtype=_np.int32)
+        _, logits = self.step(rows, self._identity, out_rows, trace=trace)
+        return logits.copy()
+
+    def step(self, const int32_t[:, ::1] rows, const int32_t[:, ::1] tables, const int32_t[::1] out_rows,
+             list samplers=None, trace=None):
+        """Evaluate rows (n, 3) of (token, seq, pos): row i's K/V go to position pos of
+        sequence seq, whose block table is tables[seq]; it attends to that sequence's
+        positions up to pos (the rows of one step may extend a sequence by several positions).
+        Returns (tokens, logits): logits (n_out, n_vocab) of the out_rows, a view valid until
+        the next step; tokens (n_out,) int32 sampled by samplers[j] from row j (-1: logits not
+        finite), or None without samplers. Forward and sampling run with the GIL released."""
+        self._check_step(rows, tables, out_rows)
+        cdef int n = rows.shape[0], n_out = out_rows.shape[0], j
+        cdef int V = self.weights.w.hp.n_vocab
+        if self._logits.shape[0] < n_out:
+            self._logits = _np.empty((max(n_out, 2 * self._logits.shape[0]), V), dtype=_np.float32)
+        cdef float[:, ::1] lv = self._logits
+        tokens = None
+        cdef int32_t[::1] tv
+        cdef int32_t *tp = NULL
+        cdef rase_sampler_ref *refs = NULL
+        if samplers is not None:
+            refs = self._sampler_refs(samplers, n_out)
+            tokens = _np.empty(n_out, dtype=_np.int32)
+            tv = tokens
+            tp = &tv[0] if n_out else NULL
+        cdef rase_batch b
+        b.rows = <const rase_entry *>&rows[0, 0]
+        b.n = n
+        b.tables = &tables[0, 0]
+        b.table_stride = tables.shape[1]
+        b.out_rows = &out_rows[0] if n_out else NULL
+        b.n_out = n_out
+        b.logits = &lv[0, 0]
+        self._set_trace(trace, n)
+        self.m.isa = rase_isa
+        with nogil:
+            rase_step(&self.m, &b, refs, tp)
+        self.m.trace = NULL
+        return tokens, self._logits[:n_out]
+
+    cdef int _check_step(self, const int32_t[:, ::1] rows, const int32_t[:, ::1] tables,
+                         const int32_t[::1] out_rows) except -1:
+        cdef int n = rows.shape[0]
+        if rows.shape[1] != 3 or not 1 <= n <= self.s.max_rows:
+            raise ValueError(f"rows must be (n, 3) with 1 <= n <= {self.s.max_rows}")
+        r = _np.asarray(rows)
+        t = _np.asarray(tables)
+        if t.shape[0] < 1 or t.shape[1] < 1:
+            raise ValueError("tables must be (n_seq, max_blocks) with at least one block each")
+        tok, seq, pos = r[:, 0], r[:, 1], r[:, 2]
+        if tok.min() < 0 or tok.max() >= self.weights.w.hp.n_vocab:
+            raise ValueError(f"token id outside the vocabulary of {self.weights.w.hp.n_vocab}")
+        if seq.min() < 0 or seq.max() >= t.shape[0]:
+            raise ValueError(f"sequence index outside the {t.shape[0]} block tables")
+        limit = min(self.weights.w.hp.n_ctx, t.shape[1] * RASE_KV_BLOCK)
+        if pos.min() < 0 or pos.max() >= limit:
+            raise ValueError(f"position outside 0..{limit - 1}")
+        used = _np.zeros(t.shape, dtype=bool)  # every block a row writes or attends to
+        last = _np.full(t.shape[0], -1)
+        _np.maximum.at(last, seq, pos // RASE_KV_BLOCK)
+        used[_np.arange(t.shape[1])[None, :] <= last[:, None]] = True
+        blocks = t[used]
+        if blocks.size and (blocks.min() < 0 or blocks.max() >= self.kv.n_blocks):
+            raise ValueError(f"block id outside the pool of {self.kv.n_blocks} blocks")
+        o = _np.asarray(out_rows)
+        if o.size and (o.min() < 0 or o.max() >= n):
+            raise ValueError(f"out_rows must index the {n} rows")
+        return 0
+
+    cdef rase_sampler_ref *_sampler_refs(self, list samplers, int n_out) except NULL:
+        if len(samplers) != n_out:
+            raise ValueError(f"{len(samplers)} samplers for {n_out} rows")
+        if self._n_refs < n_out or self._refs == NULL:
+            free(self._refs)
+            self._refs = <rase_sampler_ref *>malloc(max(1, n_out) * sizeof(rase_sampler_ref))
+            if self._refs == NULL:
+                self._n_refs = 0
+                raise MemoryError()
+            self._n_refs = n_out
+        cdef Sampler sp
+        cdef int j
+        for j in range(n_out):
+            sp = samplers[j]
+            if sp.n != self.weights.w.hp.n_vocab:
+                raise ValueError("sampler vocabulary differs from the model's")
+            self._refs[j].p = &sp.p
+            self._refs[j].rng = &sp.rng
+            self._refs[j].work = sp.work
+            self._refs[j].counts = sp.counts_ptr()
+        return self._refs
+
+    cdef int _set_trace(self, trace, int n) except -1:
         cdef float[:, :, ::1] tv
-        m.trace = NULL
+        self.m.trace = NULL
         if trace is not None:
             tv = trace
-            if (tv.shape[0], tv.shape[1], tv.shape[2]) != (m.n_layer, T, m.n_embd):
-                raise ValueError(f"trace must be ({m.n_layer}, {T}, {m.n_embd}) float32")
-            m.trace = &tv[0, 0, 0]
-        m.isa = rase_isa
-        with nogil:
-            rase_forward(m, &tokens[0], T, pos0, &lv[0, 0], n_out)
-        m.trace = NULL
-        return out
+            if (tv.shape[0], tv.shape[1], tv.shape[2]) != (self.weights.w.hp.n_layer, n, self.weights.w.hp.n_embd):
+                raise ValueError(f"trace must be (n_layer, {n}, n_embd) float32")
+            self.m.trace = &tv[0, 0, 0]
+        return 0
 
 
-cdef extern from "_forward.h" nogil:
-    void rase_attend(const float *q, const uint16_t *kc, const uint16_t *vc, int64_t stride, int j0,
-                     int j1, int hd, float scale, float *scratch, float *out, int isa, int single)
+cdef extern from "_attention.h" nogil:
+    ctypedef struct rase_kv_view:
+        const uint16_t *k
+        const uint16_t *v
+        const int32_t *table
+        int64_t block_stride, row_stride
+    int RASE_ATTN_G
+    int64_t rase_attend_scratch(int64_t n_ctx, int hd)
+    void rase_attend(int g, const float *const *q, const rase_kv_view *kv, int j0, int j1, int hd,
+                     float scale, float *scratch, int64_t qstride, float *const *out, int isa)
 
 
-def attention(const float[::1] q, const uint16_t[:, ::1] k, const uint16_t[:, ::1] v, float scale,
-              int j0=0, isa=None, bint single=False):
-    """softmax(scale * q . k[j]) . v over rows j0..len(k)-1; k, v are f16 bit patterns
-    (n, head_dim), as in the KV cache. The kernel the forward uses for one query head."""
-    cdef int n = k.shape[0], hd = q.shape[0]
+def attention(const float[:, ::1] q, const uint16_t[:, ::1] k, const uint16_t[:, ::1] v, float scale,
+              int j0=0, isa=None):
+    """softmax(scale * q[h] . k[j]) . v over rows j0..len(k)-1 for each of 1..ATTN_G query
+    heads q (g, hd) sharing one KV head; k, v are f16 bit patterns (n, hd), as in the KV pool
+    (read here as consecutive blocks). The kernel the forward uses; returns (g, hd)."""
+    cdef int n = k.shape[0], hd = q.shape[1], g = q.shape[0], h
     if n < 1 or k.shape[1] != hd or v.shape[0] != n or v.shape[1] != hd or not 0 <= j0 < n:
-        raise ValueError("q (hd,), k and v (n, hd), 0 <= j0 < n required")
+        raise ValueError("q (g, hd), k and v (n, hd), 0 <= j0 < n required")
+    if not 1 <= g <= RASE_ATTN_G:
+        raise ValueError(f"1..{RASE_ATTN_G} query heads per call")
     cdef int path = rase_isa if isa is None else _isa_id(isa)
-    scratch = _np.zeros(n + 128 + 33 * hd, dtype=_np.float32)
-    out = _np.empty(hd, dtype=_np.float32)
-    cdef float[::1] sv = scratch, ov = out
+    cdef int64_t qstride = rase_attend_scratch(n, hd)
+    scratch = _np.zeros(g * qstride, dtype=_np.float32)
+    out = _np.empty((g, hd), dtype=_np.float32)
+    table = _np.arange((n + RASE_KV_BLOCK - 1) // RASE_KV_BLOCK, dtype=_np.int32)
+    cdef float[::1] sv = scratch
+    cdef float[:, ::1] ov = out
+    cdef const int32_t[::1] tv = table
+    cdef rase_kv_view view
+    cdef const float *qs[8]
+    cdef float *outs[8]
+    for h in range(g):
+        qs[h] = &q[h, 0]
+        outs[h] = &ov[h, 0]
+    view.k, view.v, view.table = &k[0, 0], &v[0, 0], &tv[0]
+    view.block_stride, view.row_stride = RASE_KV_BLOCK * hd, hd
     with nogil:
-        rase_attend(&q[0], &k[0, 0], &v[0, 0], hd, j0, n, hd, scale, &sv[0], &ov[0], path, single)
+        rase_attend(g, qs, &view, j0, n, hd, scale, &sv[0], qstride, outs, path)
     return out
 
 
@@ -475,75 +743,3 @@ def expf_avx2(const float[::1] x):
     with nogil:
         rase_expf_avx2_n(&x[0], &o[0], x.shape[0])
     return out
-
-
-from libc.stdint cimport uint64_t
-
-cdef extern from "_sample.h" nogil:
-    ctypedef struct rase_rng:
-        uint64_t s[4]
-    ctypedef struct rase_sampling:
-        float temperature
-        int top_k
-        float top_p
-        float min_p
-        float repeat_penalty
-        float presence_penalty
-        float frequency_penalty
-    ctypedef struct rase_cand:
-        float logit
-        int32_t id
-    void rase_rng_seed(rase_rng *r, uint64_t seed)
-    int32_t rase_sample(float *logits, int32_t n, const int32_t *counts, const rase_sampling *p,
-                        rase_rng *rng, rase_cand *work)
-
-from libc.stdlib cimport malloc
-
-
-cdef class Sampler:
-    """Samples token ids from logits rows with an explicit seeded RNG; counts of the tokens
-    sampled so far feed the repeat/presence/frequency penalties. The GIL is released while it
-    runs."""
-    cdef rase_sampling p
-    cdef rase_rng rng
-    cdef rase_cand *work
-    cdef int32_t n
-    cdef object counts  # int32 (n,)
-
-    def __cinit__(self):
-        self.work = NULL
-
-    def __init__(self, int n_vocab, float temperature, int top_k, float top_p, float min_p,
-                 float repeat_penalty, float presence_penalty, float frequency_penalty,
-                 unsigned long long seed):
-        if n_vocab < 1:
-            raise ValueError("vocabulary must not be empty")
-        self.n = n_vocab
-        self.p.temperature, self.p.top_k, self.p.top_p, self.p.min_p = temperature, top_k, top_p, min_p
-        self.p.repeat_penalty = repeat_penalty
-        self.p.presence_penalty, self.p.frequency_penalty = presence_penalty, frequency_penalty
-        rase_rng_seed(&self.rng, seed)
-        self.work = <rase_cand *>malloc(n_vocab * sizeof(rase_cand))
-        if self.work == NULL:
-            raise MemoryError()
-        self.counts = _np.zeros(n_vocab, dtype=_np.int32)
-
-    def __dealloc__(self):
-        free(self.work)
-
-    def accept(self, int token):
-        """Record a token as part of the history the penalties see (prompt or generated)."""
-        if 0 <= token < self.n:
-            self.counts[token] += 1
-
-    def sample(self, logits):
-        """One token id from a (n_vocab,) float32 row; -1 if the logits are not finite."""
-        row = _np.array(logits, dtype=_np.float32, copy=True)
-        if row.ndim != 1 or row.shape[0] != self.n:
-            raise ValueError(f"logits must be ({self.n},) float32")
-        cdef float[::1] lv = row
-        cdef int32_t[::1] cv = self.counts
-        cdef int32_t out
-        with nogil:
-            out = rase_sample(&lv[0], self.n, &cv[0], &self.p, &self.rng, self.work)
-        return out

@@ -53,33 +53,33 @@ static int rase_cand_desc(const void *a, const void *b) {
     return x->id - y->id;  // ties: lower id first (deterministic)
 }
 
-// Returns the sampled id, or -1 if the logits are unusable (NaN/inf everywhere relevant).
-// logits (n) is modified in place by the penalties; counts (n) = occurrences so far (or NULL);
-// work holds n candidates.
-static int32_t rase_sample(float *logits, int32_t n, const int32_t *counts, const rase_sampling *p,
+// Returns the sampled id, or -1 if the logits are unusable (NaN/inf after the penalties).
+// logits (n) are only read; counts (n) = occurrences so far (or NULL); work holds n candidates
+// (the penalized logits are built there).
+static int32_t rase_sample(const float *logits, int32_t n, const int32_t *counts, const rase_sampling *p,
                            rase_rng *rng, rase_cand *work) {
-    if (counts && (p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f)) {
-        for (int32_t i = 0; i < n; ++i) {
-            if (counts[i] <= 0) continue;
-            float l = logits[i];
+    const int penalize = counts && (p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f ||
+                                    p->frequency_penalty != 0.0f);
+    for (int32_t i = 0; i < n; ++i) {
+        float l = logits[i];
+        if (penalize && counts[i] > 0) {
             if (p->repeat_penalty != 1.0f) l = l > 0 ? l / p->repeat_penalty : l * p->repeat_penalty;
-            logits[i] = l - p->presence_penalty - p->frequency_penalty * (float)counts[i];
+            l = l - p->presence_penalty - p->frequency_penalty * (float)counts[i];
         }
+        if (!isfinite(l)) return -1;
+        work[i].logit = l;
+        work[i].id = i;
     }
-    for (int32_t i = 0; i < n; ++i)
-        if (!isfinite(logits[i])) return -1;
     if (p->temperature == 0.0f) {
         int32_t best = 0;
         for (int32_t i = 1; i < n; ++i)
-            if (logits[i] > logits[best]) best = i;
+            if (work[i].logit > work[best].logit) best = i;
         return best;
     }
     // top-k: keep the k largest (a partial selection, then a sort of those)
     int32_t k = p->top_k > 0 && p->top_k < n ? p->top_k : n;
     int32_t m = 0;
     if (k < n) {
-        // threshold by a small heap-free pass: repeatedly keep candidates above the k-th value
-        for (int32_t i = 0; i < n; ++i) { work[i].logit = logits[i]; work[i].id = i; }
         // quickselect on descending order
         int32_t lo = 0, hi = n - 1;
         while (lo < hi) {
@@ -96,7 +96,6 @@ static int32_t rase_sample(float *logits, int32_t n, const int32_t *counts, cons
         }
         m = k;
     } else {
-        for (int32_t i = 0; i < n; ++i) { work[i].logit = logits[i]; work[i].id = i; }
         m = n;
     }
     qsort(work, (size_t)m, sizeof(rase_cand), rase_cand_desc);

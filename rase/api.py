@@ -303,6 +303,6 @@ def generate_llama_gguf(weights, tokenizer, prompt, max_tokens=256, temperature=
 
 
 def profiling_snapshot(reset: bool = True) -> str:
-    from .decoder import profile_snapshot
+    from .profiling import profile_snapshot
 
     return json.dumps(profile_snapshot(reset))

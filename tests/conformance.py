@@ -1,5 +1,7 @@
-"""Conformance against llama.cpp's fixtures (tests/fixtures/*.llamacpp.json): teacher-forced
-top-1 agreement and greedy continuations. Shared by the tests and benchmarks/conformance.py."""
+"""Conformance against llama.cpp's fixtures (tests/fixtures/*.llamacpp*.json): teacher-forced
+logits and greedy continuations. `-t1` fixtures hold llama.cpp's one-token (n_batch = 1)
+numerics, which rase reproduces exactly; the batched ones hold llama.cpp's batched rounding
+(batch-dependent), checked within tolerances. Shared by the tests and benchmarks."""
 from __future__ import annotations
 
 import json
@@ -11,8 +13,8 @@ import numpy as np
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
-def load_fixture(name: str) -> dict:
-    return json.loads((FIXTURES / f"{name}.llamacpp.json").read_text())
+def load_fixture(name: str, t1: bool = False) -> dict:
+    return json.loads((FIXTURES / f"{name}.llamacpp{'-t1' if t1 else ''}.json").read_text())
 
 
 @dataclass
@@ -20,7 +22,8 @@ class Agreement:
     positions: int = 0
     exact: int = 0        # our argmax is llama.cpp's argmax
     near: int = 0         # our argmax has a llama.cpp logit within 0.5 of llama.cpp's max
-    max_logit_err: float = 0.0  # max |ours - llama.cpp| over llama.cpp's top-20 logits
+    max_logit_err: float = 0.0    # max |ours - llama.cpp| over llama.cpp's top-20 logits
+    max_rounded_err: float = 0.0  # the same with ours rounded to the fixture's 4 decimals
     greedy_equal: int = 0
     prompts: int = 0
     details: list = field(default_factory=list)
@@ -45,7 +48,9 @@ def teacher_forced(decoder, fixture: dict, agreement: Agreement) -> None:
             agreement.exact += ours == best
             agreement.near += ours in ref and ref[best] - ref[ours] <= 0.5
             err = max(abs(float(logits[i][t]) - v) for t, v in ref.items())
+            rounded = max(abs(round(float(logits[i][t]), 4) - v) for t, v in ref.items())
             agreement.max_logit_err = max(agreement.max_logit_err, err)
+            agreement.max_rounded_err = max(agreement.max_rounded_err, rounded)
 
 
 def greedy(decoder, ids: list[int], n: int, eos: int | None) -> list[int]:

@@ -59,18 +59,25 @@ def test_thread_count_does_not_change_logits(tiny_models, arch):
     assert np.array_equal(one, two) and np.array_equal(one, three)
 
 
+@pytest.mark.parametrize("isa", _kernels.isa_supported())
+@pytest.mark.parametrize("qtype", list(QuantType), ids=lambda t: t.name)
 @pytest.mark.parametrize("arch", ARCHS)
-def test_prefill_chunking_and_decode_agree(tiny_models, arch):
-    path = tiny_models(arch, QuantType.Q8_0)
-    whole = load_gguf_decoder(None, path).prefill(TOKENS, all_logits=True)
-    chunked = load_gguf_decoder(None, path, chunk=4).prefill(TOKENS, all_logits=True)
-    assert np.array_equal(whole, chunked)
-    dec = load_gguf_decoder(None, path)
-    steps = [dec.prefill(TOKENS[:1])] + [dec.decode(t) for t in TOKENS[1:]]
-    # a single token is multiplied like llama.cpp's decode, a batch like its batch: same
-    # greedy choices, logits equal to rounding
-    assert np.array_equal(np.argmax(steps, axis=1), whole.argmax(axis=1))
-    assert np.abs(np.array(steps) - whole).max() <= 1e-3 * np.abs(whole).max()
+def test_prefill_chunking_and_decode_agree_bit_for_bit(tiny_models, arch, qtype, isa):
+    """One arithmetic per position: a prompt prefilled at once, in chunks of 1..7, or decoded
+    token by token gives identical logits at every position (the one-token numerics)."""
+    path = tiny_models(arch, qtype)
+    previous = _kernels.get_isa()
+    _kernels.set_isa(isa)
+    try:
+        whole = load_gguf_decoder(None, path).prefill(TOKENS, all_logits=True)
+        for chunk in (1, 3, 7):
+            chunked = load_gguf_decoder(None, path, chunk=chunk).prefill(TOKENS, all_logits=True)
+            assert np.array_equal(whole, chunked), chunk
+        dec = load_gguf_decoder(None, path)
+        steps = [dec.prefill(TOKENS[:1])] + [dec.decode(t) for t in TOKENS[1:]]
+        assert np.array_equal(np.array(steps), whole)
+    finally:
+        _kernels.set_isa(previous)
 
 
 def test_decode_after_prefill_continues_positions(tiny_models):

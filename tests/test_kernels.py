@@ -91,10 +91,9 @@ def test_attention_against_scalar_and_spec(hd, n, j0):
     scale = np.float32(1 / np.sqrt(hd))
     spec = _attention_spec(q, k, v, scale, j0)
     for isa in ("scalar", "avx2"):
-        for single in (False, True):
-            got = _kernels.attention(q, k, v, scale, j0, isa, single)
-            # the AVX2 path rounds q and the probabilities to f16, as llama.cpp does
-            assert np.abs(got - spec).max() <= 4e-3 * np.abs(spec).max() + 1e-6, (isa, single)
+        got = _kernels.attention(q[None, :], k, v, scale, j0, isa)[0]
+        # the AVX2 path rounds q and the probabilities to f16, as llama.cpp does
+        assert np.abs(got - spec).max() <= 4e-3 * np.abs(spec).max() + 1e-6, isa
 
 
 @pytest.mark.parametrize("n", [1, 7, 8, 33, 1536])
@@ -145,3 +144,17 @@ def test_vector_exp():
     rel = np.abs(got[finite] - want[finite]) / np.maximum(want[finite], 1e-38)
     assert rel[want[finite] > 1e-37].max() < 4e-7  # ~1.5 ulp, as documented for ggml_v_expf
     assert np.all(got[~finite] == np.inf) and got[x == -np.inf][0] == 0.0
+
+
+@pytest.mark.parametrize("isa", ["scalar", "avx2"])
+@pytest.mark.parametrize("hd,n,j0", [(64, 1, 0), (64, 77, 0), (128, 300, 200), (256, 40, 9)])
+def test_grouped_attention_equals_each_query_alone_bit_for_bit(isa, hd, n, j0):
+    """Query heads sharing a KV head are served together (each K/V row read once); every
+    query's result is the one it gets alone, for every group size."""
+    rng = np.random.default_rng(hd + n)
+    q = rng.standard_normal((4, hd)).astype(np.float32)
+    k = rng.standard_normal((n, hd)).astype(np.float16).view(np.uint16)
+    v = rng.standard_normal((n, hd)).astype(np.float16).view(np.uint16)
+    alone = np.stack([_kernels.attention(q[h:h + 1], k, v, 0.125, j0, isa)[0] for h in range(4)])
+    for g in (2, 3, 4):
+        assert np.array_equal(_kernels.attention(q[:g], k, v, 0.125, j0, isa), alone[:g]), g

@@ -1,0 +1,63 @@
+"""GGUF file -> the C plan of one model, built once at load and shared by everything that runs
+it (the single-stream decoder, the model's worker thread). Weights stay in the mmap."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from . import _kernels
+from .errors import CorruptModelFile, InvalidGenerationConfig, UnsupportedArchitecture
+from .gguf import GGUFFile
+from .models import ARCHITECTURES, resolve
+from .models.base import HParams, build_plan, read_hparams
+
+DEFAULT_MAX_CTX = 4096   # positions per sequence when the caller does not say (KV pages fill lazily)
+KV_BLOCK = _kernels.KV_BLOCK
+
+
+@dataclass(frozen=True)
+class ModelPlan:
+    gguf: GGUFFile
+    architecture: str        # canonical name (models.ARCHITECTURES key)
+    hparams: HParams
+    n_ctx: int               # positions one sequence may reach
+    weights: _kernels.Weights
+    eos_token: int | None    # the manual: only a u32 tokenizer.ggml.eos_token_id counts
+
+    @property
+    def vocab_size(self) -> int:
+        return self.hparams.n_vocab
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        return self.weights.kv_bytes_per_token
+
+
+def load_plan(path: str | os.PathLike[str], architecture: str | None = None,
+              n_ctx: int | None = None) -> ModelPlan:
+    g = GGUFFile(path)
+    file_arch = g.architecture
+    if file_arch is None:
+        raise CorruptModelFile(g.path, "metadata general.architecture is missing")
+    arch = resolve(file_arch)
+    if architecture is not None and resolve(architecture) != arch:
+        raise UnsupportedArchitecture(
+            architecture, reason=f"the file declares {file_arch!r}; register the model "
+            f"with architecture {file_arch!r} or leave it unset")
+    hp = read_hparams(g)
+    ctx = min(hp.context_length, DEFAULT_MAX_CTX) if n_ctx is None else int(n_ctx)
+    if ctx < 1:
+        raise InvalidGenerationConfig(f"n_ctx must be positive, got {n_ctx}")
+    spec = ARCHITECTURES[arch].spec(g, hp)
+    hpd, tensors, layers = build_plan(g, hp, spec, ctx)
+    try:
+        weights = _kernels.Weights(hpd, tensors, layers)
+    except ValueError as exc:
+        raise CorruptModelFile(g.path, str(exc)) from None
+    eos = g.get("tokenizer.ggml.eos_token_id")
+    eos = eos if g.metadata_types.get("tokenizer.ggml.eos_token_id") == 4 else None
+    return ModelPlan(g, arch, hp, ctx, weights, eos)
+
+
+def blocks_for(positions: int) -> int:
+    return -(-positions // KV_BLOCK)
