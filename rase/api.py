@@ -1,190 +1,190 @@
 """The Python surface: an Engine object for applications, and the manual's module functions.
 
-Engine(store) is safe to share between threads: sessions are loaded once per model and each
-model generates one request at a time (others queue); different models run in parallel. The
-async variants run generation in a worker thread, so the event loop never blocks, and cancel
-it when the awaiting task is cancelled.
+Engine(store) is safe to share between threads and event loops: each model is loaded once and
+served by its own worker thread, which batches concurrent requests (continuous batching over a
+paged KV cache with a prefix cache); different models run in parallel. A request's tokens do
+not depend on what else is being served. Every call is a RequestHandle underneath
+(submit_chat / submit_complete), which the blocking, streaming and async variants consume.
 """
 from __future__ import annotations
 
-import asyncio
+import dataclasses
 import functools
 import json
-import queue
 import threading
-from dataclasses import dataclass
 from typing import AsyncIterator, Callable, Iterator, Sequence
 
-from . import __version__
+from . import __version__  # noqa: F401
+from .channel import RequestHandle
 from .config import default_store
-from .errors import BackendUnavailable, Cancelled, InvalidGenerationConfig
+from .errors import BackendUnavailable, InvalidGenerationConfig
 from .generation import GenerationConfig
 from .registry import ModelRegistry
+from .request import Completion
 from .session import DEVICES, SessionCache, load_session
-from .textgen import TextResult, run_text
+from .textgen import run_text, stop_tokens_with_eos
+from .textstate import TextState
 
 GEN_FIELDS = ("max_tokens", "temperature", "top_k", "seed", "top_p", "min_p", "repeat_penalty",
               "presence_penalty", "frequency_penalty", "stop_tokens")
-
-
-@dataclass
-class Completion:
-    text: str
-    finish_reason: str          # "stop" | "length" | "cancelled"
-    prompt_tokens: int
-    completion_tokens: int
-    reasoning: str = ""
+COUNTED = ("requests", "generated_tokens", "cancelled", "failed")
 
 
 def _config(kw: dict) -> GenerationConfig:
-    values = {k: kw.pop(k) for k in list(kw) if k in GEN_FIELDS and kw[k] is not None}
+    unknown = sorted(set(kw) - set(GEN_FIELDS))
+    if unknown:
+        raise InvalidGenerationConfig(f"unknown generation option(s): {', '.join(unknown)}; "
+                                      f"supported: {', '.join(GEN_FIELDS)}")
+    values = {k: kw[k] for k in kw if kw[k] is not None}
     if "stop_tokens" in values:
         values["stop_tokens"] = tuple(int(t) for t in values["stop_tokens"])
     return GenerationConfig(**values)
 
 
-class Engine:
-    """n_ctx: KV cache positions per loaded model (default: the model's context, at most 4096)."""
+def _positive(name: str, value, allow_none: bool = True) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise InvalidGenerationConfig(f"{name} must be a positive number, got {value!r}")
 
-    def __init__(self, store=None, device: str = "auto", n_ctx: int | None = None) -> None:
+
+class Engine:
+    """n_ctx: positions per sequence (default: the model's context, at most 4096).
+    max_batch: requests one model decodes together (1 = one at a time). kv_cache_mb: the KV
+    pool per model (default: max_batch full contexts + 256 MiB of cached prefixes; pages are
+    touched only as used). prefix_cache: reuse the K/V of earlier prompts and answers.
+    tbt_target_ms: prompt chunks are sized so running requests get a token about this often."""
+
+    def __init__(self, store=None, device: str = "auto", n_ctx: int | None = None, *, max_batch: int = 8,
+                 kv_cache_mb: float | None = None, prefix_cache: bool = True, tbt_target_ms: float = 100.0,
+                 n_threads: int | None = None) -> None:
         if device not in DEVICES:
             raise BackendUnavailable(f"requested backend is unavailable: {device!r}; rase runs on the CPU")
         if n_ctx is not None and (isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or n_ctx < 1):
             raise InvalidGenerationConfig(f"n_ctx must be a positive integer, got {n_ctx!r}")
+        if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
+            raise InvalidGenerationConfig(f"max_batch must be a positive integer, got {max_batch!r}")
+        for name, value in (("kv_cache_mb", kv_cache_mb), ("tbt_target_ms", tbt_target_ms), ("n_threads", n_threads)):
+            _positive(name, value)
         self.registry = ModelRegistry(store if store is not None else default_store())
-        self.sessions = SessionCache(functools.partial(load_session, n_ctx=n_ctx))
+        self.sessions = SessionCache(functools.partial(
+            load_session, n_ctx=n_ctx, n_threads=n_threads, max_batch=max_batch, kv_cache_mb=kv_cache_mb,
+            prefix_cache=prefix_cache, tbt_target_ms=tbt_target_ms))
+        self.sessions.on_drop = self._retired
         self.device = device
-        self.stats = {"requests": 0, "generated_tokens": 0, "cancelled": 0}
+        self._retired_counts = dict.fromkeys(COUNTED, 0)
         self._stats_lock = threading.Lock()
 
-    def _count(self, key: str, n: int = 1) -> None:
+    def _retired(self, session) -> None:
         with self._stats_lock:
-            self.stats[key] += n
+            for k in COUNTED:
+                self._retired_counts[k] += session.worker.counters[k]
+
+    @property
+    def stats(self) -> dict:
+        """Totals (requests, generated_tokens, cancelled, failed; running, waiting and KV use
+        of the loaded models) and per model: the scheduler, KV pool and prefix cache figures."""
+        models = {key[0]: s.worker.stats() for key, s in self.sessions.sessions()}
+        with self._stats_lock:
+            out = dict(self._retired_counts)
+        for m in models.values():
+            for k in COUNTED:
+                out[k] += m[k]
+        for k in ("running", "waiting", "kv_blocks_used", "kv_blocks_total", "prefix_hit_tokens"):
+            out[k] = sum(m.get(k, 0) for m in models.values())
+        out["models"] = models
+        return out
 
     def session(self, model: str):
         return self.sessions.get_or_load(self.registry, model, self.device)
 
-    def _run(self, model: str, ids_of: Callable, stop: Sequence[str] | str | None,
-             on_delta: Callable[[str], bool | None] | None, cancelled: Callable[[], bool],
-             think: str, kw: dict) -> Completion:
-        config = _config(dict(kw))
+    # -------------------------------------------------------------- submission
+
+    def _submit(self, model: str, ids_of: Callable, stop: Sequence[str] | str | None, think: str,
+                gen: dict) -> RequestHandle:
+        config = _config(dict(gen))
         stops = [stop] if isinstance(stop, str) else list(stop or [])
         session = self.session(model)
-        with session.lock:
-            ids = ids_of(session)
-            self._count("requests")
+        ids = ids_of(session)
+        config = dataclasses.replace(config, stop_tokens=stop_tokens_with_eos(config, session.plan.eos_token))
+        text = TextState.for_tokenizer(session.tokenizer, stop=stops, think=think)
+        return session.worker.submit(ids, config, text)
 
-            def counting_delta(delta: str):
-                return on_delta(delta) if on_delta is not None else None
+    def submit_chat(self, model: str, messages: list[dict], *, stop=None, think: str = "keep",
+                    **gen) -> RequestHandle:
+        """Queue a chat request (the model's chat template renders it; EOS stops); the handle
+        iterates text deltas and ends with a Completion."""
+        return self._submit(model, lambda s: s.render_chat(messages), stop, think, gen)
 
-            out: TextResult = run_text(session.decoder, session.tokenizer, ids, config, stops,
-                                       counting_delta, cancelled, think=think)
-        self._count("generated_tokens", len(out.result.tokens))
-        reason = out.finish_reason
-        if out.result.stop_reason.value == "cancelled":
-            reason = "cancelled"
-            self._count("cancelled")
-        return Completion(out.text, reason, out.result.prompt_tokens, len(out.result.tokens), out.reasoning)
+    def submit_complete(self, model: str, prompt: str, *, stop=None, **gen) -> RequestHandle:
+        """Queue a plain completion (the prompt gets the model's automatic special tokens)."""
+        return self._submit(model, lambda s: s.tokenizer.encode(prompt, add_special_tokens=True, parse_special=False),
+                            stop, "keep", gen)
 
     # -------------------------------------------------------------- blocking
+
+    @staticmethod
+    def _consume(handle: RequestHandle, on_delta, cancelled: Callable[[], bool]) -> Completion:
+        """Deltas to on_delta (False cancels) while polling cancelled(); the Completion. When
+        the caller stops it, the text is what on_delta was handed (the worker may have run a
+        step further)."""
+        shown: list[str] = []
+        try:
+            while True:
+                try:
+                    delta = handle.get(timeout=0.02)
+                except StopIteration:
+                    break
+                if handle.cancelled:
+                    continue  # drain to the end; nothing more reaches the caller
+                if delta:
+                    shown.append(delta)
+                if cancelled() or (delta and on_delta is not None and on_delta(delta) is False):
+                    handle.cancel()
+            out = handle.result()
+        except BaseException:
+            handle.cancel()  # the callback raised, or Ctrl-C: stop generating
+            raise
+        if handle.cancelled and on_delta is not None:
+            out = dataclasses.replace(out, text="".join(shown), finish_reason="cancelled")
+        return out
 
     def chat(self, model: str, messages: list[dict], *, stop=None, on_delta=None,
              cancelled: Callable[[], bool] = lambda: False, think: str = "keep", **gen) -> Completion:
         """Render the model's chat template, generate (EOS stops), return the answer."""
-        return self._run(model, lambda s: s.render_chat(messages), stop, on_delta, cancelled, think, gen)
+        return self._consume(self.submit_chat(model, messages, stop=stop, think=think, **gen), on_delta, cancelled)
 
     def complete(self, model: str, prompt: str, *, stop=None, on_delta=None,
                  cancelled: Callable[[], bool] = lambda: False, **gen) -> Completion:
         """Plain completion: the prompt is encoded with the model's automatic special tokens."""
-        return self._run(model, lambda s: s.tokenizer.encode(prompt, add_special_tokens=True, parse_special=False),
-                         stop, on_delta, cancelled, "keep", gen)
+        return self._consume(self.submit_complete(model, prompt, stop=stop, **gen), on_delta, cancelled)
 
     def stream_chat(self, model: str, messages: list[dict], **kw) -> Iterator[str]:
         """Text deltas as they are generated; closing the iterator cancels generation."""
-        return self._stream(lambda cancel, push: self.chat(model, messages, on_delta=push, cancelled=cancel, **kw))
+        return iter(self.submit_chat(model, messages, **kw))
 
     def stream_complete(self, model: str, prompt: str, **kw) -> Iterator[str]:
-        return self._stream(lambda cancel, push: self.complete(model, prompt, on_delta=push, cancelled=cancel, **kw))
-
-    def _stream(self, start: Callable) -> Iterator[str]:
-        q: queue.Queue = queue.Queue()
-        stop = threading.Event()
-        done = object()
-
-        def work() -> None:
-            try:
-                result = start(stop.is_set, q.put)
-                q.put((done, result))
-            except BaseException as exc:  # delivered to the consumer
-                q.put((done, exc))
-
-        t = threading.Thread(target=work, daemon=True)
-        t.start()
-        try:
-            while True:
-                item = q.get()
-                if isinstance(item, tuple) and item and item[0] is done:
-                    if isinstance(item[1], BaseException):
-                        raise item[1]
-                    return
-                yield item
-        finally:
-            stop.set()
-            t.join()
+        return iter(self.submit_complete(model, prompt, **kw))
 
     # -------------------------------------------------------------- async
 
     async def achat(self, model: str, messages: list[dict], **kw) -> Completion:
-        return await self._await(lambda cancel: self.chat(model, messages, cancelled=cancel, **kw))
+        """Cancelling the awaiting task cancels the request."""
+        return await self.submit_chat(model, messages, **kw).aresult()
 
     async def acomplete(self, model: str, prompt: str, **kw) -> Completion:
-        return await self._await(lambda cancel: self.complete(model, prompt, cancelled=cancel, **kw))
-
-    async def _await(self, call: Callable) -> Completion:
-        stop = threading.Event()
-        loop = asyncio.get_running_loop()
-        fut = loop.run_in_executor(None, call, stop.is_set)
-        try:
-            return await asyncio.shield(fut)
-        except asyncio.CancelledError:
-            stop.set()  # generation stops at the next token; the worker finishes on its own
-            raise
+        return await self.submit_complete(model, prompt, **kw).aresult()
 
     async def astream_chat(self, model: str, messages: list[dict], **kw) -> AsyncIterator[str]:
-        async for d in self._astream(lambda cancel, push: self.chat(model, messages, on_delta=push, cancelled=cancel, **kw)):
+        async for d in self.submit_chat(model, messages, **kw):
             yield d
 
     async def astream_complete(self, model: str, prompt: str, **kw) -> AsyncIterator[str]:
-        async for d in self._astream(lambda cancel, push: self.complete(model, prompt, on_delta=push, cancelled=cancel, **kw)):
+        async for d in self.submit_complete(model, prompt, **kw):
             yield d
 
-    async def _astream(self, start: Callable) -> AsyncIterator[str]:
-        loop = asyncio.get_running_loop()
-        q: asyncio.Queue = asyncio.Queue()
-        stop = threading.Event()
-        end = object()
-
-        def push(delta: str) -> None:
-            loop.call_soon_threadsafe(q.put_nowait, delta)
-
-        def work():
-            try:
-                return start(stop.is_set, push)
-            finally:
-                loop.call_soon_threadsafe(q.put_nowait, end)
-
-        fut = loop.run_in_executor(None, work)
-        try:
-            while True:
-                item = await q.get()
-                if item is end:
-                    break
-                yield item
-            await fut  # re-raise a generation error
-        finally:
-            stop.set()  # consumer gone or cancelled: stop at the next token
-
     def unload(self) -> None:
+        """Unload every model (requests already queued still finish)."""
         self.sessions.clear()
 
 

@@ -3,8 +3,9 @@
 SessionCache keys sessions by (model id, device). A session is reloaded when its manifest
 changes (weights or tokenizer hash, template, architecture, paths) and re-verified when a file
 it uses changed on disk (size, mtime or inode): a mismatch raises IntegrityMismatch and drops
-the session. Concurrent first loads of one key load once; each session carries its own lock,
-so generations on one model serialize while different models run in parallel.
+the session. Concurrent first loads of one key load once. A session owns its model's worker
+(worker.py: one thread, continuous batching over the KV pool); a dropped session's worker
+finishes the requests it already has, then stops. Different models run in parallel.
 """
 from __future__ import annotations
 
@@ -13,9 +14,12 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .decoder import GGUFDecoder, load_gguf_decoder
+from .decoder import GGUFDecoder
 from .errors import BackendUnavailable, IntegrityMismatch, UnsupportedFormat
+from .models import resolve
+from .plan import ModelPlan, load_plan
 from .registry import ModelManifest, ModelRegistry
+from .worker import ModelWorker
 
 DEVICES = ("auto", "cpu")  # rase runs on the CPU; "auto" resolves to it
 
@@ -40,19 +44,36 @@ def _manifest_state(m: ModelManifest) -> tuple:
             m.context_length, m.chat_template, m.format)
 
 
-@dataclass
+@dataclass(eq=False)
 class Session:
     manifest: ModelManifest
-    decoder: GGUFDecoder
+    plan: ModelPlan
     tokenizer: object = None  # LocalTokenizer: the attached tokenizer.json, else the GGUF's vocabulary
-    lock: threading.Lock = field(default_factory=threading.Lock)  # one generation at a time
+    worker: ModelWorker | None = None
+    n_threads: int | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)  # for direct use of .decoder
+    _decoder: GGUFDecoder | None = None
+    _init_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def decoder(self) -> GGUFDecoder:
+        """A single-stream decoder over the same weights (its own KV cache); callers hold
+        .lock while using it. Requests through Engine go to the worker instead."""
+        with self._init_lock:
+            if self._decoder is None:
+                self._decoder = GGUFDecoder(self.plan, n_threads=self.n_threads)
+            return self._decoder
 
     def render_chat(self, messages) -> list[int]:
         """Chat messages -> prompt ids (the template writes the special tokens itself)."""
         from .chat import select_template
 
-        render = select_template(self.manifest.chat_template, self.decoder.gguf, self.decoder.architecture)
+        render = select_template(self.manifest.chat_template, self.plan.gguf, self.plan.architecture)
         return self.tokenizer.encode(render(messages), add_special_tokens=False, parse_special=True)
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.worker.close()
 
 
 @dataclass
@@ -62,15 +83,21 @@ class _Entry:
     fingerprint: tuple
 
 
-def load_session(manifest: ModelManifest, n_threads: int | None = None, n_ctx: int | None = None) -> Session:
+def load_session(manifest: ModelManifest, n_threads: int | None = None, n_ctx: int | None = None,
+                 **serving) -> Session:
+    """Verified manifest -> plan, tokenizer and worker. serving: ModelWorker options
+    (max_batch, kv_cache_mb, prefix_cache, tbt_target_ms)."""
     if manifest.format != "gguf":
         raise UnsupportedFormat("only GGUF model bundles are currently executable")
     from .tokenizer import LocalTokenizer
 
-    decoder = load_gguf_decoder(manifest.architecture, manifest.weights, n_threads=n_threads, n_ctx=n_ctx)
+    if manifest.architecture is not None:
+        resolve(manifest.architecture)  # refuse before touching the file
+    plan = load_plan(manifest.weights, manifest.architecture, n_ctx)
     tokenizer = (LocalTokenizer.from_file(manifest.tokenizer) if manifest.tokenizer
-                 else LocalTokenizer.from_gguf(decoder.gguf))
-    return Session(manifest, decoder, tokenizer)
+                 else LocalTokenizer.from_gguf(plan.gguf))
+    worker = ModelWorker(plan, n_threads=n_threads, name=manifest.id, **serving)
+    return Session(manifest, plan, tokenizer, worker, n_threads)
 
 
 class SessionCache:
@@ -80,6 +107,7 @@ class SessionCache:
         self._entries: dict[tuple[str, str], _Entry] = {}
         self._key_locks: dict[tuple[str, str], threading.Lock] = {}
         self.loads = 0  # how many sessions were loaded (observable reuse)
+        self.on_drop: Callable[[Session], None] | None = None  # called for every session dropped
 
     def _key_lock(self, key: tuple[str, str]) -> threading.Lock:
         with self._lock:
@@ -111,13 +139,27 @@ class SessionCache:
 
     def _drop(self, key: tuple[str, str]) -> None:
         with self._lock:
-            self._entries.pop(key, None)
+            entry = self._entries.pop(key, None)
+        if entry is not None:
+            self._retire(entry.session)
+
+    def _retire(self, session: Session) -> None:
+        if self.on_drop is not None:
+            self.on_drop(session)
+        if hasattr(session, "close"):
+            session.close()
 
     def loaded(self) -> list[tuple[str, str]]:
         with self._lock:
             return sorted(self._entries)
 
-    def clear(self) -> None:
-        """Unload every session (callers still holding one keep it until they finish)."""
+    def sessions(self) -> list[tuple[tuple[str, str], Session]]:
         with self._lock:
-            self._entries.clear()
+            return [(k, e.session) for k, e in sorted(self._entries.items())]
+
+    def clear(self) -> None:
+        """Unload every session (requests already queued on one still finish)."""
+        with self._lock:
+            entries, self._entries = list(self._entries.values()), {}
+        for entry in entries:
+            self._retire(entry.session)

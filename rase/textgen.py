@@ -1,13 +1,13 @@
-"""Text in, text out: tokenizer + (chat template) + generate_with + TextStream, one function
-for every surface. Stop strings never leak; deltas never split a character."""
+"""Text in, text out for one request served alone: tokenizer + (chat template) + generate_with +
+TextState. Stop strings never leak; deltas never split a character. The batched engine
+(worker.py) gives the same text for the same request."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from .generation import GenerationConfig, GenerationResult, GenerationStopReason, generate_with
-from .stream import TextStream
-from .thinking import ThinkFilter
+from .generation import GenerationConfig, GenerationResult, generate_with
+from .textstate import TextState
 
 
 @dataclass
@@ -21,40 +21,32 @@ class TextResult:
         return self.result.stop_reason.finish_reason
 
 
+def stop_tokens_with_eos(config: GenerationConfig, eos_token: int | None, eos: bool = True) -> tuple[int, ...]:
+    """config.stop_tokens plus the model's EOS (when eos and the model has one)."""
+    stops = tuple(config.stop_tokens)
+    if eos and eos_token is not None and eos_token not in stops:
+        stops += (eos_token,)
+    return stops
+
+
 def run_text(decoder, tokenizer, prompt_ids: Sequence[int], config: GenerationConfig,
              stop: Sequence[str] = (), on_delta: Callable[[str], bool | None] | None = None,
              cancelled: Callable[[], bool] = lambda: False, eos: bool = True,
              think: str = "keep") -> TextResult:
     """Generate from token ids; on_delta(text) gets each safe delta (return False to cancel).
     eos: add the model's EOS to the stop tokens. think: keep | strip | separate <think> blocks."""
-    stop_tokens = tuple(config.stop_tokens)
-    if eos and decoder.eos_token is not None and decoder.eos_token not in stop_tokens:
-        stop_tokens += (decoder.eos_token,)
-    config = GenerationConfig(**{**config.__dict__, "stop_tokens": stop_tokens})
-    stream = TextStream(lambda t: tokenizer.decode_bytes([t]), stop)
-    thinking = ThinkFilter(think)
-    parts: list[str] = []
-
-    def emit(delta: str) -> bool:
-        visible = thinking.feed(delta)
-        parts.append(visible)
-        if visible and on_delta is not None and on_delta(visible) is False:
-            return False
-        return True
+    config = GenerationConfig(**{**config.__dict__,
+                                 "stop_tokens": stop_tokens_with_eos(config, decoder.eos_token, eos)})
+    state = TextState.for_tokenizer(tokenizer, stop=stop, think=think)
 
     def on_token(token: int):
-        delta = stream.push(token)
-        if delta and not emit(delta):
+        delta = state.feed(token)
+        if delta.text and on_delta is not None and on_delta(delta.text) is False:
             return False
-        return GenerationStopReason.STOP_STRING if stream.stopped else True
+        return delta.stop or True
 
     result = generate_with(decoder, prompt_ids, config, cancelled, on_token)
-    tail = stream.finish() if result.stop_reason is not GenerationStopReason.STOP_TOKEN else stream.finish()
-    if tail:
-        emit(tail)
-    rest = thinking.flush()
-    if rest:
-        parts.append(rest)
-        if on_delta is not None:
-            on_delta(rest)
-    return TextResult("".join(parts), result, thinking.reasoning)
+    tail = state.finish()
+    if tail and on_delta is not None:
+        on_delta(tail)
+    return TextResult(state.text, result, state.reasoning)

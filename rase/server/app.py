@@ -1,13 +1,13 @@
 """create_app(engine): the OpenAI-compatible routes over one Engine; no module-level state.
 
-Generation runs in worker threads (the event loop never blocks); a client that disconnects
-mid-stream cancels generation at the next token.
+Every request becomes a RequestHandle on its model's worker (which batches concurrent
+requests); loading, templating and tokenizing run off the event loop, which only awaits the
+handle. A client that disconnects (or a dropped request) cancels generation at the next step.
 """
 from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -48,9 +48,7 @@ def create_app(engine, api_key: str | None = None, max_body: int = MAX_BODY) -> 
         if req.max_completion_tokens and "max_tokens" not in kw:
             kw["max_tokens"] = req.max_completion_tokens
         messages = [m.model_dump() for m in req.messages]
-        start = lambda cancel, push: engine.chat(req.model, messages, stop=req.stop, on_delta=push,
-                                                 cancelled=cancel, **kw)
-        return await respond(req, start, chat=True)
+        return await respond(req, lambda: engine.submit_chat(req.model, messages, stop=req.stop, **kw), chat=True)
 
     @app.post("/v1/completions")
     async def completions(req: CompletionRequest):
@@ -59,17 +57,19 @@ def create_app(engine, api_key: str | None = None, max_body: int = MAX_BODY) -> 
             if len(prompt) != 1:
                 raise InvalidGenerationConfig("prompt: exactly one prompt per request is supported")
             prompt = prompt[0]
-        start = lambda cancel, push: engine.complete(req.model, prompt, stop=req.stop, on_delta=push,
-                                                     cancelled=cancel, **req.generation_kwargs())
-        return await respond(req, start, chat=False)
+        return await respond(req, lambda: engine.submit_complete(req.model, prompt, stop=req.stop,
+                                                                 **req.generation_kwargs()), chat=False)
 
-    async def respond(req, start, chat: bool):
-        engine.registry.get(req.model)  # 404 before any streaming starts
+    async def respond(req, submit, chat: bool):
+        engine.registry.get(req.model)  # 404 before anything else
+        # loading the model (first use), the template and the tokenizer run off the event loop;
+        # errors here (context overflow, bad config) are answered as 4xx before any streaming
+        handle = await asyncio.get_running_loop().run_in_executor(None, submit)
         reply = _Reply(f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}", int(time.time()), req.model, chat)
         if not req.stream:
-            return await _complete_once(start, reply)
+            return _response(reply, await handle.aresult())
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
-        return StreamingResponse(_sse(start, reply, include_usage), media_type="text/event-stream")
+        return StreamingResponse(_sse(handle, reply, include_usage), media_type="text/event-stream")
 
     return app
 
@@ -123,27 +123,21 @@ class _Reply:
 
 def _usage(out) -> dict:
     return {"prompt_tokens": out.prompt_tokens, "completion_tokens": out.completion_tokens,
-            "total_tokens": out.prompt_tokens + out.completion_tokens}
+            "total_tokens": out.prompt_tokens + out.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": out.cached_tokens}}
 
 
 def _finish(reason: str) -> str:
     return reason if reason in ("stop", "length") else "stop"
 
 
-async def _complete_once(start, reply: _Reply) -> dict:
-    stop = threading.Event()
-    fut = asyncio.get_running_loop().run_in_executor(None, lambda: start(stop.is_set, None))
-    try:
-        out = await asyncio.shield(fut)
-    except asyncio.CancelledError:
-        stop.set()  # the request was dropped: stop generating at the next token
-        raise
+def _response(reply: _Reply, out) -> dict:
     choice: dict[str, Any] = {"index": 0, "finish_reason": _finish(out.finish_reason), "logprobs": None}
     if reply.chat:
         choice["message"] = {"role": "assistant", "content": out.text}
     else:
         choice["text"] = out.text
-    return {**reply.envelope(stream=False), "choices": [choice], "usage": _usage(out)}
+    return {**reply.envelope(stream=False), "choices": [choice], "usage": _usage(out), "timings": out.timings}
 
 
 def _chunk(reply: _Reply, delta: dict | str | None, finish: str | None = None, usage: dict | None = None) -> str:
@@ -161,28 +155,16 @@ def _chunk(reply: _Reply, delta: dict | str | None, finish: str | None = None, u
     return f"data: {json.dumps(body)}\n\n"
 
 
-async def _sse(start, reply: _Reply, include_usage: bool) -> AsyncIterator[str]:
-    """Deltas from the worker thread through a queue; closing the generator (client gone) sets
-    the stop flag, so generation ends at the next token."""
-    loop = asyncio.get_running_loop()
-    queue: asyncio.Queue = asyncio.Queue()
-    stop = threading.Event()
-    end = object()
-
-    def work():
-        try:
-            return start(stop.is_set, lambda delta: loop.call_soon_threadsafe(queue.put_nowait, delta))
-        finally:
-            loop.call_soon_threadsafe(queue.put_nowait, end)
-
-    fut = loop.run_in_executor(None, work)
+async def _sse(handle, reply: _Reply, include_usage: bool) -> AsyncIterator[str]:
+    """Deltas from the handle as server-sent events. Closing the generator (client gone)
+    cancels the request."""
     try:
         if reply.chat:
             yield _chunk(reply, {"role": "assistant", "content": ""})
-        while (item := await queue.get()) is not end:
-            yield _chunk(reply, {"content": item} if reply.chat else item)
         try:
-            out = await fut
+            async for delta in handle:
+                yield _chunk(reply, {"content": delta} if reply.chat else delta)
+            out = await handle.aresult()
         except RaseError as exc:
             status, kind = status_of(exc)
             yield f"data: {json.dumps(error_body(str(exc), kind))}\n\n"
@@ -193,4 +175,4 @@ async def _sse(start, reply: _Reply, include_usage: bool) -> AsyncIterator[str]:
             yield _chunk(reply, None, None, _usage(out))
         yield "data: [DONE]\n\n"
     finally:
-        stop.set()
+        handle.cancel()

@@ -1,0 +1,145 @@
+"""KV blocks of one model's C pool: who holds which block, reservations, and the prefix cache.
+
+Every pool block is in exactly one place: the free list (LIFO, so recently touched pages are
+reused first), a running sequence's private tail, or the prefix cache (held by running
+sequences, or evictable). Admission reserves every block a request can still need (prompt +
+max_tokens, less what the cache already holds), so an admitted request never runs out of KV
+(no preemption, no aborts); blocks are taken from the reservation only when a position first
+lands in them, from the free list first and by evicting cached leaves after.
+"""
+from __future__ import annotations
+
+from typing import Protocol, Sequence
+
+from .prefix_cache import Node, PrefixCache
+
+
+class Sequence_(Protocol):  # what the KV bookkeeping needs from a request
+    tokens: list[int]       # prompt + generated so far
+    n_computed: int         # positions whose K/V is in the pool
+    table: list[int]        # block ids, position p in table[p // block_size]
+    nodes: list[Node]       # the cached chain: table[:len(nodes)] are these nodes' blocks
+    reserved: int           # blocks still reserved for this request
+    cache_chain: bool       # False once a full block could not be cached (chain broken)
+
+
+def blocks_for(positions: int, block_size: int) -> int:
+    return -(-positions // block_size)
+
+
+class KVCache:
+    def __init__(self, n_blocks: int, block_size: int, prefix_cache: bool = True) -> None:
+        if n_blocks < 1:
+            raise ValueError("the KV pool needs at least one block")
+        self.n_blocks = n_blocks
+        self.block_size = block_size
+        self.free: list[int] = list(range(n_blocks - 1, -1, -1))  # pop() -> lowest ids first
+        self.reserved = 0
+        self.cache = PrefixCache(block_size) if prefix_cache else None
+
+    # ---------------------------------------------------------------- accounting
+
+    @property
+    def n_evictable(self) -> int:
+        return self.cache.n_evictable if self.cache else 0
+
+    @property
+    def n_cached(self) -> int:
+        return self.cache.n_nodes if self.cache else 0
+
+    def available(self) -> int:
+        """Blocks a new reservation may claim."""
+        return len(self.free) + self.n_evictable - self.reserved
+
+    def usage(self) -> dict:
+        used = self.n_blocks - len(self.free) - self.n_evictable
+        return dict(kv_blocks_total=self.n_blocks, kv_blocks_used=used, kv_blocks_cached=self.n_evictable,
+                    kv_blocks_free=len(self.free), kv_blocks_reserved=self.reserved)
+
+    # ---------------------------------------------------------------- a request's life
+
+    def admit(self, req: Sequence_, max_positions: int) -> bool:
+        """Match the prompt against the cache and reserve the blocks req may still need to
+        reach max_positions; False (nothing held) when the pool cannot promise them now. The
+        last prompt token is never taken from the cache: its logits are needed."""
+        prompt = len(req.tokens)
+        hit = self.cache.match(req.tokens, prompt - 1) if self.cache else []
+        need = blocks_for(max_positions, self.block_size) - len(hit)
+        if need > self.available():
+            if self.cache:
+                self.cache.release(hit)
+            return False
+        self.reserved += need
+        req.reserved = need
+        req.nodes = hit
+        req.table = [n.block for n in hit]
+        req.n_computed = len(hit) * self.block_size
+        req.cache_chain = True
+        return True
+
+    def _take(self) -> int:
+        if not self.free:
+            self.free.extend(self.cache.evict(1))
+        return self.free.pop()
+
+    def grow(self, req: Sequence_, positions: int) -> None:
+        """Blocks in req.table for positions < `positions` (taken from its reservation)."""
+        while len(req.table) * self.block_size < positions:
+            if req.reserved <= 0:
+                raise RuntimeError("a request outgrew its KV reservation")
+            req.table.append(self._take())
+            req.reserved -= 1
+            self.reserved -= 1
+
+    def commit(self, req: Sequence_) -> None:
+        """After a step: every block that is now full of computed positions joins the cache
+        (no copy: the request's block becomes the node), while the chain is unbroken."""
+        if not self.cache or not req.cache_chain:
+            return
+        bs = self.block_size
+        while len(req.nodes) < req.n_computed // bs:
+            i = len(req.nodes)
+            node = self.cache.insert(req.nodes[-1] if req.nodes else None, req.tokens[i * bs:(i + 1) * bs],
+                                     req.table[i])
+            if node is None:  # computed by someone else meanwhile: ours stays private
+                req.cache_chain = False
+                return
+            req.nodes.append(node)
+
+    def release(self, req: Sequence_) -> None:
+        """The request is done: private blocks back to the free list (tail first), cached
+        ones keep their K/V for later requests, the unused reservation returns."""
+        private = req.table[len(req.nodes):]
+        self.free.extend(reversed(private))
+        if self.cache:
+            self.cache.release(req.nodes)
+        self.reserved -= req.reserved
+        req.reserved = 0
+        req.table, req.nodes = [], []
+
+    def drop_cache(self) -> int:
+        """Forget every evictable cached block; how many were freed."""
+        if not self.cache:
+            return 0
+        freed = self.cache.clear()
+        self.free.extend(freed)
+        return len(freed)
+
+    def check(self, live: Sequence[Sequence_]) -> None:
+        """Invariants (tests): every block in exactly one place; reservations add up."""
+        held = [b for r in live for b in r.table[len(r.nodes):]]
+        cached = self._cached_blocks()
+        everything = self.free + held + cached
+        assert sorted(everything) == list(range(self.n_blocks)), "a block is lost or double-owned"
+        assert self.reserved == sum(r.reserved for r in live) >= 0
+        assert self.available() >= 0
+
+    def _cached_blocks(self) -> list[int]:
+        out, stack = [], list(self.cache.root.children.values()) if self.cache else []
+        while stack:
+            node = stack.pop()
+            assert node.refs >= 0
+            assert all(node.refs >= c.refs for c in node.children.values())
+            out.append(node.block)
+            stack.extend(node.children.values())
+        return out

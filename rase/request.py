@@ -1,0 +1,91 @@
+"""One request's state in the serving engine, and what it returns.
+
+There is no prefill phase and no decode phase: `tokens` holds the prompt and everything sampled
+so far, `n_computed` counts the positions whose K/V is in the pool, and each step computes some
+of the difference (a chunk of the prompt, or the one token sampled last). A prefix-cache hit
+simply starts n_computed past zero.
+"""
+from __future__ import annotations
+
+import enum
+import itertools
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from .generation import GenerationConfig, GenerationStopReason
+
+_IDS = itertools.count(1)
+
+
+class State(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    DONE = "done"
+
+
+@dataclass
+class Completion:
+    text: str
+    finish_reason: str          # "stop" | "length" | "cancelled"
+    prompt_tokens: int
+    completion_tokens: int
+    reasoning: str = ""
+    cached_tokens: int = 0      # prompt tokens whose K/V came from the prefix cache
+    timings: dict = field(default_factory=dict)
+
+
+@dataclass(eq=False)
+class Request:
+    prompt: list[int]
+    config: GenerationConfig     # stop_tokens include the model's EOS when it stops on it
+    text: Any                    # TextState-like: feed(token) -> Delta, finish(), text, reasoning
+    sampler: Any = None          # _kernels.Sampler (opaque to the scheduler)
+    id: int = field(default_factory=lambda: next(_IDS))
+    state: State = State.WAITING
+    tokens: list[int] = field(default_factory=list)
+    n_computed: int = 0
+    table: list[int] = field(default_factory=list)
+    nodes: list = field(default_factory=list)
+    reserved: int = 0
+    cache_chain: bool = True
+    cached_tokens: int = 0
+    generated: int = 0
+    stop_reason: GenerationStopReason | None = None
+    error: BaseException | None = None
+    cancel_requested: bool = False  # set by any thread; the scheduler acts on it next step
+    handle: Any = None              # the channel.RequestHandle its worker reports to
+    submitted: float = field(default_factory=time.monotonic)
+    first_token: float | None = None
+    last_token: float | None = None
+
+    def __post_init__(self) -> None:
+        if not self.tokens:
+            self.tokens = list(self.prompt)
+        self.stop_tokens = frozenset(self.config.stop_tokens)
+
+    @property
+    def remaining(self) -> int:
+        """Positions known but not yet computed (1 = the last sampled token: a decode row)."""
+        return len(self.tokens) - self.n_computed
+
+    @property
+    def max_positions(self) -> int:
+        """Positions this request may occupy: the prompt and every token it may sample."""
+        return len(self.prompt) + self.config.max_tokens
+
+    @property
+    def penalized(self) -> bool:
+        c = self.config
+        return c.repeat_penalty != 1.0 or c.presence_penalty != 0.0 or c.frequency_penalty != 0.0
+
+    def completion(self) -> Completion:
+        reason = "cancelled" if self.stop_reason is GenerationStopReason.CANCELLED else (
+            self.stop_reason.finish_reason if self.stop_reason else "stop")
+        prompt_s = ((self.first_token or self.submitted) - self.submitted)
+        gen_s = (self.last_token - self.first_token) if self.first_token and self.last_token else 0.0
+        timings = dict(prompt_n=len(self.prompt) - self.cached_tokens, cached_n=self.cached_tokens,
+                       ttft_ms=round(prompt_s * 1e3, 3), predicted_n=self.generated,
+                       predicted_per_second=round((self.generated - 1) / gen_s, 2) if gen_s > 0 else None)
+        return Completion(self.text.text, reason, len(self.prompt), self.generated, self.text.reasoning,
+                          self.cached_tokens, timings)

@@ -1,0 +1,196 @@
+"""Continuous batching for one model: decides each step, never runs the model.
+
+plan() admits waiting requests (first come, first served, as long as the KV pool can promise
+their whole budget), then lays out one step: one decode row for every running request whose
+prompt is done, followed by prompt chunks of the others (oldest first) within a token budget
+sized so that the running requests' time between tokens stays near `tbt_target_ms`.
+update(plan, tokens, seconds) folds the sampled tokens back: text, stops, finished requests.
+Cancellation is honoured at the start of every plan(). No threads, no kernels: tests drive it
+with made-up tokens.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .errors import InvalidLogits
+from .generation import GenerationStopReason
+from .kv_cache import KVCache
+from .request import Request, State
+
+
+@dataclass
+class Event:
+    request: Request
+    text: str = ""
+    done: bool = False
+
+
+@dataclass
+class StepPlan:
+    rows: np.ndarray          # (n, 3) int32: token, seq, pos
+    tables: np.ndarray        # (n_seq, max_blocks) int32
+    out_rows: np.ndarray      # (n_out,) int32: rows whose logits give a token
+    out: list[Request]        # the request each out row samples for
+    seqs: list[Request]       # seq index -> request
+    counts: list[int]         # rows per seq
+    n_decode: int
+    n_prefill: int
+    samplers: list = field(default_factory=list)
+
+
+class _Ema:
+    def __init__(self, alpha: float = 0.2) -> None:
+        self.alpha, self.value = alpha, None
+
+    def add(self, x: float) -> None:
+        self.value = x if self.value is None else self.value + self.alpha * (x - self.value)
+
+
+class Scheduler:
+    def __init__(self, kv: KVCache, max_batch: int = 8, max_chunk: int = 512, min_chunk: int = 16,
+                 tbt_target_ms: float = 100.0) -> None:
+        self.kv = kv
+        self.max_batch, self.max_chunk, self.min_chunk = max_batch, max_chunk, min_chunk
+        self.tbt_target = tbt_target_ms / 1e3
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.events: list[Event] = []     # finished outside a step (cancelled while waiting)
+        self._decode_s = _Ema()           # a decode-only step
+        self._prefill_tok_s = _Ema()      # each prompt token a step adds
+        self.steps = 0
+
+    # ---------------------------------------------------------------- queue
+
+    def add(self, req: Request) -> None:
+        req.state = State.WAITING
+        self.waiting.append(req)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def _finish(self, req: Request, reason: GenerationStopReason | None, error: BaseException | None = None,
+                text: str = "") -> Event:
+        if req.state is State.RUNNING:
+            self.kv.release(req)
+            self.running.remove(req)
+        req.state = State.DONE
+        req.stop_reason, req.error = reason, error
+        return Event(req, text + req.text.finish(), True)
+
+    def _sweep_cancelled(self) -> None:
+        for req in [r for r in self.waiting if r.cancel_requested]:
+            self.waiting.remove(req)
+            self.events.append(self._finish(req, GenerationStopReason.CANCELLED))
+        for req in [r for r in self.running if r.cancel_requested]:
+            self.events.append(self._finish(req, GenerationStopReason.CANCELLED))
+
+    def _admit(self) -> None:
+        while self.waiting and len(self.running) < self.max_batch:
+            req = self.waiting[0]
+            if not self.kv.admit(req, req.max_positions):
+                break  # FCFS: later requests wait behind it
+            self.waiting.popleft()
+            req.cached_tokens = req.n_computed
+            req.state = State.RUNNING
+            self.running.append(req)
+
+    def fail_all(self, error: BaseException) -> list[Event]:
+        """Every request ends with `error` (the forward itself failed)."""
+        out = [self._finish(r, None, error) for r in list(self.running)]
+        while self.waiting:
+            out.append(self._finish(self.waiting.popleft(), None, error))
+        return out
+
+    # ---------------------------------------------------------------- one step
+
+    def chunk_budget(self, n_decode: int) -> int:
+        """Prompt tokens this step may take: all the chunk holds when nobody is decoding, else
+        what fits in the time-between-tokens target next to the decode rows."""
+        if n_decode == 0 or self._prefill_tok_s.value is None:
+            return self.max_chunk
+        spare = self.tbt_target - (self._decode_s.value or 0.0)
+        return int(min(self.max_chunk, max(self.min_chunk, spare / max(self._prefill_tok_s.value, 1e-6))))
+
+    def plan(self) -> StepPlan | None:
+        self._sweep_cancelled()
+        self._admit()
+        if not self.running:
+            return None
+        decode = [r for r in self.running if r.remaining == 1]
+        budget = self.chunk_budget(len(decode))
+        rows: list[tuple[int, int, int]] = []
+        out_rows: list[int] = []
+        out: list[Request] = []
+        seqs: list[Request] = []
+        counts: list[int] = []
+        for req in decode:
+            self.kv.grow(req, req.n_computed + 1)
+            out_rows.append(len(rows))
+            out.append(req)
+            rows.append((req.tokens[req.n_computed], len(seqs), req.n_computed))
+            seqs.append(req)
+            counts.append(1)
+        n_prefill = 0
+        for req in self.running:
+            if req.remaining == 1 or budget <= 0:
+                continue
+            take = min(req.remaining, budget)
+            budget -= take
+            n_prefill += take
+            self.kv.grow(req, req.n_computed + take)
+            start = req.n_computed
+            rows.extend((req.tokens[p], len(seqs), p) for p in range(start, start + take))
+            if start + take == len(req.tokens):  # the prompt's last position: its logits give token 1
+                out_rows.append(len(rows) - 1)
+                out.append(req)
+            seqs.append(req)
+            counts.append(take)
+        width = max(len(r.table) for r in seqs)
+        tables = np.zeros((len(seqs), width), np.int32)
+        for i, r in enumerate(seqs):
+            tables[i, :len(r.table)] = r.table
+        return StepPlan(np.array(rows, np.int32).reshape(-1, 3), tables, np.array(out_rows, np.int32),
+                        out, seqs, counts, len(decode), n_prefill, [r.sampler for r in out])
+
+    def update(self, plan: StepPlan, tokens, seconds: float, now: float) -> list[Event]:
+        """Fold a step's sampled tokens (one per out row; -1: logits not finite) back."""
+        self.steps += 1
+        if plan.n_prefill == 0:
+            self._decode_s.add(seconds)
+        else:
+            self._prefill_tok_s.add(max(seconds - (self._decode_s.value or 0.0) * (plan.n_decode > 0), 0.0)
+                                    / plan.n_prefill)
+        for req, n in zip(plan.seqs, plan.counts):
+            req.n_computed += n
+            self.kv.commit(req)
+        events, self.events = self.events, []
+        for req, token in zip(plan.out, [int(t) for t in tokens]):
+            if token < 0:
+                events.append(self._finish(req, None, InvalidLogits("model returned invalid logits (NaN or inf)")))
+                continue
+            req.tokens.append(token)
+            req.generated += 1
+            req.first_token = req.first_token or now
+            req.last_token = now
+            if req.sampler is not None and req.penalized:
+                req.sampler.accept(token)
+            if token in req.stop_tokens:  # kept in tokens, never shown
+                events.append(self._finish(req, GenerationStopReason.STOP_TOKEN))
+                continue
+            delta = req.text.feed(token)
+            stop = delta.stop or (GenerationStopReason.MAX_TOKENS if req.generated >= req.config.max_tokens else None)
+            events.append(self._finish(req, stop, text=delta.text) if stop else Event(req, delta.text))
+        return events
+
+    def drain_events(self) -> list[Event]:
+        events, self.events = self.events, []
+        return events
+
+    def stats(self) -> dict:
+        return dict(running=len(self.running), waiting=len(self.waiting), steps=self.steps,
+                    decode_step_ms=round((self._decode_s.value or 0.0) * 1e3, 3),
+                    prefill_token_ms=round((self._prefill_tok_s.value or 0.0) * 1e3, 4),
+                    **self.kv.usage())

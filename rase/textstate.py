@@ -1,0 +1,65 @@
+"""One request's text, token by token: feed(token) -> Delta(text that is safe to show, stop).
+
+Wraps the incremental detokenizer and stop strings (stream.TextStream) and the <think> filter
+(thinking.ThinkFilter); a stop string ends the request. Stop tokens and max_tokens are the
+generation loop's rules (generation.generate_with, scheduler.Scheduler): those tokens never
+reach feed. The single-stream loop (textgen.run_text) and the scheduler use the same object,
+so a request gives the same text served alone or batched.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from .generation import GenerationStopReason
+from .stream import TextStream
+from .thinking import ThinkFilter
+
+
+@dataclass(frozen=True)
+class Delta:
+    text: str                                # visible text to hand out now ("" if none)
+    stop: GenerationStopReason | None = None  # set: this token ends the request
+
+
+class TextState:
+    def __init__(self, token_bytes: Callable[[int], bytes], stop: Sequence[str] = (), think: str = "keep") -> None:
+        self._stream = TextStream(token_bytes, stop)
+        self._think = ThinkFilter(think)
+        self._parts: list[str] = []
+        self.finished = False
+
+    @classmethod
+    def for_tokenizer(cls, tokenizer, **kw) -> "TextState":
+        return cls(lambda t: tokenizer.decode_bytes([t]), **kw)
+
+    def _show(self, delta: str) -> str:
+        visible = self._think.feed(delta) if delta else ""
+        if visible:
+            self._parts.append(visible)
+        return visible
+
+    def feed(self, token: int) -> Delta:
+        """The text this token makes safe to show, and whether a stop string ended the
+        request (the text is cut before it)."""
+        text = self._show(self._stream.push(token))
+        return Delta(text, GenerationStopReason.STOP_STRING if self._stream.stopped else None)
+
+    def finish(self) -> str:
+        """End of the request: the text held back until now (visible part)."""
+        if self.finished:
+            return ""
+        self.finished = True
+        tail = self._show(self._stream.finish())
+        rest = self._think.flush()
+        if rest:
+            self._parts.append(rest)
+        return tail + rest
+
+    @property
+    def text(self) -> str:
+        return "".join(self._parts)
+
+    @property
+    def reasoning(self) -> str:
+        return self._think.reasoning

@@ -1,0 +1,164 @@
+"""ModelWorker: the one thread per loaded model that runs its forward.
+
+Everyone else sends it requests (submit -> RequestHandle) and cancellations (a flag on the
+request); it loops: take new requests, let the scheduler plan a step, run the step (forward
+and sampling of every row, GIL released), hand the scheduler the tokens, push text and ends to
+the handles. Idle, it sleeps on a condition variable. Different models have different workers
+and run in parallel.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+from . import _kernels
+from .config import PROFILE, default_threads
+from .errors import ContextOverflow, InvalidGenerationConfig, RaseError
+from .generation import GenerationConfig, make_sampler
+from .kv_cache import KVCache, blocks_for
+from .plan import ModelPlan
+from .profiling import profile_add
+from .request import Request
+from .channel import RequestHandle
+from .scheduler import Event, Scheduler
+
+MAX_CHUNK = 512            # prompt tokens per step at most (llama.cpp's default ubatch)
+PREFIX_CACHE_MB = 256      # default pool room for cached prefixes, beyond max_batch full contexts
+
+
+def pool_blocks(plan: ModelPlan, max_batch: int, kv_cache_mb: float | None) -> int:
+    """KV pool size: kv_cache_mb if given, else max_batch full contexts + PREFIX_CACHE_MB."""
+    per_block = plan.kv_bytes_per_token * _kernels.KV_BLOCK
+    if kv_cache_mb is not None:
+        n = int(kv_cache_mb * (1 << 20) // per_block)
+        if n < 1:
+            raise InvalidGenerationConfig(f"kv_cache_mb={kv_cache_mb} holds no KV block "
+                                          f"({per_block} bytes each for this model)")
+        return n
+    return blocks_for(max_batch * plan.n_ctx, _kernels.KV_BLOCK) + PREFIX_CACHE_MB * (1 << 20) // per_block
+
+
+class ModelWorker:
+    def __init__(self, plan: ModelPlan, *, max_batch: int = 8, kv_cache_mb: float | None = None,
+                 n_threads: int | None = None, tbt_target_ms: float = 100.0, prefix_cache: bool = True,
+                 name: str = "model") -> None:
+        if max_batch < 1:
+            raise InvalidGenerationConfig(f"max_batch must be at least 1, got {max_batch}")
+        self.plan = plan
+        n_blocks = pool_blocks(plan, max_batch, kv_cache_mb)
+        self.fwd = _kernels.Forward(plan.weights, n_blocks, max_batch + MAX_CHUNK,
+                                    n_threads or default_threads())
+        self.kv = KVCache(n_blocks, _kernels.KV_BLOCK, prefix_cache)
+        self.scheduler = Scheduler(self.kv, max_batch=max_batch, max_chunk=MAX_CHUNK, tbt_target_ms=tbt_target_ms)
+        self._cond = threading.Condition()
+        self._inbox: list[Request] = []
+        self._closing = False
+        self.counters = dict(requests=0, generated_tokens=0, cancelled=0, failed=0, rows=0, step_s=0.0,
+                             python_s=0.0)
+        self._thread = threading.Thread(target=self._loop, name=f"rase-worker-{name}", daemon=True)
+        self._thread.start()
+
+    # ---------------------------------------------------------------- any thread
+
+    def submit(self, prompt: list[int], config: GenerationConfig, text) -> RequestHandle:
+        """Queue a request; its handle streams the text. Refused before any work when the
+        prompt plus max_tokens cannot fit one sequence or the whole pool."""
+        config.validate()
+        if not prompt:
+            raise InvalidGenerationConfig("the prompt must contain at least one token")
+        bad = [t for t in prompt if not 0 <= t < self.plan.vocab_size]
+        if bad:
+            raise InvalidGenerationConfig(f"token id {bad[0]} is outside the vocabulary of {self.plan.vocab_size}")
+        need = len(prompt) + config.max_tokens
+        if need > self.plan.n_ctx:
+            raise ContextOverflow(need, self.plan.n_ctx, f" ({len(prompt)} prompt + {config.max_tokens} max_tokens)")
+        if blocks_for(need, _kernels.KV_BLOCK) > self.kv.n_blocks:
+            raise ContextOverflow(need, self.kv.n_blocks * _kernels.KV_BLOCK,
+                                  " positions in the whole KV pool; raise kv_cache_mb")
+        sampler = make_sampler(config, self.plan.vocab_size)
+        req = Request(list(prompt), config, text, sampler)
+        if req.penalized:
+            for t in prompt:
+                sampler.accept(int(t))
+        handle = RequestHandle(on_cancel=lambda: self._cancel(req))
+        req.handle = handle
+        with self._cond:
+            if self._closing:
+                raise RaseError("this model is being unloaded; retry the request")
+            self._inbox.append(req)
+            self.counters["requests"] += 1
+            self._cond.notify()
+        return handle
+
+    def _cancel(self, req: Request) -> None:
+        req.cancel_requested = True
+        with self._cond:
+            self._cond.notify()
+
+    def close(self, wait: bool = False) -> None:
+        """Stop taking requests; the thread ends once those already queued have finished."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify()
+        if wait:
+            self._thread.join()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def stats(self) -> dict:
+        c = self.counters
+        steps = max(1, self.scheduler.steps)
+        out = dict(self.scheduler.stats(), requests=c["requests"], generated_tokens=c["generated_tokens"],
+                   cancelled=c["cancelled"], failed=c["failed"], rows_per_step=round(c["rows"] / steps, 3),
+                   step_ms_mean=round(c["step_s"] / steps * 1e3, 3),
+                   python_ms_per_step=round(c["python_s"] / steps * 1e3, 3))
+        if self.kv.cache:
+            out.update({f"prefix_{k}": v for k, v in self.kv.cache.stats.items()})
+        return out
+
+    # ---------------------------------------------------------------- the worker thread
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._inbox and not self.scheduler.has_work() and not self._closing \
+                        and not self.scheduler.events:
+                    self._cond.wait()
+                inbox, self._inbox = self._inbox, []
+                if self._closing and not inbox and not self.scheduler.has_work():
+                    return
+            t0 = time.perf_counter()
+            for req in inbox:
+                self.scheduler.add(req)
+            plan = self.scheduler.plan()
+            self._deliver(self.scheduler.drain_events())
+            if plan is None:
+                continue
+            t1 = time.perf_counter()
+            try:
+                tokens, _ = self.fwd.step(plan.rows, plan.tables, plan.out_rows, plan.samplers)
+            except Exception as exc:  # a bug, not bad input (inputs were checked): fail, stay alive
+                self._deliver(self.scheduler.fail_all(RaseError(f"forward step failed: {exc}")))
+                continue
+            t2 = time.perf_counter()
+            if PROFILE:
+                profile_add(self.fwd, plan.n_prefill > 0, len(plan.rows), int((t2 - t1) * 1e9))
+            self._deliver(self.scheduler.update(plan, tokens if tokens is not None else [], t2 - t1, time.monotonic()))
+            self.counters["rows"] += len(plan.rows)
+            self.counters["step_s"] += t2 - t1
+            self.counters["python_s"] += (time.perf_counter() - t0) - (t2 - t1)
+
+    def _deliver(self, events: list[Event]) -> None:
+        for ev in events:
+            req, handle = ev.request, ev.request.handle
+            handle.push(ev.text)
+            if ev.done:
+                self.counters["generated_tokens"] += req.generated
+                if req.error is not None:
+                    self.counters["failed"] += 1
+                    handle.fail(req.error)
+                else:
+                    self.counters["cancelled"] += req.stop_reason is not None and req.stop_reason.value == "cancelled"
+                    handle.finish(req.completion())

@@ -1,0 +1,148 @@
+"""The prefix cache and the KV block bookkeeping, alone, under random operation sequences."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from rase.kv_cache import KVCache
+from rase.prefix_cache import PrefixCache
+
+BS = 4
+
+
+class Seq:
+    """The fields KVCache reads and writes on a request."""
+
+    def __init__(self, tokens, max_new):
+        self.tokens = list(tokens)
+        self.max_positions = len(tokens) + max_new
+        self.n_computed = 0
+        self.table, self.nodes, self.reserved, self.cache_chain = [], [], 0, True
+
+
+def _leaves(cache: PrefixCache):
+    out, stack = [], list(cache.root.children.values())
+    while stack:
+        n = stack.pop()
+        if not n.children:
+            out.append(n)
+        stack.extend(n.children.values())
+    return out
+
+
+def test_match_insert_release_evict_basics():
+    c = PrefixCache(BS)
+    a = c.insert(None, [1, 2, 3, 4], block=10)
+    b = c.insert(a, [5, 6, 7, 8], block=11)
+    assert c.insert(a, [5, 6, 7, 8], block=12) is None  # key exists: the caller keeps its block
+    assert c.insert(None, [1, 2, 3], block=13) is None  # only full blocks
+    assert c.evict(5) == []  # held by the inserting sequence
+    c.release([a, b])
+    assert c.n_evictable == 2
+    hit = c.match([1, 2, 3, 4, 5, 6, 7, 8, 9], limit=8)
+    assert [n.block for n in hit] == [10, 11] and c.n_evictable == 0
+    assert [n.block for n in c.match([1, 2, 3, 4, 5, 6, 7, 8], limit=7)] == [10]  # limit cuts the match
+    c.release(hit)
+    c.release([a])
+    assert c.evict(1) == [11] and c.evict(1) == [10]  # leaf first, then the parent it left bare
+    assert c.n_nodes == 0 and c.n_evictable == 0
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_random_operations_keep_refs_leaves_and_lru(seed):
+    rng = random.Random(seed)
+    c = PrefixCache(BS)
+    held: list[list] = []  # chains held by live sequences
+    next_block = iter(range(10_000))
+    for _ in range(300):
+        op = rng.random()
+        if op < 0.4:  # a sequence: match a prefix, then insert a few more blocks after it
+            prefix = [rng.randrange(3) for _ in range(BS * rng.randrange(1, 5))]
+            chain = c.match(prefix, len(prefix))
+            for i in range(len(chain), len(prefix) // BS):
+                node = c.insert(chain[-1] if chain else None, prefix[i * BS:(i + 1) * BS], next(next_block))
+                if node is None:
+                    break
+                chain.append(node)
+            held.append(chain)
+        elif op < 0.7 and held:
+            c.release(held.pop(rng.randrange(len(held))))
+        else:  # evict: every victim is a leaf without refs, least recently used first
+            for _ in range(rng.randrange(1, 4)):
+                candidates = [n for n in _leaves(c) if n.refs == 0]
+                got = c.evict(1)
+                if not candidates:
+                    assert got == []
+                    continue
+                oldest = min(n.last_used for n in candidates)
+                assert len(got) == 1 and got[0] in {n.block for n in candidates if n.last_used == oldest}
+        # invariants: refs never negative, parents hold at least their children's refs,
+        # the evictable count is the nodes without refs
+        nodes, stack = [], list(c.root.children.values())
+        while stack:
+            n = stack.pop()
+            nodes.append(n)
+            assert n.refs >= 0 and all(n.refs >= ch.refs for ch in n.children.values())
+            stack.extend(n.children.values())
+        assert c.n_nodes == len(nodes)
+        assert c.n_evictable == sum(n.refs == 0 for n in nodes)
+        assert sum(n.refs for n in nodes) == sum(len(ch) for ch in held)
+    for chain in held:
+        c.release(chain)
+    assert len(c.clear()) == len(nodes) and c.n_nodes == 0
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_kv_pool_budget_holds_under_random_requests(seed):
+    """Admission promises every block a request can need; blocks are never lost or shared
+    by two owners; the budget is never exceeded; everything returns at the end."""
+    rng = random.Random(seed)
+    kv = KVCache(24, BS)
+    live: list[Seq] = []
+    heads = [[rng.randrange(5) for _ in range(9)] for _ in range(3)]
+    for _ in range(400):
+        if rng.random() < 0.3:
+            s = Seq(rng.choice(heads) + [rng.randrange(5) for _ in range(rng.randrange(1, 8))], rng.randrange(1, 9))
+            if kv.admit(s, s.max_positions):
+                assert s.n_computed % BS == 0 and s.n_computed <= len(s.tokens) - 1
+                live.append(s)
+        elif live:
+            s = rng.choice(live)
+            if rng.random() < 0.2 or len(s.tokens) >= s.max_positions:
+                kv.release(s)
+                live.remove(s)
+            else:  # compute the rest of what is known (a chunk or a decode row), then sample one
+                kv.grow(s, len(s.tokens))
+                s.n_computed = len(s.tokens)
+                kv.commit(s)
+                s.tokens.append(rng.randrange(5))
+        kv.check(live)
+    for s in live:
+        kv.release(s)
+    kv.check([])
+    assert kv.available() == kv.n_blocks and kv.reserved == 0
+
+
+def test_full_prompt_hit_still_computes_the_last_token():
+    kv = KVCache(8, BS)
+    first = Seq(list(range(8)), 1)
+    assert kv.admit(first, first.max_positions)
+    kv.grow(first, 8)
+    first.n_computed = 8
+    kv.commit(first)
+    kv.release(first)
+    again = Seq(list(range(8)), 1)  # the same 8 tokens: both blocks cached
+    assert kv.admit(again, again.max_positions)
+    assert again.n_computed == 4  # the second block holds the last prompt token: recomputed
+    longer = Seq(list(range(9)), 1)
+    assert kv.admit(longer, longer.max_positions) and longer.n_computed == 8
+
+
+def test_admission_waits_for_room_and_never_oversubscribes():
+    kv = KVCache(4, BS)
+    a, b = Seq([1] * 7, 5), Seq([2] * 3, 2)   # a needs 3 blocks, b 2
+    assert kv.admit(a, a.max_positions) and not kv.admit(b, b.max_positions)
+    assert b.table == [] and kv.reserved == 3
+    kv.release(a)
+    assert kv.admit(b, b.max_positions)
