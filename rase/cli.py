@@ -188,10 +188,20 @@ def cmd_model_rm(args) -> int:
 
 def cmd_runtime_probe(args) -> int:
     from .api import probe_runtime
+    from .smoke import run_smoke_test
 
     backend = probe_runtime(args.device)
-    print(f"backend: Cpu\naccelerated: false\ntensor_smoke_test: passed\n{backend}")
-    return 0
+    results = run_smoke_test()
+    ok = all(r.ok for r in results)
+    print(f"backend: Cpu\naccelerated: false\ntensor_smoke_test: {'passed' if ok else 'FAILED'} "
+          f"({len(results)} checks against numpy)")
+    for r in results:
+        print(f"  {r.isa:<7} {r.check:<32} max rel err {r.max_rel_err:.2e}  {'ok' if r.ok else 'FAILED'}")
+    print(backend)
+    if not ok:
+        print("error: a kernel path gave wrong results; run with RASE_SIMD=scalar and report this CPU",
+              file=sys.stderr)
+    return 0 if ok else 1
 
 
 def _gen_kwargs(args) -> dict:

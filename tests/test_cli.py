@@ -150,7 +150,9 @@ def test_model_lifecycle_and_run_through_the_cli(tmp_path):
     assert too_long.stderr.startswith("error: ") and "do not fit the context of 40" in too_long.stderr
     raw = rase("run", "smollm2", "The capital of France is", "--raw", "--temperature", "0", "--max-tokens", "3")
     assert "Paris" in raw.stdout
-    assert "backend: Cpu" in rase("runtime", "probe").stdout
+    probe = rase("runtime", "probe").stdout
+    assert "backend: Cpu" in probe and "tensor_smoke_test: passed" in probe
+    assert all(f"  {isa} " in probe for isa in ("scalar", "avx2")) and "matmul" in probe
     bad = rase("runtime", "probe", "--device", "cuda", ok=False)
     assert bad.stderr.startswith("error: ") and bad.stderr.count("\n") == 1
     missing = rase("run", "nope", "hi", ok=False)

@@ -122,9 +122,9 @@ def test_disconnect_stops_generation_within_a_token(server):
                 n += 1
                 if n == 4:  # the role chunk + 3 content chunks
                     break
-    time.sleep(1.5)
+    _wait_for(lambda: httpx.get(server + "/health").json()["cancelled"] == before["cancelled"] + 1,
+              "the disconnect to cancel the request")
     after = httpx.get(server + "/health").json()
-    assert after["cancelled"] == before["cancelled"] + 1
     generated = after["generated_tokens"] - before["generated_tokens"]
     assert generated <= 3 + 8  # 3 streamed; the cancel lands at the next token (deltas can lag a few)
     ok = httpx.post(server + "/v1/chat/completions", json={"model": "smollm2", "messages": CHAT,
@@ -143,8 +143,26 @@ def test_api_key(store):
     assert client.get("/health").status_code == 200
 
 
-def test_host_app_keeps_answering_while_generating(store):
+def _serve_in_thread(app):
     import uvicorn
+
+    port = _free_port()
+    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    t = threading.Thread(target=srv.run, daemon=True)
+    t.start()
+    base = f"http://127.0.0.1:{port}"
+    for _ in range(200):
+        try:
+            httpx.get(base + "/health", timeout=1)
+            break
+        except httpx.HTTPError:
+            time.sleep(0.05)
+    return srv, t, base
+
+
+def test_host_app_keeps_answering_while_generating(store):
+    """20 pings answered, each within 0.5 s, while a streamed generation is known to be running:
+    its first content arrived before the first ping and more arrived after the last."""
     from fastapi import FastAPI
 
     from rase.server import create_app
@@ -155,35 +173,109 @@ def test_host_app_keeps_answering_while_generating(store):
     async def ping():
         return {"pong": True}
 
+    @host.get("/health")
+    async def health():
+        return {"ok": True}
+
     host.mount("/llm", create_app(Engine(store)))
-    port = _free_port()
-    srv = uvicorn.Server(uvicorn.Config(host, host="127.0.0.1", port=port, log_level="warning"))
-    t = threading.Thread(target=srv.run, daemon=True)
-    t.start()
-    base = f"http://127.0.0.1:{port}"
-    for _ in range(100):
-        try:
-            httpx.get(base + "/ping", timeout=1)
-            break
-        except httpx.HTTPError:
-            time.sleep(0.05)
-    result = {}
+    srv, t, base = _serve_in_thread(host)
+    chunks: list[float] = []  # arrival time of each content chunk
+    started = threading.Event()
+    body = {"model": "smollm2", "messages": [{"role": "user", "content": "Write a long story about a ship."}],
+            "temperature": 0.7, "seed": 1, "max_tokens": 400, "stream": True}
 
     def generate():
-        result["r"] = httpx.post(base + "/llm/v1/chat/completions", timeout=120, json={
-            "model": "smollm2", "messages": CHAT, "temperature": 0.7, "max_tokens": 120})
+        with httpx.stream("POST", base + "/llm/v1/chat/completions", json=body, timeout=120) as r:
+            for line in r.iter_lines():
+                if '"content"' in line and '"content": ""' not in line:
+                    chunks.append(time.perf_counter())
+                    started.set()
 
     g = threading.Thread(target=generate)
     g.start()
-    time.sleep(0.3)
-    latencies = []
-    while g.is_alive():
+    assert started.wait(60), "generation never started"
+    latencies, first_ping = [], time.perf_counter()
+    for _ in range(20):
         start = time.perf_counter()
         assert httpx.get(base + "/ping", timeout=5).json() == {"pong": True}
         latencies.append(time.perf_counter() - start)
-        time.sleep(0.02)
+    last_ping = time.perf_counter()
     g.join()
     srv.should_exit = True
     t.join(timeout=10)
-    assert result["r"].status_code == 200
-    assert len(latencies) >= 5 and max(latencies) < 0.5  # the event loop never waited on generation
+    assert chunks[0] < first_ping and chunks[-1] > last_ping, "the generation was not running during the pings"
+    assert max(latencies) < 0.5, latencies  # the event loop never waited on generation
+
+
+def _wait_for(predicate, what: str, timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def test_disconnect_storm_leaves_the_server_whole(store):
+    """16 streaming clients, half of them dropping at random points: every other request
+    completes with its full answer, every KV block returns, and the server answers the next."""
+    import random
+
+    from rase.server import create_app
+
+    engine = Engine(store, max_batch=8)
+    srv, t, base = _serve_in_thread(create_app(engine))
+    rng = random.Random(3)
+    plans = [(i, rng.randint(1, 12) if i % 2 else None) for i in range(16)]  # None: reads to the end
+    outcome: dict = {}
+
+    def client(i, drop_after):
+        body = {"model": "smollm2", "messages": [{"role": "user", "content": f"Tell me fact number {i} about space."}],
+                "temperature": 0.7, "seed": i, "max_tokens": 48, "stream": True}
+        with httpx.stream("POST", base + "/v1/chat/completions", json=body, timeout=120) as r:
+            n, finish = 0, None
+            for line in r.iter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                chunk = __import__("json").loads(line[6:])
+                if chunk["choices"]:
+                    n += 1
+                    finish = chunk["choices"][0]["finish_reason"] or finish
+                if drop_after is not None and n >= drop_after:
+                    break
+            outcome[i] = (n, finish)
+
+    threads = [threading.Thread(target=client, args=p) for p in plans]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    completed = [i for i, drop in plans if drop is None]
+    assert all(outcome[i][1] in ("stop", "length") for i in completed), outcome
+    worker = engine.session("smollm2").worker
+    _wait_for(lambda: engine.stats["running"] == 0 and engine.stats["waiting"] == 0, "the dropped requests to end")
+    worker.kv.check([])
+    assert worker.kv.reserved == 0 and worker.kv.available() == worker.kv.n_blocks
+    health = httpx.get(base + "/health", timeout=5).json()
+    assert health["kv_blocks_used"] == 0 and health["running"] == 0
+    # every dropper that left early was cancelled (one reading its whole answer first was not)
+    assert health["requests"] == 16 and 1 <= health["cancelled"] <= 8
+    ok = httpx.post(base + "/v1/chat/completions", json={"model": "smollm2", "messages": CHAT,
+                                                         "temperature": 0, "max_tokens": 8}, timeout=60)
+    assert ok.status_code == 200 and ok.json()["choices"][0]["message"]["content"]
+    srv.should_exit = True
+    t.join(timeout=10)
+
+
+def test_cached_tokens_and_health_through_the_openai_client(server):
+    from openai import OpenAI
+
+    client = OpenAI(base_url=server + "/v1", api_key="unused")
+    system = {"role": "system", "content": "You answer in one short sentence. " * 12}
+    first = client.chat.completions.create(model="smollm2", messages=[system, CHAT[0]], temperature=0, max_tokens=8)
+    again = client.chat.completions.create(model="smollm2", messages=[system, {"role": "user", "content": "Hi!"}],
+                                           temperature=0, max_tokens=8)
+    assert first.usage.prompt_tokens_details.cached_tokens % 32 == 0
+    assert again.usage.prompt_tokens_details.cached_tokens >= 64  # the shared system prompt
+    health = httpx.get(server + "/health", timeout=5).json()
+    for key in ("running", "waiting", "kv_blocks_used", "kv_blocks_total", "prefix_hit_tokens"):
+        assert key in health, key
+    assert health["models"]["smollm2"]["kv_blocks_total"] == health["kv_blocks_total"] > 0
