@@ -283,7 +283,8 @@ def _serve(engine, host: str, port: int, api_key: str | None, banner: str = "") 
 def cmd_serve(args) -> int:
     from .api import Engine
 
-    engine = Engine(args.store or default_store(), device=args.device, n_ctx=args.ctx_size)
+    engine = Engine(args.store or default_store(), device=args.device, n_ctx=args.ctx_size, max_batch=args.parallel,
+                    kv_cache_mb=args.kv_cache_mb, prefix_cache=not args.no_prefix_cache, n_threads=args.threads)
     return _serve(engine, args.host, args.port, args.api_key)
 
 
@@ -387,6 +388,13 @@ def _add_generation_commands(sub, leaf) -> None:
     s.add_argument("--device", default="auto")
     context(s)
     s.add_argument("--api-key", default=None, help="require Authorization: Bearer KEY on /v1/")
+    s.add_argument("-np", "--parallel", type=int, default=8, metavar="N",
+                   help="requests one model decodes together (default 8; 1 = one at a time)")
+    s.add_argument("--kv-cache-mb", type=float, default=None, metavar="M",
+                   help="KV pool per model in MiB (default: N full contexts + 256 MiB of cached prefixes)")
+    s.add_argument("--no-prefix-cache", action="store_true", help="do not reuse the KV of earlier prompts")
+    s.add_argument("-t", "--threads", type=int, default=None, metavar="T",
+                   help="threads per forward pass (default: $RASE_NUM_THREADS, else physical cores)")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -150,6 +150,8 @@ def test_model_lifecycle_and_run_through_the_cli(tmp_path):
     assert too_long.stderr.startswith("error: ") and "do not fit the context of 40" in too_long.stderr
     raw = rase("run", "smollm2", "The capital of France is", "--raw", "--temperature", "0", "--max-tokens", "3")
     assert "Paris" in raw.stdout
+    bad_parallel = rase("serve", "--parallel", "0", ok=False)
+    assert bad_parallel.stderr.startswith("error: max_batch must be a positive integer")
     probe = rase("runtime", "probe").stdout
     assert "backend: Cpu" in probe and "tensor_smoke_test: passed" in probe
     assert all(f"  {isa} " in probe for isa in ("scalar", "avx2")) and "matmul" in probe

@@ -34,7 +34,8 @@ def store(tmp_path_factory, smollm2_path):
 def server(store):
     port = _free_port()
     exe = rase_command()
-    proc = subprocess.Popen([*exe, "--store", str(store), "serve", "--port", str(port)],
+    proc = subprocess.Popen([*exe, "--store", str(store), "serve", "--port", str(port), "--parallel", "4",
+                             "--kv-cache-mb", "64", "--threads", "2"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     base = f"http://127.0.0.1:{port}"
     for _ in range(200):
@@ -278,4 +279,5 @@ def test_cached_tokens_and_health_through_the_openai_client(server):
     health = httpx.get(server + "/health", timeout=5).json()
     for key in ("running", "waiting", "kv_blocks_used", "kv_blocks_total", "prefix_hit_tokens"):
         assert key in health, key
-    assert health["models"]["smollm2"]["kv_blocks_total"] == health["kv_blocks_total"] > 0
+    # --kv-cache-mb 64: 64 MiB of 32-position blocks of SmolLM2's 22.5 KiB per position
+    assert health["models"]["smollm2"]["kv_blocks_total"] == health["kv_blocks_total"] == (64 << 20) // (32 * 23040)
