@@ -143,6 +143,17 @@ static int rase_kv_pool_alloc(rase_kv_pool *kv, const rase_hparams *hp, int32_t 
     return 0;
 }
 
+// rows [0, n) of block src copied into block dst, every layer, K and V (a cached block's
+// leading positions reused by a sequence that shares only them)
+static void rase_kv_copy_rows(rase_kv_pool *kv, int32_t src, int32_t dst, int n) {
+    const int64_t layer = (int64_t)RASE_KV_BLOCK * kv->n_kv_dim, block = kv->n_layer * layer;
+    for (int il = 0; il < kv->n_layer; ++il) {
+        const int64_t s = src * block + il * layer, d = dst * block + il * layer;
+        memcpy(kv->k + d, kv->k + s, (size_t)n * kv->n_kv_dim * sizeof(uint16_t));
+        memcpy(kv->v + d, kv->v + s, (size_t)n * kv->n_kv_dim * sizeof(uint16_t));
+    }
+}
+
 static void rase_scratch_free(rase_scratch *s) {
     void *bufs[] = {s->x, s->h, s->o, s->q, s->att, s->k, s->v, s->g, s->u, s->rope, s->scores,
                     s->act, s->act_rows, (void *)s->act_src};

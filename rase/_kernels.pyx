@@ -258,6 +258,7 @@ cdef extern from "_forward.h" nogil:
     void rase_weights_free(rase_weights *w)
     int rase_kv_pool_alloc(rase_kv_pool *kv, const rase_hparams *hp, int32_t n_blocks)
     void rase_kv_pool_free(rase_kv_pool *kv)
+    void rase_kv_copy_rows(rase_kv_pool *kv, int32_t src, int32_t dst, int n)
     int rase_scratch_alloc(rase_scratch *s, const rase_hparams *hp, int max_rows, int n_threads)
     void rase_scratch_free(rase_scratch *s)
     void rase_step(rase_model *m, const rase_batch *b, const rase_sampler_ref *samplers, int32_t *tokens)
@@ -495,6 +496,15 @@ cdef class Forward:
     @property
     def n_blocks(self):
         return self.kv.n_blocks
+
+    def copy_rows(self, int src, int dst, int n):
+        """Positions [0, n) of pool block src copied to block dst (every layer, K and V)."""
+        if not (0 <= src < self.kv.n_blocks and 0 <= dst < self.kv.n_blocks and src != dst):
+            raise ValueError(f"blocks {src} -> {dst} outside the pool of {self.kv.n_blocks} or equal")
+        if not 0 < n <= RASE_KV_BLOCK:
+            raise ValueError(f"1..{RASE_KV_BLOCK} rows, got {n}")
+        with nogil:
+            rase_kv_copy_rows(&self.kv, src, dst, n)
 
     def take_profile(self):
         """(matmul ns, attention ns) accumulated since the last call; profiling on from now."""

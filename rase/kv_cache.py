@@ -9,7 +9,7 @@ lands in them, from the free list first and by evicting cached leaves after.
 """
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 from .prefix_cache import Node, PrefixCache
 
@@ -28,9 +28,15 @@ def blocks_for(positions: int, block_size: int) -> int:
 
 
 class KVCache:
-    def __init__(self, n_blocks: int, block_size: int, prefix_cache: bool = True) -> None:
+    """copy_rows(src, dst, n): copies positions [0, n) of pool block src to block dst; given,
+    a prompt also reuses the leading positions of a cached block it shares only in part."""
+
+    def __init__(self, n_blocks: int, block_size: int, prefix_cache: bool = True,
+                 copy_rows: Callable[[int, int, int], None] | None = None) -> None:
         if n_blocks < 1:
             raise ValueError("the KV pool needs at least one block")
+        self.copy_rows = copy_rows
+        self.copied_tokens = 0
         self.n_blocks = n_blocks
         self.block_size = block_size
         self.free: list[int] = list(range(n_blocks - 1, -1, -1))  # pop() -> lowest ids first
@@ -75,7 +81,29 @@ class KVCache:
         req.table = [n.block for n in hit]
         req.n_computed = len(hit) * self.block_size
         req.cache_chain = True
+        if self.cache and self.copy_rows is not None:
+            self._reuse_partial(req, prompt - 1)
         return True
+
+    def _reuse_partial(self, req: Sequence_, limit: int) -> None:
+        """Past the full blocks: a cached block that starts like the rest of the prompt gives
+        its leading positions (copied into req's next block; K/V are bit-identical however
+        they were computed, so this changes no result)."""
+        bs, done = self.block_size, req.n_computed
+        src, k = self.cache.partial(req.nodes[-1] if req.nodes else None, req.tokens[done:limit])
+        if src is None:
+            return
+        done_k = done + k
+        self.cache.pin(src)  # taking a block may evict: not this one
+        try:
+            if self.available() < 0:  # src was the room the reservation counted on: skip
+                return
+            self.grow(req, done + 1)
+            self.copy_rows(src.block, req.table[-1], k)
+        finally:
+            self.cache.release([src])
+        req.n_computed = done_k
+        self.copied_tokens += k
 
     def _take(self) -> int:
         if not self.free:

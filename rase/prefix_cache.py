@@ -61,6 +61,26 @@ class PrefixCache:
         self.stats["hit_tokens"] += len(out) * bs
         return out
 
+    def partial(self, parent: Node | None, tokens: Sequence[int]) -> tuple[Node | None, int]:
+        """The cached child of parent (None: the root) whose block begins with the longest run
+        of `tokens` (fewer than a block), and that run's length; (None, 0) if none."""
+        best, k_best = None, 0
+        want = tuple(tokens[:self.block_size - 1])
+        for child in (parent or self.root).children.values():
+            k = 0
+            for a, b in zip(child.tokens, want):
+                if a != b:
+                    break
+                k += 1
+            if k > k_best:
+                best, k_best = child, k
+        return best, k_best
+
+    def pin(self, node: Node) -> None:
+        """Hold a node for a moment (it cannot be evicted until released)."""
+        self._clock += 1
+        self._acquire(node)
+
     def insert(self, parent: Node | None, tokens: Sequence[int], block: int) -> Node | None:
         """Cache `block` (just filled with tokens, after parent's chain) as a node the caller
         holds one ref on; None when that key is cached already (the caller keeps its block)."""

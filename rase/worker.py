@@ -48,7 +48,7 @@ class ModelWorker:
         n_blocks = pool_blocks(plan, max_batch, kv_cache_mb)
         self.fwd = _kernels.Forward(plan.weights, n_blocks, max_batch + MAX_CHUNK,
                                     n_threads or default_threads())
-        self.kv = KVCache(n_blocks, _kernels.KV_BLOCK, prefix_cache)
+        self.kv = KVCache(n_blocks, _kernels.KV_BLOCK, prefix_cache, copy_rows=self.fwd.copy_rows)
         self.scheduler = Scheduler(self.kv, max_batch=max_batch, max_chunk=MAX_CHUNK, tbt_target_ms=tbt_target_ms)
         self._cond = threading.Condition()
         self._inbox: list[Request] = []
@@ -116,6 +116,8 @@ class ModelWorker:
                    python_ms_per_step=round(c["python_s"] / steps * 1e3, 3))
         if self.kv.cache:
             out.update({f"prefix_{k}": v for k, v in self.kv.cache.stats.items()})
+            out["prefix_hit_tokens"] += self.kv.copied_tokens  # leading positions of partial blocks
+            out["prefix_copied_tokens"] = self.kv.copied_tokens
         return out
 
     # ---------------------------------------------------------------- the worker thread

@@ -93,19 +93,22 @@ def test_random_operations_keep_refs_leaves_and_lru(seed):
     assert len(c.clear()) == len(nodes) and c.n_nodes == 0
 
 
+@pytest.mark.parametrize("partial", [False, True])
 @pytest.mark.parametrize("seed", range(10))
-def test_kv_pool_budget_holds_under_random_requests(seed):
+def test_kv_pool_budget_holds_under_random_requests(seed, partial):
     """Admission promises every block a request can need; blocks are never lost or shared
-    by two owners; the budget is never exceeded; everything returns at the end."""
+    by two owners; the budget is never exceeded; everything returns at the end (with and
+    without reuse of partly shared blocks)."""
     rng = random.Random(seed)
-    kv = KVCache(24, BS)
+    copies = []
+    kv = KVCache(24, BS, copy_rows=(lambda src, dst, n: copies.append((src, dst, n))) if partial else None)
     live: list[Seq] = []
     heads = [[rng.randrange(5) for _ in range(9)] for _ in range(3)]
     for _ in range(400):
         if rng.random() < 0.3:
             s = Seq(rng.choice(heads) + [rng.randrange(5) for _ in range(rng.randrange(1, 8))], rng.randrange(1, 9))
             if kv.admit(s, s.max_positions):
-                assert s.n_computed % BS == 0 and s.n_computed <= len(s.tokens) - 1
+                assert (partial or s.n_computed % BS == 0) and s.n_computed <= len(s.tokens) - 1
                 live.append(s)
         elif live:
             s = rng.choice(live)
@@ -122,6 +125,7 @@ def test_kv_pool_budget_holds_under_random_requests(seed):
         kv.release(s)
     kv.check([])
     assert kv.available() == kv.n_blocks and kv.reserved == 0
+    assert bool(copies) == partial and all(src != dst and 0 < n < BS for src, dst, n in copies)
 
 
 def test_full_prompt_hit_still_computes_the_last_token():
@@ -146,3 +150,54 @@ def test_admission_waits_for_room_and_never_oversubscribes():
     assert b.table == [] and kv.reserved == 3
     kv.release(a)
     assert kv.admit(b, b.max_positions)
+
+
+def test_a_prompt_sharing_part_of_a_cached_block_copies_those_rows():
+    copies = []
+    kv = KVCache(8, BS, copy_rows=lambda src, dst, n: copies.append((src, dst, n)))
+    first = Seq([1, 2, 3, 4, 5, 6, 7, 8, 9], 1)
+    assert kv.admit(first, first.max_positions)
+    kv.grow(first, 9)
+    first.n_computed = 9
+    kv.commit(first)          # blocks [1 2 3 4] [5 6 7 8] cached
+    kv.release(first)
+    second = Seq([1, 2, 3, 4, 5, 6, 0, 0, 0], 1)  # one full block, then 2 of the next 4
+    assert kv.admit(second, second.max_positions)
+    assert second.n_computed == 6 and copies == [(kv.cache.root.children[(1, 2, 3, 4)].children[(5, 6, 7, 8)].block,
+                                                  second.table[1], 2)]
+    kv.check([second])
+    third = Seq([1, 2, 9], 1)  # only a partial block in common, limited by the last token
+    assert kv.admit(third, third.max_positions) and third.n_computed == 2
+    kv.check([second, third])
+    without_copies = KVCache(8, BS)
+    assert without_copies.admit(Seq([1, 2, 3], 1), 4)  # no copy function: full blocks only
+
+
+def test_partial_reuse_never_takes_the_room_the_reservation_counted_on():
+    """The pool is all cached blocks; the partial source is the only evictable leaf, so it is
+    the block the reservation counts on: the copy is skipped, not the promise broken."""
+    copies = []
+    kv = KVCache(2, BS, copy_rows=lambda src, dst, n: copies.append((src, dst, n)))
+    first = Seq([1, 2, 3, 4, 5, 6, 7, 8], 1)
+    assert kv.admit(first, 8)
+    kv.grow(first, 8)
+    first.n_computed = 8
+    kv.commit(first)
+    kv.release(first)                       # [1 2 3 4] -> [5 6 7 8], both cached, none free
+    again = Seq([1, 2, 3, 4, 5, 6, 0], 1)   # hits the first, shares 2 rows of the second
+    assert kv.admit(again, 7)
+    assert copies == [] and again.n_computed == 4
+    kv.grow(again, 7)                       # the reserved block: the second one, evicted
+    kv.check([again])
+    roomy = KVCache(3, BS, copy_rows=lambda src, dst, n: copies.append((src, dst, n)))
+    first = Seq([1, 2, 3, 4, 5, 6, 7, 8], 1)
+    assert roomy.admit(first, 8)
+    roomy.grow(first, 8)
+    first.n_computed = 8
+    roomy.commit(first)
+    roomy.release(first)
+    again = Seq([1, 2, 3, 4, 5, 6, 0], 1)
+    assert roomy.admit(again, 7) and again.n_computed == 6  # a free block: the rows are copied
+    (src, dst, n), = copies
+    assert src != dst and n == 2
+    roomy.check([again])

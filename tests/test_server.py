@@ -274,7 +274,7 @@ def test_cached_tokens_and_health_through_the_openai_client(server):
     first = client.chat.completions.create(model="smollm2", messages=[system, CHAT[0]], temperature=0, max_tokens=8)
     again = client.chat.completions.create(model="smollm2", messages=[system, {"role": "user", "content": "Hi!"}],
                                            temperature=0, max_tokens=8)
-    assert first.usage.prompt_tokens_details.cached_tokens % 32 == 0
+    assert 0 <= first.usage.prompt_tokens_details.cached_tokens < first.usage.prompt_tokens
     assert again.usage.prompt_tokens_details.cached_tokens >= 64  # the shared system prompt
     health = httpx.get(server + "/health", timeout=5).json()
     for key in ("running", "waiting", "kv_blocks_used", "kv_blocks_total", "prefix_hit_tokens"):

@@ -84,6 +84,8 @@ def test_eight_at_once_staggered_equal_served_alone(store, oracle, threads):
     before = engine.stats["prefix_hit_tokens"]
     assert _serve_all(engine, jobs, stagger=0.2, seed=9) == got
     assert engine.stats["prefix_hit_tokens"] > before
+    # the chat preamble the prompts share is shorter than a block: its rows were copied
+    assert engine.stats["models"]["smollm2"]["prefix_copied_tokens"] > 0
     _pool_is_whole(engine)
 
 
