@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import json
 import threading
+import weakref
 from typing import AsyncIterator, Callable, Iterator, Sequence
 
 from . import __version__  # noqa: F401
@@ -48,6 +49,12 @@ def _positive(name: str, value, allow_none: bool = True) -> None:
         raise InvalidGenerationConfig(f"{name} must be a positive number, got {value!r}")
 
 
+def _add_counts(counts: dict, lock: threading.Lock, session) -> None:
+    with lock:
+        for k in COUNTED:
+            counts[k] += session.worker.counters[k]
+
+
 class Engine:
     """n_ctx: positions per sequence (default: the model's context, at most 4096).
     max_batch: requests one model decodes together (1 = one at a time). kv_cache_mb: the KV
@@ -70,15 +77,14 @@ class Engine:
         self.sessions = SessionCache(functools.partial(
             load_session, n_ctx=n_ctx, n_threads=n_threads, max_batch=max_batch, kv_cache_mb=kv_cache_mb,
             prefix_cache=prefix_cache, tbt_target_ms=tbt_target_ms))
-        self.sessions.on_drop = self._retired
-        self.device = device
         self._retired_counts = dict.fromkeys(COUNTED, 0)
         self._stats_lock = threading.Lock()
-
-    def _retired(self, session) -> None:
-        with self._stats_lock:
-            for k in COUNTED:
-                self._retired_counts[k] += session.worker.counters[k]
+        # counts of unloaded models survive them; the callback holds the counters, not self
+        self.sessions.on_drop = functools.partial(_add_counts, self._retired_counts, self._stats_lock)
+        # an Engine dropped without close() still stops its workers (their threads would keep
+        # every loaded model alive otherwise)
+        self._finalizer = weakref.finalize(self, SessionCache.clear, self.sessions)
+        self.device = device
 
     @property
     def stats(self) -> dict:
@@ -186,6 +192,16 @@ class Engine:
     def unload(self) -> None:
         """Unload every model (requests already queued still finish)."""
         self.sessions.clear()
+
+    def close(self) -> None:
+        """Unload every model; the Engine can load them again if used later."""
+        self.unload()
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 # ------------------------------------------------------------------ the manual's functions

@@ -164,3 +164,23 @@ def test_unloading_lets_running_requests_finish(store, oracle):
         time.sleep(0.01)
     assert not worker.alive  # its thread ended once it had nothing left
     assert engine.stats["requests"] == 1  # counts survive the unload
+
+
+def test_an_engine_dropped_without_close_stops_its_workers(store):
+    import gc
+
+    engine = Engine(store)
+    engine.chat("smollm2", [{"role": "user", "content": "Hi"}], max_tokens=2)
+    worker = engine.session("smollm2").worker
+    del engine
+    gc.collect()
+    for _ in range(200):
+        if not worker.alive:
+            break
+        time.sleep(0.01)
+    assert not worker.alive
+    with Engine(store) as engine:  # and as a context manager
+        engine.chat("smollm2", [{"role": "user", "content": "Hi"}], max_tokens=2)
+        worker = engine.session("smollm2").worker
+    worker.close(wait=True)
+    assert not worker.alive
