@@ -107,81 +107,6 @@ static float vec_dot_bf16_f32_ref(int64_t n, const void *w, const void *a) {
     return (float)s;
 }
 
-static float vec_dot_q4_0_q8_0_ref(int64_t n, const void *w, const void *a) {
-    const block_q4_0 *x = (const block_q4_0 *)w;
-    const act_q8_0 *y = (const act_q8_0 *)a;
-    float s = 0.0f;
-    for (int64_t i = 0; i < n / 32; ++i) {
-        int sumi = 0;
-        for (int j = 0; j < 16; ++j)
-            sumi += ((x[i].qs[j] & 0xF) - 8) * y[i].qs[j] + ((x[i].qs[j] >> 4) - 8) * y[i].qs[j + 16];
-        s += (float)sumi * (rase_fp16_to_fp32(x[i].d) * y[i].d);
-    }
-    return s;
-}
-
-static float vec_dot_q4_1_q8_1_ref(int64_t n, const void *w, const void *a) {
-    const block_q4_1 *x = (const block_q4_1 *)w;
-    const act_q8_1 *y = (const act_q8_1 *)a;
-    float s = 0.0f;
-    for (int64_t i = 0; i < n / 32; ++i) {
-        int sumi = 0;
-        for (int j = 0; j < 16; ++j)
-            sumi += (x[i].qs[j] & 0xF) * y[i].qs[j] + (x[i].qs[j] >> 4) * y[i].qs[j + 16];
-        s += (float)sumi * (rase_fp16_to_fp32(x[i].d) * y[i].d) +
-             rase_fp16_to_fp32(x[i].m) * y[i].s;
-    }
-    return s;
-}
-
-static float vec_dot_q5_0_q8_0_ref(int64_t n, const void *w, const void *a) {
-    const block_q5_0 *x = (const block_q5_0 *)w;
-    const act_q8_0 *y = (const act_q8_0 *)a;
-    float s = 0.0f;
-    for (int64_t i = 0; i < n / 32; ++i) {
-        uint32_t qh;
-        memcpy(&qh, x[i].qh, 4);
-        int sumi = 0;
-        for (int j = 0; j < 16; ++j) {
-            const int h0 = ((qh >> j) << 4) & 0x10, h1 = (qh >> (j + 12)) & 0x10;
-            sumi += (((x[i].qs[j] & 0xF) | h0) - 16) * y[i].qs[j] +
-                    (((x[i].qs[j] >> 4) | h1) - 16) * y[i].qs[j + 16];
-        }
-        s += (float)sumi * (rase_fp16_to_fp32(x[i].d) * y[i].d);
-    }
-    return s;
-}
-
-static float vec_dot_q5_1_q8_1_ref(int64_t n, const void *w, const void *a) {
-    const block_q5_1 *x = (const block_q5_1 *)w;
-    const act_q8_1 *y = (const act_q8_1 *)a;
-    float s = 0.0f;
-    for (int64_t i = 0; i < n / 32; ++i) {
-        uint32_t qh;
-        memcpy(&qh, x[i].qh, 4);
-        int sumi = 0;
-        for (int j = 0; j < 16; ++j) {
-            const int h0 = ((qh >> j) << 4) & 0x10, h1 = (qh >> (j + 12)) & 0x10;
-            sumi += ((x[i].qs[j] & 0xF) | h0) * y[i].qs[j] + ((x[i].qs[j] >> 4) | h1) * y[i].qs[j + 16];
-        }
-        s += (float)sumi * (rase_fp16_to_fp32(x[i].d) * y[i].d) +
-             rase_fp16_to_fp32(x[i].m) * y[i].s;
-    }
-    return s;
-}
-
-static float vec_dot_q8_0_q8_0_ref(int64_t n, const void *w, const void *a) {
-    const block_q8_0 *x = (const block_q8_0 *)w;
-    const act_q8_0 *y = (const act_q8_0 *)a;
-    float s = 0.0f;
-    for (int64_t i = 0; i < n / 32; ++i) {
-        int sumi = 0;
-        for (int j = 0; j < 32; ++j) sumi += x[i].qs[j] * y[i].qs[j];
-        s += (float)sumi * (rase_fp16_to_fp32(x[i].d) * y[i].d);
-    }
-    return s;
-}
-
 // K-quant references: unpack one super-block into integer values q[256], per-16 integer
 // scales sc[16] and mins mn[16] plus float d/dmin, so that value = d*sc*q - dmin*mn.
 typedef struct { int8_t q[256]; int sc[16], mn[16]; float d, dmin; } rase_kblock;
@@ -437,7 +362,6 @@ RASE_TARGET_AVX2 static float vec_dot_bf16_f32_avx2(int64_t n, const void *w, co
 // identical for every nt (so prefill, chunked prefill and decode give the same bits).
 
 #define RASE_NT 4
-#define RASE_NR 4  // weight rows per decode micro-kernel
 #define RASE_INLINE __attribute__((always_inline)) inline
 #define RASE_SUMM (*summ_)
 #define RASE_ACT(T, t, b) ((const T *)((const char *)a + (size_t)(t) * astride) + (b))
@@ -453,85 +377,6 @@ RASE_TARGET_AVX2 static float vec_dot_bf16_f32_avx2(int64_t n, const void *w, co
             default: NAME##_body(n, w, a, astride, 4, out); break;                            \
         }                                                                                     \
     }
-
-// 32-element blocks: PREP sets `wq` (weight int8 lanes) and `dx` from x[b]; DOT(wq, yq) gives
-// int32 partial sums; MIN (optional) adds the per-block offset term into summ[t]. One FMA
-// accumulator per token, blocks in order, then hsum: ggml's vec_dot (and tinyBLAS) rounding.
-#define RASE_DOT32_BODY(NAME, XT, YT, PREP, DOT, MIN)                                          \
-    RASE_TARGET_AVX2 static RASE_INLINE void NAME##_body(int64_t n, const void *w, const void *a, \
-                                                         size_t astride, int nt, float *out) {   \
-        const XT *x = (const XT *)w;                                                          \
-        __m256 acc[RASE_NT];                                                                  \
-        float summ[RASE_NT];                                                                  \
-        for (int t = 0; t < nt; ++t) { acc[t] = _mm256_setzero_ps(); summ[t] = 0.0f; }        \
-        const int64_t nb = n / 32;                                                            \
-        for (int64_t b = 0; b < nb; ++b) {                                                    \
-            PREP                                                                              \
-            for (int t = 0; t < nt; ++t) {                                                    \
-                const YT *y = RASE_ACT(YT, t, b);                                             \
-                const __m256i p = DOT(wq, _mm256_loadu_si256((const __m256i *)y->qs));        \
-                acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dx * y->d), _mm256_cvtepi32_ps(p), acc[t]); \
-                { float *const summ_ = &summ[t]; (void)summ_; MIN }                           \
-            }                                                                                 \
-        }                                                                                     \
-        for (int t = 0; t < nt; ++t) out[t] = rase_avx2_hsum(acc[t]) + summ[t];               \
-    }                                                                                         \
-    RASE_DOTN(NAME)                                                                           \
-    /* one token, up to RASE_NR rows side by side: independent FMA chains, same rounding */   \
-    RASE_TARGET_AVX2 static RASE_INLINE void NAME##_rows_body(int64_t n, const uint8_t *w,     \
-                                                              int64_t row_bytes, int nr,      \
-                                                              const void *a, float *out) {    \
-        const YT *y0 = (const YT *)a;                                                         \
-        __m256 acc[RASE_NR];                                                                  \
-        float summ[RASE_NR];                                                                  \
-        for (int r = 0; r < nr; ++r) { acc[r] = _mm256_setzero_ps(); summ[r] = 0.0f; }        \
-        const int64_t nb = n / 32;                                                            \
-        for (int64_t b = 0; b < nb; ++b) {                                                    \
-            const YT *y = y0 + b;                                                             \
-            const __m256i yq = _mm256_loadu_si256((const __m256i *)y->qs);                    \
-            const float dy = y->d;                                                            \
-            for (int r = 0; r < nr; ++r) {                                                    \
-                const XT *x = (const XT *)(w + r * row_bytes);                                \
-                PREP                                                                          \
-                const __m256i p = DOT(wq, yq);                                                \
-                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dx * dy), _mm256_cvtepi32_ps(p), acc[r]); \
-                { float *const summ_ = &summ[r]; (void)summ_; MIN }                           \
-            }                                                                                 \
-        }                                                                                     \
-        for (int r = 0; r < nr; ++r) out[r] = rase_avx2_hsum(acc[r]) + summ[r];               \
-    }                                                                                         \
-    RASE_TARGET_AVX2 static void NAME##_rows(int64_t n, const uint8_t *w, int64_t row_bytes,  \
-                                             int nr, const void *a, float *out) {            \
-        if (nr == RASE_NR) NAME##_rows_body(n, w, row_bytes, RASE_NR, a, out);               \
-        else NAME##_rows_body(n, w, row_bytes, nr, a, out);                                   \
-    }
-
-RASE_DOT32_BODY(dotn_q8_0_avx2, block_q8_0, act_q8_0,
-    const __m256i wq = _mm256_loadu_si256((const __m256i *)x[b].qs);
-    const float dx = rase_h2f(x[b].d);,
-    rase_avx2_dot_i8, )
-
-RASE_DOT32_BODY(dotn_q4_0_avx2, block_q4_0, act_q8_0,
-    const __m256i wq = _mm256_sub_epi8(rase_avx2_nibbles16(x[b].qs), _mm256_set1_epi8(8));
-    const float dx = rase_h2f(x[b].d);,
-    rase_avx2_dot_i8, )
-
-RASE_DOT32_BODY(dotn_q5_0_avx2, block_q5_0, act_q8_0,
-    const __m256i hb = _mm256_and_si256(rase_avx2_bytes_from_bits32(x[b].qh), _mm256_set1_epi8(0x10));
-    const __m256i wq = _mm256_sub_epi8(_mm256_or_si256(rase_avx2_nibbles16(x[b].qs), hb), _mm256_set1_epi8(16));
-    const float dx = rase_h2f(x[b].d);,
-    rase_avx2_dot_i8, )
-
-RASE_DOT32_BODY(dotn_q4_1_avx2, block_q4_1, act_q8_1,
-    const __m256i wq = rase_avx2_nibbles16(x[b].qs);
-    const float dx = rase_h2f(x[b].d); const float mx = rase_h2f(x[b].m);,
-    rase_avx2_dot_u8, RASE_SUMM += mx * y->s;)
-
-RASE_DOT32_BODY(dotn_q5_1_avx2, block_q5_1, act_q8_1,
-    const __m256i hb = _mm256_and_si256(rase_avx2_bytes_from_bits32(x[b].qh), _mm256_set1_epi8(0x10));
-    const __m256i wq = _mm256_or_si256(rase_avx2_nibbles16(x[b].qs), hb);
-    const float dx = rase_h2f(x[b].d); const float mx = rase_h2f(x[b].m);,
-    rase_avx2_dot_u8, RASE_SUMM += mx * y->s;)
 
 // -- K-quants: per 256-block the weights are unpacked to 8 vectors of unsigned values with
 // per-16 integer scales; the per-block integer sum folds scales in with madd.
@@ -725,7 +570,6 @@ RASE_FLOAT_DOTN(dotn_bf16_avx2, vec_dot_bf16_f32_avx2)
 
 typedef void (*rase_quant_fn)(const float *x, void *dst, int64_t n);
 typedef void (*rase_dotn_fn)(int64_t n, const void *w, const void *a, size_t astride, int nt, float *out);
-typedef void (*rase_dotr_fn)(int64_t n, const uint8_t *w, int64_t row_bytes, int nr, const void *a, float *out);
 
 #define RASE_REF_DOTN(NAME, SINGLE)                                                            \
     static void NAME(int64_t n, const void *w, const void *a, size_t astride, int nt, float *out) { \
@@ -734,11 +578,6 @@ typedef void (*rase_dotr_fn)(int64_t n, const uint8_t *w, int64_t row_bytes, int
 RASE_REF_DOTN(dotn_f32_ref, vec_dot_f32_f32_ref)
 RASE_REF_DOTN(dotn_f16_ref, vec_dot_f16_f32_ref)
 RASE_REF_DOTN(dotn_bf16_ref, vec_dot_bf16_f32_ref)
-RASE_REF_DOTN(dotn_q4_0_ref, vec_dot_q4_0_q8_0_ref)
-RASE_REF_DOTN(dotn_q4_1_ref, vec_dot_q4_1_q8_1_ref)
-RASE_REF_DOTN(dotn_q5_0_ref, vec_dot_q5_0_q8_0_ref)
-RASE_REF_DOTN(dotn_q5_1_ref, vec_dot_q5_1_q8_1_ref)
-RASE_REF_DOTN(dotn_q8_0_ref, vec_dot_q8_0_q8_0_ref)
 RASE_REF_DOTN(dotn_q2_k_ref, vec_dot_q2_k_q8_k_ref)
 RASE_REF_DOTN(dotn_q3_k_ref, vec_dot_q3_k_q8_k_ref)
 RASE_REF_DOTN(dotn_q4_k_ref, vec_dot_q4_k_q8_k_ref)
@@ -748,18 +587,17 @@ RASE_REF_DOTN(dotn_q6_k_ref, vec_dot_q6_k_q8_k_ref)
 typedef struct {
     int act;                             // ACT_* the weights pair with
     rase_dotn_fn dotn[RASE_ISA_COUNT];   // [scalar reference, AVX2 or 0]; up to RASE_NT tokens
-    rase_dotr_fn dotr;                   // AVX2, one token x up to RASE_NR rows (the same
-                                         // arithmetic per element as dotn); 0 = row by row
 } rase_dot_traits;
 
 static const rase_dot_traits DOT_TRAITS[RASE_GGML_TYPE_COUNT] = {
     [0] = {ACT_F32, {dotn_f32_ref, RASE_AVX2_DOT(dotn_f32_avx2)}},
     [1] = {ACT_F32, {dotn_f16_ref, RASE_AVX2_DOT(dotn_f16_avx2)}},
-    [2] = {ACT_Q8_0, {dotn_q4_0_ref, RASE_AVX2_DOT(dotn_q4_0_avx2)}, .dotr = RASE_AVX2_DOT(dotn_q4_0_avx2_rows)},
-    [3] = {ACT_Q8_1, {dotn_q4_1_ref, RASE_AVX2_DOT(dotn_q4_1_avx2)}, .dotr = RASE_AVX2_DOT(dotn_q4_1_avx2_rows)},
-    [6] = {ACT_Q8_0, {dotn_q5_0_ref, RASE_AVX2_DOT(dotn_q5_0_avx2)}, .dotr = RASE_AVX2_DOT(dotn_q5_0_avx2_rows)},
-    [7] = {ACT_Q8_1, {dotn_q5_1_ref, RASE_AVX2_DOT(dotn_q5_1_avx2)}, .dotr = RASE_AVX2_DOT(dotn_q5_1_avx2_rows)},
-    [8] = {ACT_Q8_0, {dotn_q8_0_ref, RASE_AVX2_DOT(dotn_q8_0_avx2)}, .dotr = RASE_AVX2_DOT(dotn_q8_0_avx2_rows)},
+    // the 32-element block types run repacked (_repack.h): only their activation format here
+    [2] = {ACT_Q8_0},
+    [3] = {ACT_Q8_1},
+    [6] = {ACT_Q8_0},
+    [7] = {ACT_Q8_1},
+    [8] = {ACT_Q8_0},
     [10] = {ACT_Q8_K, {dotn_q2_k_ref, RASE_AVX2_DOT(dotn_q2_k_avx2)}},
     [11] = {ACT_Q8_K, {dotn_q3_k_ref, RASE_AVX2_DOT(dotn_q3_k_avx2)}},
     [12] = {ACT_Q8_K, {dotn_q4_k_ref, RASE_AVX2_DOT(dotn_q4_k_avx2)}},

@@ -17,16 +17,20 @@
 
 #include <stdlib.h>
 #include "_dot.h"
+#include "_repack.h"
 #include "_pool.h"
 #include "_attention.h"
 #include "_sample.h"
 
 
 typedef struct {
-    const uint8_t *data;
+    const uint8_t *data;  // the plain ggml rows (the mmap)
     int type;             // ggml type id
     int64_t rows, cols;   // rows x cols, cols contiguous (ggml ne[1] x ne[0])
     int64_t row_bytes;
+    int layout;           // RASE_LAYOUT_PLAIN: data; RASE_LAYOUT_R8: packed
+    const uint8_t *packed;  // (ceil(rows / 8), cols / 32) r8 blocks (_repack.h), or NULL
+    int64_t group_bytes;  // bytes of one 8-row group in packed
 } rase_mat;
 
 typedef struct {
@@ -341,32 +345,40 @@ static const uint8_t *rase_quantize_input(rase_model *m, int act, const float *X
     return buf;
 }
 
+#ifndef RASE_R8_NT
+#define RASE_R8_NT 4  // tokens per repacked-kernel call (1..RASE_NT)
+#endif
 #ifndef RASE_PREFETCH_GROUPS
-#define RASE_PREFETCH_GROUPS 4  // row groups ahead that decode prefetches (2 and 4 measured alike here)
+#define RASE_PREFETCH_GROUPS 2  // 8-row groups ahead that the matmul prefetches
 #endif
 
-// Y (T, rows) = X (T, cols) w^T for this thread's rows [lo, hi). Each weight row is read once
-// and dotted with up to RASE_NT tokens at a time. The tile shape changes with T (RASE_NR rows x
-// 1 token, or 1 row x RASE_NT tokens); the arithmetic of each output element does not.
+// Y (T, rows) = X (T, cols) w^T for this thread's rows [lo, hi). The tile shape changes with T
+// (tokens per call, rows per group); the arithmetic of each output element does not.
 static void rase_matmul(rase_model *m, const rase_mat *w, const float *X, int T, float *Y, int ith,
                         int nth, int64_t *lo, int64_t *hi) {
     size_t as;
     const uint8_t *A = rase_quantize_input(m, DOT_TRAITS[w->type].act, X, T, w->cols, ith, nth, &as);
-    const rase_dotn_fn dotn = rase_dotn_for(w->type, m->isa);
-    rase_split(w->rows, ith, nth, lo, hi);
-    float out[RASE_NT];
-    const rase_dotr_fn dotr = m->isa == RASE_ISA_AVX2 ? DOT_TRAITS[w->type].dotr : 0;
-    if (T == 1 && dotr) {  // one token: RASE_NR rows at a time keep several FMA chains in flight
-        const int64_t group = RASE_NR * w->row_bytes;
-        for (int64_t r = *lo; r < *hi; r += RASE_NR) {
-            const int nr = *hi - r < RASE_NR ? (int)(*hi - r) : RASE_NR;
-            const uint8_t *g = w->data + r * w->row_bytes;
-            if (r + RASE_PREFETCH_GROUPS * RASE_NR < *hi)  // hide DRAM latency behind this group
-                for (int64_t off = 0; off < group; off += 64) rase_prefetch(g + RASE_PREFETCH_GROUPS * group + off);
-            dotr(w->cols, g, w->row_bytes, nr, A, Y + r);
+    if (w->layout == RASE_LAYOUT_R8) {  // threads take whole 8-row groups
+        const rase_r8_fn kern = rase_r8_for(w->type, m->isa);
+        int64_t g0, g1;
+        rase_split((w->rows + RASE_R8 - 1) / RASE_R8, ith, nth, &g0, &g1);
+        *lo = g0 * RASE_R8 < w->rows ? g0 * RASE_R8 : w->rows;
+        *hi = g1 * RASE_R8 < w->rows ? g1 * RASE_R8 : w->rows;
+        for (int64_t g = g0; g < g1; ++g) {
+            const uint8_t *pg = w->packed + g * w->group_bytes;
+            const int nr = w->rows - g * RASE_R8 < RASE_R8 ? (int)(w->rows - g * RASE_R8) : RASE_R8;
+            if (g + RASE_PREFETCH_GROUPS < g1)  // hide DRAM latency behind this group
+                for (int64_t off = 0; off < w->group_bytes; off += 64) rase_prefetch(pg + RASE_PREFETCH_GROUPS * w->group_bytes + off);
+            for (int t0 = 0; t0 < T; t0 += RASE_R8_NT) {
+                const int nt = T - t0 < RASE_R8_NT ? T - t0 : RASE_R8_NT;
+                kern(w->cols, pg, A + (size_t)t0 * as, as, nt, Y + (int64_t)t0 * w->rows + g * RASE_R8, w->rows, nr);
+            }
         }
         return;
     }
+    const rase_dotn_fn dotn = rase_dotn_for(w->type, m->isa);
+    rase_split(w->rows, ith, nth, lo, hi);
+    float out[RASE_NT];
     for (int64_t r = *lo; r < *hi; ++r) {
         const uint8_t *wr = w->data + r * w->row_bytes;
         for (int t0 = 0; t0 < T; t0 += RASE_NT) {

@@ -149,6 +149,104 @@ cdef extern from "_dot.h" nogil:
     rase_quant_fn rase_act_quant_for(int act, int isa)
 
 
+cdef extern from "_repack.h" nogil:
+    int RASE_LAYOUT_R8
+    ctypedef void (*rase_r8_fn)(int64_t n, const uint8_t *w, const void *a, size_t astride, int nt, float *y,
+                                int64_t ys, int nr) noexcept nogil
+    ctypedef struct rase_r8_traits:
+        size_t blk_bytes
+    const rase_r8_traits R8_TRAITS[]
+    rase_r8_fn rase_r8_for(int qtype, int isa)
+    size_t rase_r8_bytes(int qtype, int64_t rows, int64_t n)
+    void rase_r8_repack(int qtype, const uint8_t *src, int64_t row_bytes, int64_t rows, int64_t n, uint8_t *dst,
+                        int64_t g0, int64_t g1, int n_threads)
+
+
+def repacked_types():
+    """ggml type ids whose weights run repacked, 8 rows interleaved (_repack.h)."""
+    return [t for t in range(RASE_GGML_TYPE_COUNT) if R8_TRAITS[t].blk_bytes]
+
+
+cdef object _aligned(size_t nbytes):
+    """A uint8 array of nbytes whose data starts on a 64-byte boundary."""
+    raw = _np.empty(nbytes + 64, dtype=_np.uint8)
+    cdef size_t off = (64 - (<size_t>raw.ctypes.data) % 64) % 64
+    return raw[off:off + nbytes]
+
+
+REPACK_CHUNK_ROWS = 8192  # rows repacked between two calls of on_chunk
+
+
+def repack(int qtype, const uint8_t[:, ::1] w, int64_t cols, int n_threads=1, on_chunk=None):
+    """The (rows x cols) matrix w (rows of ggml blocks) in the 8-row layout (uint8 array).
+    on_chunk(first_row, end_row): called after each chunk of rows has been copied."""
+    _check_type(qtype)
+    if not R8_TRAITS[qtype].blk_bytes:
+        raise ValueError(f"ggml type {qtype} is not repacked")
+    cdef int64_t rows = w.shape[0], g0, g1, groups
+    if rows < 1 or cols % 32 or w.shape[1] != (cols // QUANT_TRAITS[qtype].blck) * QUANT_TRAITS[qtype].size:
+        raise ValueError("w must be (rows, row_bytes) of blocks for cols columns")
+    out = _aligned(rase_r8_bytes(qtype, rows, cols))
+    cdef uint8_t[::1] o = out
+    groups = (rows + 7) // 8
+    for g0 in range(0, groups, REPACK_CHUNK_ROWS // 8):
+        g1 = min(groups, g0 + REPACK_CHUNK_ROWS // 8)
+        with nogil:
+            rase_r8_repack(qtype, &w[0, 0], w.shape[1], rows, cols, &o[0], g0, g1, n_threads)
+        if on_chunk is not None:
+            on_chunk(g0 * 8, min(rows, g1 * 8))
+    return out
+
+
+def matmul(int qtype, const uint8_t[:, ::1] w, const float[:, ::1] x, isa=None):
+    """x (T, cols) times the (rows x cols) matrix w of type qtype (rows of ggml blocks) as the
+    forward computes it: activations quantized per row, then the type's kernel (repacked 8-row
+    groups, or row by row), tiles of up to RASE_NT tokens. Returns (T, rows) float32."""
+    _check_type(qtype)
+    cdef int64_t rows = w.shape[0], n = x.shape[1], t0, g
+    cdef int T = x.shape[0], nt, act = DOT_TRAITS[qtype].act, nr
+    cdef int blck = QUANT_TRAITS[qtype].blck, size = QUANT_TRAITS[qtype].size
+    cdef int kblk = 256 if act == 3 else blck
+    if n == 0 or n % kblk or T < 1 or rows < 1 or w.shape[1] != (n // blck) * size:
+        raise ValueError(f"w (rows, {(n // blck) * size}) and x (T, n) with n a multiple of {kblk} required")
+    cdef int path = rase_isa if isa is None else _isa_id(isa)
+    cdef size_t row = rase_act_bytes(act, n)
+    abuf = bytearray(row * T + 64)
+    cdef unsigned char[::1] a = abuf
+    out = _np.zeros((T, rows), dtype=_np.float32)
+    cdef float[:, ::1] ov = out
+    cdef rase_quant_fn quant = rase_act_quant_for(act, path)
+    cdef rase_r8_fn kern
+    cdef rase_dotn_fn dotn
+    cdef const uint8_t[::1] pv
+    cdef int64_t group
+    cdef float tmp[8]
+    cdef int j
+    for t0 in range(T):
+        quant(&x[t0, 0], &a[t0 * row], n)
+    if R8_TRAITS[qtype].blk_bytes:
+        packed = repack(qtype, w, n)
+        pv = packed
+        group = (n // 32) * R8_TRAITS[qtype].blk_bytes
+        kern = rase_r8_for(qtype, path)
+        with nogil:
+            for g in range((rows + 7) // 8):
+                nr = 8 if rows - g * 8 >= 8 else rows - g * 8
+                for t0 in range(0, T, 4):
+                    nt = 4 if T - t0 >= 4 else T - t0
+                    kern(n, &pv[g * group], &a[t0 * row], row, nt, &ov[t0, g * 8], rows, nr)
+        return out
+    dotn = rase_dotn_for(qtype, path)
+    with nogil:
+        for g in range(rows):
+            for t0 in range(0, T, 4):
+                nt = 4 if T - t0 >= 4 else T - t0
+                dotn(n, &w[g, 0], &a[t0 * row], row, nt, tmp)
+                for j in range(nt):
+                    ov[t0 + j, g] = tmp[j]
+    return out
+
+
 def vec_dot(int qtype, const uint8_t[::1] w, const float[:, ::1] x, isa=None):
     """w (one row of x.shape[1] elements of type qtype) . x[t] for each of up to RASE_NT rows of
     x, each quantized to the activation format the type pairs with (exactly as the forward)."""
@@ -164,6 +262,8 @@ def vec_dot(int qtype, const uint8_t[::1] w, const float[:, ::1] x, isa=None):
         raise ValueError(f"1..{RASE_NT} activation rows, got {nt}")
     if w.shape[0] != (n // blck) * size:
         raise ValueError(f"{n} elements need {(n // blck) * size} bytes, got {w.shape[0]}")
+    if R8_TRAITS[qtype].blk_bytes:  # one row of a repacked type: a group of 1
+        return [float(v) for v in matmul(qtype, _np.asarray(w).reshape(1, -1), x, isa)[:, 0]]
     cdef int path = rase_isa if isa is None else _isa_id(isa)
     cdef size_t row = rase_act_bytes(act, n)
     buf = bytearray(row * nt + 64)
@@ -207,6 +307,9 @@ cdef extern from "_forward.h" nogil:
         const uint8_t *data
         int type
         int64_t rows, cols, row_bytes
+        int layout
+        const uint8_t *packed
+        int64_t group_bytes
     ctypedef struct rase_layer:
         rase_mat wq, wk, wv, wo, wgate, wup, wdown
         const float *attn_norm
@@ -277,16 +380,22 @@ cdef class Weights:
     cdef rase_weights w
     cdef rase_layer *layers
     cdef list _keep  # owners of every buffer the plan points into
+    cdef readonly int64_t packed_bytes  # private copies made at load (repacked weights)
+    cdef int _threads
+    cdef object _on_packed
 
     def __cinit__(self):
         self.layers = NULL
 
-    def __init__(self, dict hp, dict tensors, list layers):
+    def __init__(self, dict hp, dict tensors, list layers, int n_threads=1, on_packed=None):
         """hp: hyper-parameters (n_ctx = positions one sequence may reach); tensors: tok_embd,
         output (matrices), output_norm (vector); layers: one dict per layer with the _MATS
         matrices, _NORMS vectors (None = absent), window and rope_slot. A matrix is
-        (data uint8, ggml type, rows, cols)."""
+        (data uint8, ggml type, rows, cols). Matrices of the repacked types are copied into
+        the 8-row layout (n_threads at a time); on_packed(data, start, end) is called after
+        bytes [start, end) of a matrix's data have been copied (they are not read again)."""
         self._keep = []
+        self._threads, self._on_packed = n_threads, on_packed
         cdef rase_hparams *h = &self.w.hp
         h.n_layer, h.n_embd, h.n_head = hp["n_layer"], hp["n_embd"], hp["n_head"]
         h.n_head_kv, h.head_dim, h.n_ff = hp["n_head_kv"], hp["head_dim"], hp["n_ff"]
@@ -347,7 +456,7 @@ cdef class Weights:
         if (r, c) != (rows, cols):
             raise ValueError(f"{name}: shape ({r}, {c}), expected ({rows}, {cols})")
         _check_type(qtype)
-        if DOT_TRAITS[qtype].dotn[0] == NULL:
+        if DOT_TRAITS[qtype].dotn[0] == NULL and not R8_TRAITS[qtype].blk_bytes:
             raise ValueError(f"{name}: no dot kernel for type {qtype}")
         cdef int blck = QUANT_TRAITS[qtype].blck
         cdef int kblk = 256 if DOT_TRAITS[qtype].act == 3 else blck
@@ -359,7 +468,18 @@ cdef class Weights:
             raise ValueError(f"{name}: {view.shape[0]} bytes, expected {rows * row_bytes}")
         out.data = &view[0]
         out.type, out.rows, out.cols, out.row_bytes = qtype, rows, cols, row_bytes
+        out.layout, out.packed, out.group_bytes = 0, NULL, 0
         self._keep.append(data)
+        cdef const uint8_t[::1] pv
+        if R8_TRAITS[qtype].blk_bytes and name != "token_embd":  # the embedding is read row by row
+            chunk = None if self._on_packed is None else (
+                lambda r0, r1: self._on_packed(data, r0 * row_bytes, r1 * row_bytes))
+            packed = repack(qtype, _np.asarray(view).reshape(rows, row_bytes), cols, self._threads, chunk)
+            pv = packed
+            out.layout, out.packed = RASE_LAYOUT_R8, &pv[0]
+            out.group_bytes = (cols // 32) * R8_TRAITS[qtype].blk_bytes
+            self._keep.append(packed)
+            self.packed_bytes += packed.shape[0]
         return 0
 
     cdef const float *_vec(self, object arr, int64_t n, str name) except NULL:

@@ -335,6 +335,19 @@ class GGUFFile:
             return f"ARRAY[{VALUE_TYPES[t[1]][0]}]"
         return VALUE_TYPES[t][0]
 
+    def release(self, tensor: "TensorInfo", start: int = 0, end: int | None = None) -> None:
+        """Give bytes [start, end) of a tensor's data back to the OS (MADV_DONTNEED on the
+        whole pages inside): for data copied elsewhere at load. It stays readable; a later
+        access reads it from the file again."""
+        if self._mmap is None or not hasattr(self._mmap, "madvise"):
+            return
+        page = mmap.PAGESIZE
+        lo = tensor.offset + max(0, start)
+        hi = tensor.offset + (tensor.nbytes if end is None else min(end, tensor.nbytes))
+        lo, hi = -(-lo // page) * page, hi // page * page
+        if hi > lo:
+            self._mmap.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+
     def close(self) -> None:
         """Drop the mapping; views handed out earlier keep it alive until they are freed."""
         self.tensors = {}

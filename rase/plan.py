@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 
 from . import _kernels
+from .config import default_threads
 from .errors import CorruptModelFile, InvalidGenerationConfig, UnsupportedArchitecture
 from .gguf import GGUFFile
 from .models import ARCHITECTURES, resolve
@@ -50,8 +51,15 @@ def load_plan(path: str | os.PathLike[str], architecture: str | None = None,
         raise InvalidGenerationConfig(f"n_ctx must be positive, got {n_ctx}")
     spec = ARCHITECTURES[arch].spec(g, hp)
     hpd, tensors, layers = build_plan(g, hp, spec, ctx)
+    by_address = {t.data.ctypes.data: t for t in g.tensors.values()}
+
+    def packed(data, start: int, end: int) -> None:  # the private copy is what the forward reads
+        t = by_address.get(data.ctypes.data)
+        if t is not None:
+            g.release(t, start, end)
+
     try:
-        weights = _kernels.Weights(hpd, tensors, layers)
+        weights = _kernels.Weights(hpd, tensors, layers, default_threads(), packed)
     except ValueError as exc:
         raise CorruptModelFile(g.path, str(exc)) from None
     eos = g.get("tokenizer.ggml.eos_token_id")

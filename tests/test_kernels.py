@@ -158,3 +158,52 @@ def test_grouped_attention_equals_each_query_alone_bit_for_bit(isa, hd, n, j0):
     alone = np.stack([_kernels.attention(q[h:h + 1], k, v, 0.125, j0, isa)[0] for h in range(4)])
     for g in (2, 3, 4):
         assert np.array_equal(_kernels.attention(q[:g], k, v, 0.125, j0, isa), alone[:g]), g
+
+
+REPACKED = [QuantType(t) for t in _kernels.repacked_types()]
+
+
+def _matrix(qtype: QuantType, rows: int, n: int, seed: int):
+    blck, _ = QUANT_BLOCKS[qtype]
+    raw = np.frombuffer(random_blocks(qtype, rows * n // blck, seed), np.uint8).copy().reshape(rows, -1)
+    deq = gguf.quants.dequantize(raw.reshape(-1), gguf.GGMLQuantizationType(int(qtype))).reshape(rows, n)
+    return raw, np.nan_to_num(deq.astype(np.float64), posinf=0, neginf=0)
+
+
+def test_the_repacked_types_are_the_32_element_block_types():
+    assert sorted(REPACKED) == [QuantType.Q4_0, QuantType.Q4_1, QuantType.Q5_0, QuantType.Q5_1, QuantType.Q8_0]
+
+
+@pytest.mark.parametrize("qtype", REPACKED, ids=lambda t: t.name)
+@pytest.mark.parametrize("rows,n", [(1, 32), (7, 64), (8, 96), (9, 32), (37, 256)])
+def test_repacked_matmul_avx2_equals_scalar_bit_for_bit(qtype, rows, n):
+    """One definition per type: the scalar reference and the AVX2 kernel give the same bits
+    for every shape (partial groups of 8 rows, every tile of 1..4 tokens), and agree with numpy."""
+    raw, deq = _matrix(qtype, rows, n, seed=rows * n)
+    x = np.random.default_rng(rows).standard_normal((9, n)).astype(np.float32)
+    scalar, avx2 = _kernels.matmul(int(qtype), raw, x, "scalar"), _kernels.matmul(int(qtype), raw, x, "avx2")
+    assert scalar.tobytes() == avx2.tobytes()
+    spec = quantize_act(x, ACT_FORMAT.get(int(qtype))) @ deq.T
+    scale = np.abs(x) @ np.abs(deq).T
+    assert np.all(np.abs(avx2 - spec) <= 2e-3 * scale + 1e-30)
+
+
+@pytest.mark.parametrize("isa", ["scalar", "avx2"])
+@pytest.mark.parametrize("qtype", REPACKED, ids=lambda t: t.name)
+def test_a_tokens_result_does_not_depend_on_its_tile(qtype, isa):
+    raw, _ = _matrix(qtype, 21, 128, seed=3)
+    x = np.random.default_rng(4).standard_normal((7, 128)).astype(np.float32)
+    together = _kernels.matmul(int(qtype), raw, x, isa)
+    for t in range(7):
+        assert together[t].tobytes() == _kernels.matmul(int(qtype), raw, x[t:t + 1], isa)[0].tobytes()
+
+
+def test_released_pages_read_back_the_same(smollm2_path):
+    from rase.gguf import GGUFFile
+
+    g = GGUFFile(smollm2_path)
+    t = g.tensor("blk.0.ffn_up.weight")
+    before = bytes(t.data)
+    g.release(t)
+    g.release(t, 100, 5000)
+    assert bytes(t.data) == before

@@ -1,0 +1,305 @@
+// rase/_repack.h: weights of the 32-element block types repacked once at load, 8 rows
+// interleaved, and the matmul kernels over them (8 rows x up to RASE_NT tokens per call).
+//
+// Layout: a matrix becomes ceil(rows / 8) groups of 8 rows (rows past the end are zero); a
+// group is its row-blocks in order, one r8_<type> per 32 columns. Inside one, slice s (0..7)
+// holds elements 4s..4s+3 of every row: byte 4r + i of slice s is element 4s + i of row r, so
+// one 32-byte register against a broadcast 4-byte activation slice gives all 8 rows at once,
+// each row in its own 32-bit lane. Scales are stored as f32.
+//
+// Numerics: llama.cpp's one-token (vec_dot) order, the same in the scalar reference and every
+// SIMD kernel, for every tile shape. Per row, slice s has its own f32 accumulator (ggml's
+// 8-lane accumulator, lane s): per 32-block b, acc_s = fma(d_w * d_y, (float)isum_{b,s}, acc_s)
+// with isum the exact integer sum of the slice's 4 products; the _1 types also add
+// summ = summ + m_w * s_y (multiply, then add). The result is ggml's horizontal sum,
+// ((acc4 + acc0) + (acc6 + acc2)) + ((acc5 + acc1) + (acc7 + acc3)), plus summ.
+#ifndef RASE_REPACK_H
+#define RASE_REPACK_H
+
+#include "_dot.h"
+
+#define RASE_R8 8  // rows per group
+enum { RASE_LAYOUT_PLAIN = 0, RASE_LAYOUT_R8 = 1 };
+
+typedef struct { float d[8]; int8_t q[8][32]; } r8_q8_0;           // slices of int8 weights
+typedef struct { float d[8]; uint8_t q[4][32]; } r8_q4_0;          // q[k]: low nibbles slice k, high k + 4
+typedef struct { float d[8], m[8]; uint8_t q[4][32]; } r8_q4_1;
+typedef struct { float d[8]; int8_t q[8][32]; } r8_q5_0;           // q - 16, one int8 per element
+typedef struct { float d[8], m[8]; uint8_t q[8][32]; } r8_q5_1;   // unsigned 5-bit values
+_Static_assert(sizeof(r8_q8_0) == 288, "r8_q8_0");
+_Static_assert(sizeof(r8_q4_0) == 160, "r8_q4_0");
+_Static_assert(sizeof(r8_q4_1) == 192, "r8_q4_1");
+_Static_assert(sizeof(r8_q5_0) == 288, "r8_q5_0");
+_Static_assert(sizeof(r8_q5_1) == 320, "r8_q5_1");
+_Static_assert(sizeof(block_q4_0) == 18 && sizeof(block_q4_1) == 20 && sizeof(block_q5_0) == 22 &&
+               sizeof(block_q5_1) == 24 && sizeof(block_q8_0) == 34, "ggml block sizes");
+
+// ---------------------------------------------------------------- repack (once, at load)
+// Group g of a (rows x n) plain matrix (rows `row_bytes` apart) into dst (n / 32 r8 blocks).
+
+// element values of one plain block as integers: q[j] (Q4_*, Q5_*: unsigned, before the offset)
+static void rase_r8_unpack(int type, const uint8_t *blk, int16_t *q, float *d, float *m) {
+    *m = 0.0f;
+    switch (type) {
+        case 8: {
+            const block_q8_0 *x = (const block_q8_0 *)blk;
+            *d = rase_fp16_to_fp32(x->d);
+            for (int j = 0; j < 32; ++j) q[j] = x->qs[j];
+            break;
+        }
+        case 2: case 3: {
+            const uint8_t *qs = type == 2 ? ((const block_q4_0 *)blk)->qs : ((const block_q4_1 *)blk)->qs;
+            *d = rase_fp16_to_fp32(((const uint16_t *)blk)[0]);
+            if (type == 3) *m = rase_fp16_to_fp32(((const block_q4_1 *)blk)->m);
+            for (int j = 0; j < 16; ++j) { q[j] = qs[j] & 0xF; q[j + 16] = qs[j] >> 4; }
+            break;
+        }
+        default: {  // 6: q5_0, 7: q5_1
+            const uint8_t *qh = type == 6 ? ((const block_q5_0 *)blk)->qh : ((const block_q5_1 *)blk)->qh;
+            const uint8_t *qs = type == 6 ? ((const block_q5_0 *)blk)->qs : ((const block_q5_1 *)blk)->qs;
+            uint32_t h;
+            memcpy(&h, qh, 4);
+            *d = rase_fp16_to_fp32(((const uint16_t *)blk)[0]);
+            if (type == 7) *m = rase_fp16_to_fp32(((const block_q5_1 *)blk)->m);
+            for (int j = 0; j < 16; ++j) {
+                q[j] = (int16_t)((qs[j] & 0xF) | (((h >> j) & 1) << 4));
+                q[j + 16] = (int16_t)((qs[j] >> 4) | (((h >> (j + 16)) & 1) << 4));
+            }
+            break;
+        }
+    }
+}
+
+static void rase_r8_repack_group(int type, const uint8_t *src, int64_t row_bytes, int64_t rows, int64_t n,
+                                 int64_t g, uint8_t *dst, size_t blk_bytes) {
+    const int src_blk = type == 8 ? 34 : type == 2 ? 18 : type == 3 ? 20 : type == 6 ? 22 : 24;
+    const int has_min = type == 3 || type == 7, qoff = has_min ? 64 : 32;
+    memset(dst, 0, (size_t)(n / 32) * blk_bytes);
+    for (int r = 0; r < 8 && g * 8 + r < rows; ++r) {
+        const uint8_t *row = src + (g * 8 + r) * row_bytes;
+        for (int64_t b = 0; b < n / 32; ++b) {
+            uint8_t *o = dst + b * blk_bytes, *qs = o + qoff;
+            const uint8_t *x = row + b * src_blk;
+            float *dd = (float *)o;
+            if (type == 8 || type == 2 || type == 3) {  // bytes as stored: 4 at a time per slice
+                dd[r] = rase_fp16_to_fp32(((const uint16_t *)x)[0]);
+                if (type == 3) dd[8 + r] = rase_fp16_to_fp32(((const uint16_t *)x)[1]);
+                const uint8_t *q = x + (type == 8 ? 2 : type == 2 ? 2 : 4);
+                for (int s = 0; s < (type == 8 ? 8 : 4); ++s) memcpy(qs + s * 32 + 4 * r, q + 4 * s, 4);
+                continue;
+            }
+            int16_t q[32];
+            float d, mn;
+            rase_r8_unpack(type, x, q, &d, &mn);
+            dd[r] = d;
+            if (has_min) dd[8 + r] = mn;
+            for (int e = 0; e < 32; ++e)  // q5_0 signed (q - 16), q5_1 unsigned
+                qs[(e / 4) * 32 + 4 * r + e % 4] = (uint8_t)(type == 6 ? q[e] - 16 : q[e]);
+        }
+    }
+}
+
+// ---------------------------------------------------------------- the scalar reference
+// y[t * ys + r] for rows r < nr of the group at w and tokens t < nt (activation t at
+// a + t * astride): the definition every kernel below must equal bit for bit.
+
+typedef void (*rase_r8_fn)(int64_t n, const uint8_t *w, const void *a, size_t astride, int nt, float *y,
+                           int64_t ys, int nr);
+
+static inline int rase_r8_weight(int type, const uint8_t *qs, int s, int r, int i) {
+    const uint8_t b = (type == 2 || type == 3) ? qs[(s & 3) * 32 + 4 * r + i] : qs[s * 32 + 4 * r + i];
+    switch (type) {
+        case 8: return (int8_t)b;
+        case 2: return (s < 4 ? (b & 0xF) : (b >> 4)) - 8;
+        case 3: return s < 4 ? (b & 0xF) : (b >> 4);
+        case 6: return (int8_t)b;
+        default: return b;  // q5_1
+    }
+}
+
+// ggml's horizontal sum of an 8-lane accumulator (rase_avx2_hsum's order)
+static inline float rase_hsum8(const float *a) {
+    return ((a[4] + a[0]) + (a[6] + a[2])) + ((a[5] + a[1]) + (a[7] + a[3]));
+}
+
+static void rase_r8_ref(int type, int64_t n, const uint8_t *w, const void *a, size_t astride, int nt, float *y,
+                        int64_t ys, int nr) {
+    const int has_min = type == 3 || type == 7;
+    const size_t blk = type == 8 || type == 6 ? 288 : type == 2 ? 160 : type == 3 ? 192 : 320;
+    for (int t = 0; t < nt; ++t)
+        for (int r = 0; r < nr; ++r) {
+            float acc[8] = {0}, summ = 0.0f;
+            for (int64_t b = 0; b < n / 32; ++b) {
+                const uint8_t *o = w + b * blk;
+                const float *dd = (const float *)o;
+                const uint8_t *qs = o + (has_min ? 64 : 32);
+                const int8_t *yq;
+                float dy, sy = 0.0f;
+                if (has_min) {
+                    const act_q8_1 *ya = (const act_q8_1 *)((const char *)a + t * astride) + b;
+                    yq = ya->qs, dy = ya->d, sy = ya->s;
+                } else {
+                    const act_q8_0 *ya = (const act_q8_0 *)((const char *)a + t * astride) + b;
+                    yq = ya->qs, dy = ya->d;
+                }
+                const float scale = dd[r] * dy;
+                for (int sl = 0; sl < 8; ++sl) {
+                    int isum = 0;
+                    for (int i = 0; i < 4; ++i) isum += rase_r8_weight(type, qs, sl, r, i) * yq[4 * sl + i];
+                    acc[sl] = __builtin_fmaf(scale, (float)isum, acc[sl]);
+                }
+                if (has_min) {
+                    const float mt = dd[8 + r] * sy;
+                    summ = summ + mt;
+                }
+            }
+            y[t * ys + r] = rase_hsum8(acc) + summ;
+        }
+}
+
+#define RASE_R8_REF(NAME, TYPE)                                                               \
+    static void NAME(int64_t n, const uint8_t *w, const void *a, size_t astride, int nt, float *y, \
+                     int64_t ys, int nr) { rase_r8_ref(TYPE, n, w, a, astride, nt, y, ys, nr); }
+RASE_R8_REF(r8_q8_0_ref, 8)
+RASE_R8_REF(r8_q4_0_ref, 2)
+RASE_R8_REF(r8_q4_1_ref, 3)
+RASE_R8_REF(r8_q5_0_ref, 6)
+RASE_R8_REF(r8_q5_1_ref, 7)
+
+// ---------------------------------------------------------------- AVX2
+
+#if RASE_HAVE_X86
+// the 8 activation slices of one 32-block, each 4-byte group broadcast to every lane
+RASE_TARGET_AVX2 static RASE_INLINE void rase_r8_yslices(const int8_t *qs, __m256i *ys) {
+    const __m256i y0 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)qs));
+    const __m256i y1 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(qs + 16)));
+    ys[0] = _mm256_shuffle_epi32(y0, 0x00); ys[1] = _mm256_shuffle_epi32(y0, 0x55);
+    ys[2] = _mm256_shuffle_epi32(y0, 0xaa); ys[3] = _mm256_shuffle_epi32(y0, 0xff);
+    ys[4] = _mm256_shuffle_epi32(y1, 0x00); ys[5] = _mm256_shuffle_epi32(y1, 0x55);
+    ys[6] = _mm256_shuffle_epi32(y1, 0xaa); ys[7] = _mm256_shuffle_epi32(y1, 0xff);
+}
+
+// TYPE (ggml id): 8 q8_0, 2 q4_0, 6 q5_0 (signed weights, ggml's sign trick); 3 q4_1, 7 q5_1
+// (unsigned). Weights are unpacked once per block and reused for every token of the tile; per
+// token, 8 accumulators (one per slice) whose lanes are the rows.
+#define RASE_R8_AVX2(NAME, TYPE, RT)                                                          \
+    RASE_TARGET_AVX2 static RASE_INLINE void NAME##_body(int64_t n, const uint8_t *w, const void *a, \
+                                                         size_t astride, const int nt, float *y, \
+                                                         int64_t ys, int nr) {                \
+        enum { HAS_MIN = TYPE == 3 || TYPE == 7, NIB = TYPE == 2 || TYPE == 3, SIGNED = !HAS_MIN }; \
+        __m256 acc[RASE_NT][8], summ[RASE_NT];                                                \
+        for (int t = 0; t < nt; ++t) {                                                        \
+            summ[t] = _mm256_setzero_ps();                                                    \
+            for (int sl = 0; sl < 8; ++sl) acc[t][sl] = _mm256_setzero_ps();                  \
+        }                                                                                     \
+        const __m256i ones = _mm256_set1_epi16(1);                                            \
+        const RT *blk = (const RT *)w;                                                        \
+        for (int64_t b = 0; b < n / 32; ++b) {                                                \
+            __m256i q[8];                                                                     \
+            if (NIB) {                                                                        \
+                const __m256i m4 = _mm256_set1_epi8(0xF), eight = _mm256_set1_epi8(8);        \
+                for (int k = 0; k < 4; ++k) {                                                 \
+                    const __m256i raw = _mm256_loadu_si256((const __m256i *)blk[b].q[k]);     \
+                    q[k] = _mm256_and_si256(raw, m4);                                         \
+                    q[k + 4] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);               \
+                    if (TYPE == 2) { q[k] = _mm256_sub_epi8(q[k], eight); q[k + 4] = _mm256_sub_epi8(q[k + 4], eight); } \
+                }                                                                             \
+            } else {                                                                          \
+                for (int k = 0; k < 8; ++k) q[k] = _mm256_loadu_si256((const __m256i *)blk[b].q[k]); \
+            }                                                                                 \
+            const __m256 dw = _mm256_loadu_ps(blk[b].d);                                      \
+            for (int t = 0; t < nt; ++t) {                                                    \
+                const int8_t *yq;                                                             \
+                const float *dy;                                                              \
+                if (HAS_MIN) {                                                                \
+                    const act_q8_1 *ya = (const act_q8_1 *)((const char *)a + t * astride) + b; \
+                    yq = ya->qs, dy = &ya->d;                                                 \
+                    summ[t] = _mm256_add_ps(summ[t], _mm256_mul_ps(_mm256_loadu_ps((const float *)&blk[b].d + 8), \
+                                                                   _mm256_broadcast_ss(&ya->s))); \
+                } else {                                                                      \
+                    const act_q8_0 *ya = (const act_q8_0 *)((const char *)a + t * astride) + b; \
+                    yq = ya->qs, dy = &ya->d;                                                 \
+                }                                                                             \
+                __m256i ysl[8];                                                               \
+                rase_r8_yslices(yq, ysl);                                                     \
+                const __m256 scale = _mm256_mul_ps(dw, _mm256_broadcast_ss(dy));              \
+                for (int sl = 0; sl < 8; ++sl) {                                              \
+                    const __m256i p16 = SIGNED                                                \
+                        ? _mm256_maddubs_epi16(_mm256_sign_epi8(q[sl], q[sl]), _mm256_sign_epi8(ysl[sl], q[sl])) \
+                        : _mm256_maddubs_epi16(q[sl], ysl[sl]);                               \
+                    acc[t][sl] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones)), acc[t][sl]); \
+                }                                                                             \
+            }                                                                                 \
+        }                                                                                     \
+        for (int t = 0; t < nt; ++t) {  /* rase_hsum8, lane by lane */                        \
+            const __m256 *A = acc[t];                                                         \
+            const __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(A[4], A[0]), _mm256_add_ps(A[6], A[2])), \
+                                             _mm256_add_ps(_mm256_add_ps(A[5], A[1]), _mm256_add_ps(A[7], A[3]))); \
+            rase_r8_store(_mm256_add_ps(sum, summ[t]), y + t * ys, nr);                       \
+        }                                                                                     \
+    }                                                                                         \
+    RASE_TARGET_AVX2 static void NAME(int64_t n, const uint8_t *w, const void *a, size_t astride, int nt, \
+                                      float *y, int64_t ys, int nr) {                         \
+        switch (nt) {                                                                         \
+            case 1: NAME##_body(n, w, a, astride, 1, y, ys, nr); break;                       \
+            case 2: NAME##_body(n, w, a, astride, 2, y, ys, nr); break;                       \
+            case 3: NAME##_body(n, w, a, astride, 3, y, ys, nr); break;                       \
+            default: NAME##_body(n, w, a, astride, 4, y, ys, nr); break;                      \
+        }                                                                                     \
+    }
+
+// y[t * ys + r] for r < nr: the 8 lanes of token t's result
+RASE_TARGET_AVX2 static RASE_INLINE void rase_r8_store(__m256 v, float *y, int nr) {
+    if (nr == 8) { _mm256_storeu_ps(y, v); return; }
+    float tmp[8];
+    _mm256_storeu_ps(tmp, v);
+    memcpy(y, tmp, (size_t)nr * sizeof(float));
+}
+
+RASE_R8_AVX2(r8_q8_0_avx2, 8, r8_q8_0)
+RASE_R8_AVX2(r8_q4_0_avx2, 2, r8_q4_0)
+RASE_R8_AVX2(r8_q4_1_avx2, 3, r8_q4_1)
+RASE_R8_AVX2(r8_q5_0_avx2, 6, r8_q5_0)
+RASE_R8_AVX2(r8_q5_1_avx2, 7, r8_q5_1)
+#  define RASE_R8_AVX2_FN(f) f
+#else
+#  define RASE_R8_AVX2_FN(f) 0
+#endif
+
+// ---------------------------------------------------------------- the table, by ggml type id
+
+typedef struct {
+    size_t blk_bytes;                   // one r8 block: 8 rows x 32 columns; 0 = not repacked
+    rase_r8_fn kern[RASE_ISA_COUNT];    // [scalar reference, AVX2 or 0]
+} rase_r8_traits;
+
+static const rase_r8_traits R8_TRAITS[RASE_GGML_TYPE_COUNT] = {
+    [2] = {sizeof(r8_q4_0), {r8_q4_0_ref, RASE_R8_AVX2_FN(r8_q4_0_avx2)}},
+    [3] = {sizeof(r8_q4_1), {r8_q4_1_ref, RASE_R8_AVX2_FN(r8_q4_1_avx2)}},
+    [6] = {sizeof(r8_q5_0), {r8_q5_0_ref, RASE_R8_AVX2_FN(r8_q5_0_avx2)}},
+    [7] = {sizeof(r8_q5_1), {r8_q5_1_ref, RASE_R8_AVX2_FN(r8_q5_1_avx2)}},
+    [8] = {sizeof(r8_q8_0), {r8_q8_0_ref, RASE_R8_AVX2_FN(r8_q8_0_avx2)}},
+};
+
+static inline rase_r8_fn rase_r8_for(int type, int isa) {
+    for (int i = isa; i > 0; --i)
+        if (R8_TRAITS[type].kern[i]) return R8_TRAITS[type].kern[i];
+    return R8_TRAITS[type].kern[RASE_ISA_SCALAR];
+}
+
+// bytes of a repacked (rows x n) matrix
+static inline size_t rase_r8_bytes(int type, int64_t rows, int64_t n) {
+    return (size_t)((rows + 7) / 8) * (size_t)(n / 32) * R8_TRAITS[type].blk_bytes;
+}
+
+// groups [g0, g1) of the matrix, split over n_threads (at load, outside any forward)
+static void rase_r8_repack(int type, const uint8_t *src, int64_t row_bytes, int64_t rows, int64_t n, uint8_t *dst,
+                           int64_t g0, int64_t g1, int n_threads) {
+    const size_t group = (size_t)(n / 32) * R8_TRAITS[type].blk_bytes;
+    (void)n_threads;
+#pragma omp parallel for num_threads(n_threads) schedule(static) if (g1 - g0 >= 64)
+    for (int64_t g = g0; g < g1; ++g)
+        rase_r8_repack_group(type, src, row_bytes, rows, n, g, dst + g * group, R8_TRAITS[type].blk_bytes);
+}
+
+#endif  // RASE_REPACK_H
