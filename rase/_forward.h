@@ -105,6 +105,7 @@ typedef struct {
     rase_kv_pool *kv;
     rase_scratch *s;
     int isa;
+    _Alignas(64) int job;      // next unit of the current op's work (rase_next_job), reset at barriers
     float *trace;              // NULL, or (n_layer, n, n_embd): residual stream after each layer
     int profile;               // 1: thread 0 accumulates the ns below (RASE_PROFILE=1)
     int64_t prof_matmul_ns, prof_attn_ns;
@@ -313,7 +314,7 @@ static void rase_rope_table(float *cs, int pos, int n_rot, float base, float fre
 // ---------------------------------------------------------------- matmul over quantized activations
 
 static void rase_sync(rase_model *m, int ith) {
-    rase_barrier_wait(&m->barrier);
+    rase_barrier_wait_reset(&m->barrier, &m->job);
     for (int a = 0; a < 2 * ACT_COUNT; ++a) m->s->act_src[ith * 2 * ACT_COUNT + a] = NULL;
 }
 
@@ -352,22 +353,19 @@ static const uint8_t *rase_quantize_input(rase_model *m, int act, const float *X
 #define RASE_PREFETCH_GROUPS 2  // 8-row groups ahead that the matmul prefetches
 #endif
 
-// Y (T, rows) = X (T, cols) w^T for this thread's rows [lo, hi). The tile shape changes with T
-// (tokens per call, rows per group); the arithmetic of each output element does not.
-static void rase_matmul(rase_model *m, const rase_mat *w, const float *X, int T, float *Y, int ith,
-                        int nth, int64_t *lo, int64_t *hi) {
-    size_t as;
-    const uint8_t *A = rase_quantize_input(m, DOT_TRAITS[w->type].act, X, T, w->cols, ith, nth, &as);
-    if (w->layout == RASE_LAYOUT_R8) {  // threads take whole 8-row groups
+#define RASE_CHUNK_ROWS 32  // rows per unit of matmul work (4 groups of the repacked layout)
+
+// Y[t][r] = X[t] . w[r] for rows [r0, r1) (r0 a multiple of 8) and T tokens, A = X quantized
+// (rows `as` bytes apart). Tiles change with T (tokens per call, rows per group); the
+// arithmetic of each output element does not.
+static void rase_mm_rows(const rase_model *m, const rase_mat *w, const uint8_t *A, size_t as, int T, float *Y,
+                         int64_t r0, int64_t r1) {
+    if (w->layout == RASE_LAYOUT_R8) {
         const rase_r8_fn kern = rase_r8_for(w->type, m->isa);
-        int64_t g0, g1;
-        rase_split((w->rows + RASE_R8 - 1) / RASE_R8, ith, nth, &g0, &g1);
-        *lo = g0 * RASE_R8 < w->rows ? g0 * RASE_R8 : w->rows;
-        *hi = g1 * RASE_R8 < w->rows ? g1 * RASE_R8 : w->rows;
-        for (int64_t g = g0; g < g1; ++g) {
+        for (int64_t g = r0 / RASE_R8; g * RASE_R8 < r1; ++g) {
             const uint8_t *pg = w->packed + g * w->group_bytes;
-            const int nr = w->rows - g * RASE_R8 < RASE_R8 ? (int)(w->rows - g * RASE_R8) : RASE_R8;
-            if (g + RASE_PREFETCH_GROUPS < g1)  // hide DRAM latency behind this group
+            const int nr = r1 - g * RASE_R8 < RASE_R8 ? (int)(r1 - g * RASE_R8) : RASE_R8;
+            if ((g + RASE_PREFETCH_GROUPS) * RASE_R8 < r1)  // hide DRAM latency behind this group
                 for (int64_t off = 0; off < w->group_bytes; off += 64) rase_prefetch(pg + RASE_PREFETCH_GROUPS * w->group_bytes + off);
             for (int t0 = 0; t0 < T; t0 += RASE_R8_NT) {
                 const int nt = T - t0 < RASE_R8_NT ? T - t0 : RASE_R8_NT;
@@ -377,9 +375,8 @@ static void rase_matmul(rase_model *m, const rase_mat *w, const float *X, int T,
         return;
     }
     const rase_dotn_fn dotn = rase_dotn_for(w->type, m->isa);
-    rase_split(w->rows, ith, nth, lo, hi);
     float out[RASE_NT];
-    for (int64_t r = *lo; r < *hi; ++r) {
+    for (int64_t r = r0; r < r1; ++r) {
         const uint8_t *wr = w->data + r * w->row_bytes;
         for (int t0 = 0; t0 < T; t0 += RASE_NT) {
             const int nt = T - t0 < RASE_NT ? T - t0 : RASE_NT;
@@ -387,6 +384,40 @@ static void rase_matmul(rase_model *m, const rase_mat *w, const float *X, int T,
             for (int j = 0; j < nt; ++j) Y[(int64_t)(t0 + j) * w->rows + r] = out[j];
         }
     }
+}
+
+// Y[i] (T, rows_i) = X (T, cols) w[i]^T for n matrices sharing their input (Q/K/V), their
+// chunks of RASE_CHUNK_ROWS rows handed out one at a time from m->job (reset by the barrier
+// that precedes every call). gate_u: the matrices are (gate, up) of an FFN; a chunk computes
+// both and then act(gate) * up on its rows, written into Y[0].
+static void rase_matmuls(rase_model *m, int n, const rase_mat *const *w, const float *X, float *const *Y, int T,
+                         int gate_u, int ith, int nth) {
+    const uint8_t *A[3];
+    size_t as[3];
+    for (int i = 0; i < n; ++i)  // shared formats are quantized once (rase_quantize_input)
+        A[i] = rase_quantize_input(m, DOT_TRAITS[w[i]->type].act, X, T, w[i]->cols, ith, nth, &as[i]);
+    int64_t total = 0, first[4];
+    for (int i = 0; i < (gate_u ? 1 : n); ++i) {
+        first[i] = total;
+        total += (w[i]->rows + RASE_CHUNK_ROWS - 1) / RASE_CHUNK_ROWS;
+    }
+    for (int64_t c = rase_next_job(&m->job); c < total; c = rase_next_job(&m->job)) {
+        int i = 0;
+        while (i + 1 < (gate_u ? 1 : n) && c >= first[i + 1]) ++i;
+        const int64_t r0 = (c - first[i]) * RASE_CHUNK_ROWS;
+        const int64_t r1 = r0 + RASE_CHUNK_ROWS < w[i]->rows ? r0 + RASE_CHUNK_ROWS : w[i]->rows;
+        rase_mm_rows(m, w[i], A[i], as[i], T, Y[i], r0, r1);
+        if (gate_u) {
+            rase_mm_rows(m, w[1], A[1], as[1], T, Y[1], r0, r1);
+            for (int t = 0; t < T; ++t)
+                rase_gate(Y[0] + (int64_t)t * w[0]->rows + r0, Y[1] + (int64_t)t * w[1]->rows + r0, r1 - r0,
+                          m->w->gelu_table, m->isa);
+        }
+    }
+}
+
+static void rase_matmul(rase_model *m, const rase_mat *w, const float *X, int T, float *Y, int ith, int nth) {
+    rase_matmuls(m, 1, &w, X, &Y, T, 0, ith, nth);
 }
 
 // ---------------------------------------------------------------- the forward
@@ -497,7 +528,7 @@ static void rase_attention(rase_model *m, const rase_layer *L, int il, const ras
 static void rase_layer_forward(rase_model *m, const rase_layer *L, int il, const rase_batch *b, int ith,
                                int nth) {
     rase_scratch *s = m->s;
-    const int E = m->w->hp.n_embd, T = b->n, n_ff = m->w->hp.n_ff;
+    const int E = m->w->hp.n_embd, T = b->n;
     int64_t lo, hi;
     // 1. attention norm, rows split by token
     rase_split(T, ith, nth, &lo, &hi);
@@ -506,9 +537,9 @@ static void rase_layer_forward(rase_model *m, const rase_layer *L, int il, const
     // 2. Q, K, V projections share the normed input
     {
         RASE_PROF_START(m, ith);
-        rase_matmul(m, &L->wq, s->h, T, s->q, ith, nth, &lo, &hi);
-        rase_matmul(m, &L->wk, s->h, T, s->k, ith, nth, &lo, &hi);
-        rase_matmul(m, &L->wv, s->h, T, s->v, ith, nth, &lo, &hi);
+        const rase_mat *qkv[3] = {&L->wq, &L->wk, &L->wv};
+        float *out[3] = {s->q, s->k, s->v};
+        rase_matmuls(m, 3, qkv, s->h, out, T, 0, ith, nth);
         rase_sync(m, ith);
         RASE_PROF_ADD(m, ith, prof_matmul_ns);
     }
@@ -524,7 +555,7 @@ static void rase_layer_forward(rase_model *m, const rase_layer *L, int il, const
     // 5. output projection
     {
         RASE_PROF_START(m, ith);
-        rase_matmul(m, &L->wo, s->att, T, s->o, ith, nth, &lo, &hi);
+        rase_matmul(m, &L->wo, s->att, T, s->o, ith, nth);
         rase_sync(m, ith);
         RASE_PROF_ADD(m, ith, prof_matmul_ns);
     }
@@ -533,12 +564,11 @@ static void rase_layer_forward(rase_model *m, const rase_layer *L, int il, const
     // 7. gate and up over the same rows, then act(gate) * up on those rows; 8. down projection
     {
         RASE_PROF_START(m, ith);
-        rase_matmul(m, &L->wgate, s->h, T, s->g, ith, nth, &lo, &hi);
-        rase_matmul(m, &L->wup, s->h, T, s->u, ith, nth, &lo, &hi);
-        for (int t = 0; t < T; ++t)
-            rase_gate(s->g + (int64_t)t * n_ff + lo, s->u + (int64_t)t * n_ff + lo, hi - lo, m->w->gelu_table, m->isa);
+        const rase_mat *gu[2] = {&L->wgate, &L->wup};
+        float *out[2] = {s->g, s->u};
+        rase_matmuls(m, 2, gu, s->h, out, T, 1, ith, nth);
         rase_sync(m, ith);
-        rase_matmul(m, &L->wdown, s->g, T, s->o, ith, nth, &lo, &hi);
+        rase_matmul(m, &L->wdown, s->g, T, s->o, ith, nth);
         rase_sync(m, ith);
         RASE_PROF_ADD(m, ith, prof_matmul_ns);
     }
@@ -583,6 +613,7 @@ static void rase_step(rase_model *m, const rase_batch *b, const rase_sampler_ref
         {
             m->barrier.n = nth;
             m->barrier.count = 0;
+            m->job = 0;
         }  // implicit barrier: every thread sees n
         for (int a = 0; a < 2 * ACT_COUNT; ++a) m->s->act_src[ith * 2 * ACT_COUNT + a] = NULL;
         rase_embed(m, b, ith, nth);
@@ -597,7 +628,7 @@ static void rase_step(rase_model *m, const rase_batch *b, const rase_sampler_ref
         for (int64_t j = lo; j < hi; ++j)
             rase_rmsnorm(m->s->x + (int64_t)b->out_rows[j] * E, m->w->output_norm, m->s->h + j * E, E, m->w->hp.eps);
         rase_sync(m, ith);
-        if (b->n_out > 0) rase_matmul(m, &m->w->output, m->s->h, b->n_out, b->logits, ith, nth, &lo, &hi);
+        if (b->n_out > 0) rase_matmul(m, &m->w->output, m->s->h, b->n_out, b->logits, ith, nth);
         if (samplers) {
             rase_sync(m, ith);
             for (int j = ith; j < b->n_out; j += nth) {

@@ -28,10 +28,16 @@ static inline void rase_cpu_relax(void) {
 #endif
 }
 
-static inline void rase_barrier_wait(rase_barrier *b) {
-    if (b->n <= 1) return;
+// reset (or NULL): set to 0 by the last thread to arrive, before any thread leaves (so a work
+// counter shared by the next op starts from 0 for everyone)
+static inline void rase_barrier_wait_reset(rase_barrier *b, int *reset) {
+    if (b->n <= 1) {
+        if (reset) *reset = 0;
+        return;
+    }
     const int phase = __atomic_load_n(&b->phase, __ATOMIC_ACQUIRE);
     if (__atomic_add_fetch(&b->count, 1, __ATOMIC_ACQ_REL) == b->n) {
+        if (reset) __atomic_store_n(reset, 0, __ATOMIC_RELAXED);
         __atomic_store_n(&b->count, 0, __ATOMIC_RELAXED);
         __atomic_add_fetch(&b->phase, 1, __ATOMIC_RELEASE);
     } else {
@@ -43,6 +49,12 @@ static inline void rase_barrier_wait(rase_barrier *b) {
         }
     }
 }
+
+static inline void rase_barrier_wait(rase_barrier *b) { rase_barrier_wait_reset(b, NULL); }
+
+// the next unit of work of a counter shared by every thread (dynamic split: a thread that is
+// held up by the OS leaves its units to the others; which thread computes a unit changes no bit)
+static inline int rase_next_job(int *counter) { return __atomic_fetch_add(counter, 1, __ATOMIC_RELAXED); }
 
 // [*lo, *hi) = thread ith's share of n items, contiguous, sizes differing by at most one
 static inline void rase_split(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi) {
