@@ -637,19 +637,45 @@ cdef class Forward:
         """One sequence whose position p lives in block p // KV_BLOCK (the identity table):
         evaluate tokens at positions pos0.. (writing its KV); returns float32 logits
         (n_out, n_vocab) for the last n_out tokens. trace: optional float32 (n_layer, T,
-        n_embd) array receiving each layer's output."""
+        n_embd) array receiving each layer's output. Checked here without numpy: this is the
+        per-token path of single-stream decoding."""
         cdef int T = tokens.shape[0], i
+        cdef int V = self.weights.w.hp.n_vocab
         if T < 1 or T > self.s.max_rows:
             raise ValueError(f"batch of {T} tokens; 1..{self.s.max_rows} allowed")
         if n_out < 1 or n_out > T:
             raise ValueError(f"n_out={n_out} must be in 1..{T}")
-        rows = _np.empty((T, 3), dtype=_np.int32)
-        rows[:, 0] = tokens
-        rows[:, 1] = 0
-        rows[:, 2] = _np.arange(pos0, pos0 + T, dtype=_np.int32)
-        out_rows = _np.arange(T - n_out, T, dtype=_np.int32)
-        _, logits = self.step(rows, self._identity, out_rows, trace=trace)
-        return logits.copy()
+        if pos0 < 0 or pos0 + T > min(self.weights.w.hp.n_ctx, self.kv.n_blocks * RASE_KV_BLOCK):
+            raise ValueError(f"positions {pos0}..{pos0 + T - 1} outside the context")
+        for i in range(T):
+            if tokens[i] < 0 or tokens[i] >= V:
+                raise ValueError(f"token id {tokens[i]} outside the vocabulary of {V}")
+        cdef rase_entry *rows = <rase_entry *>malloc(T * sizeof(rase_entry))
+        cdef int32_t *out_rows = <int32_t *>malloc(n_out * sizeof(int32_t))
+        if rows == NULL or out_rows == NULL:
+            free(rows)
+            free(out_rows)
+            raise MemoryError()
+        for i in range(T):
+            rows[i].token, rows[i].seq, rows[i].pos = tokens[i], 0, pos0 + i
+        for i in range(n_out):
+            out_rows[i] = T - n_out + i
+        out = _np.empty((n_out, V), dtype=_np.float32)
+        cdef float[:, ::1] lv = out
+        cdef const int32_t[:, ::1] table = self._identity
+        cdef rase_batch b
+        b.rows, b.n, b.tables, b.table_stride = rows, T, &table[0, 0], table.shape[1]
+        b.out_rows, b.n_out, b.logits = out_rows, n_out, &lv[0, 0]
+        try:
+            self._set_trace(trace, T)
+            self.m.isa = rase_isa
+            with nogil:
+                rase_step(&self.m, &b, NULL, NULL)
+        finally:
+            self.m.trace = NULL
+            free(rows)
+            free(out_rows)
+        return out
 
     def step(self, const int32_t[:, ::1] rows, const int32_t[:, ::1] tables, const int32_t[::1] out_rows,
              list samplers=None, trace=None):

@@ -53,50 +53,66 @@ static int rase_cand_desc(const void *a, const void *b) {
     return x->id - y->id;  // ties: lower id first (deterministic)
 }
 
+// candidate order: higher logit first, ties to the lower id (a total order: sets and sorts are
+// deterministic)
+static inline int rase_cand_before(rase_cand a, rase_cand b) {
+    return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+}
+
+// heap[0..k) is a min-heap in that order (heap[0] the last of the k kept); restore from i down
+static inline void rase_heap_down(rase_cand *heap, int32_t k, int32_t i) {
+    for (;;) {
+        int32_t c = 2 * i + 1;
+        if (c >= k) return;
+        if (c + 1 < k && rase_cand_before(heap[c], heap[c + 1])) ++c;  // the later of the two children
+        if (!rase_cand_before(heap[i], heap[c])) return;
+        const rase_cand t = heap[i]; heap[i] = heap[c]; heap[c] = t;
+        i = c;
+    }
+}
+
+static inline float rase_penalized(const float *logits, const int32_t *counts, const rase_sampling *p, int penalize,
+                                   int32_t i) {
+    float l = logits[i];
+    if (penalize && counts[i] > 0) {
+        if (p->repeat_penalty != 1.0f) l = l > 0 ? l / p->repeat_penalty : l * p->repeat_penalty;
+        l = l - p->presence_penalty - p->frequency_penalty * (float)counts[i];
+    }
+    return l;
+}
+
 // Returns the sampled id, or -1 if the logits are unusable (NaN/inf after the penalties).
-// logits (n) are only read; counts (n) = occurrences so far (or NULL); work holds n candidates
-// (the penalized logits are built there).
+// logits (n) are only read; counts (n) = occurrences so far (or NULL); work holds n candidates.
+// One pass applies the penalties, checks finiteness and keeps the top_k best (a heap), so the
+// cost is ~n compares, not a copy and selection of the whole vocabulary.
 static int32_t rase_sample(const float *logits, int32_t n, const int32_t *counts, const rase_sampling *p,
                            rase_rng *rng, rase_cand *work) {
     const int penalize = counts && (p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f ||
                                     p->frequency_penalty != 0.0f);
-    for (int32_t i = 0; i < n; ++i) {
-        float l = logits[i];
-        if (penalize && counts[i] > 0) {
-            if (p->repeat_penalty != 1.0f) l = l > 0 ? l / p->repeat_penalty : l * p->repeat_penalty;
-            l = l - p->presence_penalty - p->frequency_penalty * (float)counts[i];
+    if (p->temperature == 0.0f) {  // greedy: the first maximum
+        int32_t best = -1;
+        float bl = -INFINITY;
+        for (int32_t i = 0; i < n; ++i) {
+            const float l = rase_penalized(logits, counts, p, penalize, i);
+            if (!isfinite(l)) return -1;
+            if (best < 0 || l > bl) { best = i; bl = l; }
         }
-        if (!isfinite(l)) return -1;
-        work[i].logit = l;
-        work[i].id = i;
-    }
-    if (p->temperature == 0.0f) {
-        int32_t best = 0;
-        for (int32_t i = 1; i < n; ++i)
-            if (work[i].logit > work[best].logit) best = i;
         return best;
     }
-    // top-k: keep the k largest (a partial selection, then a sort of those)
-    int32_t k = p->top_k > 0 && p->top_k < n ? p->top_k : n;
+    // top-k: the k first candidates in rase_cand_before order, then sorted
+    const int32_t k = p->top_k > 0 && p->top_k < n ? p->top_k : n;
     int32_t m = 0;
-    if (k < n) {
-        // quickselect on descending order
-        int32_t lo = 0, hi = n - 1;
-        while (lo < hi) {
-            const rase_cand pivot = work[(lo + hi) / 2];
-            int32_t i = lo, j = hi;
-            while (i <= j) {
-                while (rase_cand_desc(&work[i], &pivot) < 0) ++i;
-                while (rase_cand_desc(&work[j], &pivot) > 0) --j;
-                if (i <= j) { const rase_cand t = work[i]; work[i] = work[j]; work[j] = t; ++i; --j; }
-            }
-            if (k - 1 <= j) hi = j;
-            else if (k - 1 >= i) lo = i;
-            else break;
+    for (int32_t i = 0; i < n; ++i) {
+        const rase_cand c = {rase_penalized(logits, counts, p, penalize, i), i};
+        if (!isfinite(c.logit)) return -1;
+        if (m < k) {
+            work[m++] = c;
+            if (m == k)
+                for (int32_t j = k / 2 - 1; j >= 0; --j) rase_heap_down(work, k, j);
+        } else if (rase_cand_before(c, work[0])) {
+            work[0] = c;
+            rase_heap_down(work, k, 0);
         }
-        m = k;
-    } else {
-        m = n;
     }
     qsort(work, (size_t)m, sizeof(rase_cand), rase_cand_desc);
     // temperature and softmax (in double for the sums)

@@ -94,8 +94,9 @@ class GGUFDecoder:
         """Append one token at the next position; logits (vocab,)."""
         if self.position >= self.n_ctx:
             raise ContextOverflow(self.position + 1, self.n_ctx)
+        if not 0 <= token < self.vocab_size:
+            raise InvalidGenerationConfig(f"token id {token} is outside the vocabulary of {self.vocab_size}")
         ids = np.array([token], dtype=np.int32)
-        self._check(ids)
         t0 = time.perf_counter_ns() if PROFILE else 0
         out = self._fwd.run(ids, self.position, 1)[0]
         if PROFILE:
