@@ -179,7 +179,8 @@ REPACK_CHUNK_ROWS = 8192  # rows repacked between two calls of on_chunk
 
 def repack(int qtype, const uint8_t[:, ::1] w, int64_t cols, int n_threads=1, on_chunk=None):
     """The (rows x cols) matrix w (rows of ggml blocks) in the 8-row layout (uint8 array).
-    on_chunk(first_row, end_row): called after each chunk of rows has been copied."""
+    on_chunk(first_row, end_row, copied): called before (copied=False) and after (True) each
+    chunk of rows is copied."""
     _check_type(qtype)
     if not R8_TRAITS[qtype].blk_bytes:
         raise ValueError(f"ggml type {qtype} is not repacked")
@@ -191,10 +192,12 @@ def repack(int qtype, const uint8_t[:, ::1] w, int64_t cols, int n_threads=1, on
     groups = (rows + 7) // 8
     for g0 in range(0, groups, REPACK_CHUNK_ROWS // 8):
         g1 = min(groups, g0 + REPACK_CHUNK_ROWS // 8)
+        if on_chunk is not None:
+            on_chunk(g0 * 8, min(rows, g1 * 8), False)
         with nogil:
             rase_r8_repack(qtype, &w[0, 0], w.shape[1], rows, cols, &o[0], g0, g1, n_threads)
         if on_chunk is not None:
-            on_chunk(g0 * 8, min(rows, g1 * 8))
+            on_chunk(g0 * 8, min(rows, g1 * 8), True)
     return out
 
 
@@ -392,8 +395,9 @@ cdef class Weights:
         output (matrices), output_norm (vector); layers: one dict per layer with the _MATS
         matrices, _NORMS vectors (None = absent), window and rope_slot. A matrix is
         (data uint8, ggml type, rows, cols). Matrices of the repacked types are copied into
-        the 8-row layout (n_threads at a time); on_packed(data, start, end) is called after
-        bytes [start, end) of a matrix's data have been copied (they are not read again)."""
+        the 8-row layout (n_threads at a time); on_packed(data, start, end, copied) is called
+        before (copied=False) and after bytes [start, end) of a matrix's data are copied (after
+        that they are not read again)."""
         self._keep = []
         self._threads, self._on_packed = n_threads, on_packed
         cdef rase_hparams *h = &self.w.hp
@@ -473,7 +477,7 @@ cdef class Weights:
         cdef const uint8_t[::1] pv
         if R8_TRAITS[qtype].blk_bytes and name != "token_embd":  # the embedding is read row by row
             chunk = None if self._on_packed is None else (
-                lambda r0, r1: self._on_packed(data, r0 * row_bytes, r1 * row_bytes))
+                lambda r0, r1, copied: self._on_packed(data, r0 * row_bytes, r1 * row_bytes, copied))
             packed = repack(qtype, _np.asarray(view).reshape(rows, row_bytes), cols, self._threads, chunk)
             pv = packed
             out.layout, out.packed = RASE_LAYOUT_R8, &pv[0]

@@ -59,6 +59,9 @@ def type_name(ggml_type: int) -> str:
     return KNOWN_UNSUPPORTED.get(ggml_type, f"type#{ggml_type}").split(" ")[0]
 
 
+MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22)  # Linux's value; Python may not name it
+
+
 @dataclass(frozen=True)
 class TensorInfo:
     name: str
@@ -335,16 +338,33 @@ class GGUFFile:
             return f"ARRAY[{VALUE_TYPES[t[1]][0]}]"
         return VALUE_TYPES[t][0]
 
+    def _page_range(self, tensor: "TensorInfo", start: int, end: int | None, inner: bool) -> tuple[int, int]:
+        page = mmap.PAGESIZE
+        lo = tensor.offset + max(0, start)
+        hi = tensor.offset + (tensor.nbytes if end is None else min(end, tensor.nbytes))
+        if inner:
+            return -(-lo // page) * page, hi // page * page
+        return lo // page * page, -(-hi // page) * page
+
+    def populate(self, tensor: "TensorInfo", start: int = 0, end: int | None = None) -> None:
+        """Map bytes [start, end) of a tensor's data in one call (MADV_POPULATE_READ, Linux >=
+        5.14) before reading all of it: ~10x faster than a page fault per page. A no-op where
+        the kernel does not have it."""
+        if self._mmap is None or not hasattr(self._mmap, "madvise"):
+            return
+        lo, hi = self._page_range(tensor, start, end, inner=False)
+        try:
+            self._mmap.madvise(MADV_POPULATE_READ, lo, min(hi, len(self._mmap)) - lo)
+        except OSError:
+            pass
+
     def release(self, tensor: "TensorInfo", start: int = 0, end: int | None = None) -> None:
         """Give bytes [start, end) of a tensor's data back to the OS (MADV_DONTNEED on the
         whole pages inside): for data copied elsewhere at load. It stays readable; a later
         access reads it from the file again."""
         if self._mmap is None or not hasattr(self._mmap, "madvise"):
             return
-        page = mmap.PAGESIZE
-        lo = tensor.offset + max(0, start)
-        hi = tensor.offset + (tensor.nbytes if end is None else min(end, tensor.nbytes))
-        lo, hi = -(-lo // page) * page, hi // page * page
+        lo, hi = self._page_range(tensor, start, end, inner=True)
         if hi > lo:
             self._mmap.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
 

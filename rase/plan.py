@@ -53,10 +53,12 @@ def load_plan(path: str | os.PathLike[str], architecture: str | None = None,
     hpd, tensors, layers = build_plan(g, hp, spec, ctx)
     by_address = {t.data.ctypes.data: t for t in g.tensors.values()}
 
-    def packed(data, start: int, end: int) -> None:  # the private copy is what the forward reads
+    def packed(data, start: int, end: int, copied: bool) -> None:
+        """Map a chunk in one go before it is copied; give it back after (the private copy is
+        what the forward reads)."""
         t = by_address.get(data.ctypes.data)
         if t is not None:
-            g.release(t, start, end)
+            (g.release if copied else g.populate)(t, start, end)
 
     try:
         weights = _kernels.Weights(hpd, tensors, layers, default_threads(), packed)
