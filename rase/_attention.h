@@ -166,7 +166,7 @@ RASE_TARGET_AVX2 static void attend_avx2(int g, const float *const *q, const ras
 static void rase_attend(int g, const float *const *q, const rase_kv_view *kv, int j0, int j1, int hd,
                         float scale, float *scratch, int64_t qstride, float *const *out, int isa) {
 #if RASE_HAVE_X86
-    if (isa == RASE_ISA_AVX2 && hd % 32 == 0) { attend_avx2(g, q, kv, j0, j1, hd, scale, scratch, qstride, out); return; }
+    if (isa >= RASE_ISA_AVX2 && hd % 32 == 0) { attend_avx2(g, q, kv, j0, j1, hd, scale, scratch, qstride, out); return; }
 #endif
     for (int h = 0; h < g; ++h) attend_ref(q[h], kv, j0, j1, hd, scale, scratch, out[h]);
 }

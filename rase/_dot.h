@@ -615,13 +615,15 @@ static const rase_quant_fn ACT_QUANT[ACT_COUNT][RASE_ISA_COUNT] = {
 
 // The one kernel per (type, ISA): no kernel is chosen by the number of rows in a step.
 static inline rase_dotn_fn rase_dotn_for(int type, int isa) {
-    const rase_dotn_fn f = DOT_TRAITS[type].dotn[isa];
-    return f ? f : DOT_TRAITS[type].dotn[RASE_ISA_SCALAR];
+    for (; isa > 0; --isa)  // the level's own kernel, else the nearest level below
+        if (DOT_TRAITS[type].dotn[isa]) return DOT_TRAITS[type].dotn[isa];
+    return DOT_TRAITS[type].dotn[RASE_ISA_SCALAR];
 }
 
 static inline rase_quant_fn rase_act_quant_for(int act, int isa) {
-    const rase_quant_fn f = ACT_QUANT[act][isa];
-    return f ? f : ACT_QUANT[act][RASE_ISA_SCALAR];
+    for (; isa > 0; --isa)
+        if (ACT_QUANT[act][isa]) return ACT_QUANT[act][isa];
+    return ACT_QUANT[act][RASE_ISA_SCALAR];
 }
 
 #endif  // RASE_DOT_H

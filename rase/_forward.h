@@ -255,7 +255,7 @@ RASE_TARGET_AVX2 static void gate_avx2(float *g, const float *u, int64_t n, cons
 
 static void rase_gate(float *g, const float *u, int64_t n, const uint16_t *gelu_table, int isa) {
 #if RASE_HAVE_X86
-    if (isa == RASE_ISA_AVX2) { gate_avx2(g, u, n, gelu_table); return; }
+    if (isa >= RASE_ISA_AVX2) { gate_avx2(g, u, n, gelu_table); return; }
 #endif
     gate_ref(g, u, n, gelu_table);
 }
@@ -294,7 +294,7 @@ RASE_TARGET_AVX2 static void rope_avx2(float *x, const float *cs, int n_rot, int
 
 static void rase_rope(float *x, const float *cs, int n_rot, int neox, int isa) {
 #if RASE_HAVE_X86
-    if (isa == RASE_ISA_AVX2) { rope_avx2(x, cs, n_rot, neox); return; }
+    if (isa >= RASE_ISA_AVX2) { rope_avx2(x, cs, n_rot, neox); return; }
 #endif
     rope_ref(x, cs, n_rot, neox);
 }

@@ -9,6 +9,7 @@ from libc.stdint cimport uint8_t, int64_t
 cdef extern from "_simd.h" nogil:
     int RASE_ISA_SCALAR
     int RASE_ISA_AVX2
+    int RASE_ISA_AVX512
     int RASE_ISA_COUNT
     const char *RASE_ISA_NAMES[]
     int rase_isa
@@ -44,7 +45,7 @@ cdef extern from "_quants.h" nogil:
         const char *name
         int blck
         int size
-        rase_dequant_fn dequant[2]
+        rase_dequant_fn dequant[3]
     int RASE_GGML_TYPE_COUNT
     const rase_quant_traits QUANT_TRAITS[]
     rase_dequant_fn rase_dequant_for(int qtype, int isa)

@@ -391,7 +391,7 @@ typedef struct {
     const char *name;
     int blck;                     // elements per block
     int size;                     // bytes per block
-    rase_dequant_fn dequant[RASE_ISA_COUNT];  // [scalar reference, AVX2 or 0]
+    rase_dequant_fn dequant[RASE_ISA_COUNT];  // [scalar reference, AVX2 or 0, 0 (= AVX2)]
 } rase_quant_traits;
 
 #define RASE_GGML_TYPE_COUNT 40
@@ -414,8 +414,9 @@ static const rase_quant_traits QUANT_TRAITS[RASE_GGML_TYPE_COUNT] = {
 
 // The row dequantizer for (type, isa): the ISA's version when it has one, else the reference.
 static inline rase_dequant_fn rase_dequant_for(int type, int isa) {
-    const rase_dequant_fn f = QUANT_TRAITS[type].dequant[isa];
-    return f ? f : QUANT_TRAITS[type].dequant[RASE_ISA_SCALAR];
+    for (; isa > 0; --isa)  // the level's own kernel, else the nearest level below
+        if (QUANT_TRAITS[type].dequant[isa]) return QUANT_TRAITS[type].dequant[isa];
+    return QUANT_TRAITS[type].dequant[RASE_ISA_SCALAR];
 }
 
 #endif  // RASE_QUANTS_H

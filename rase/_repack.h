@@ -182,8 +182,8 @@ RASE_TARGET_AVX2 static RASE_INLINE void rase_r8_yslices(const int8_t *qs, __m25
 // TYPE (ggml id): 8 q8_0, 2 q4_0, 6 q5_0 (signed weights, ggml's sign trick); 3 q4_1, 7 q5_1
 // (unsigned). Weights are unpacked once per block and reused for every token of the tile; per
 // token, 8 accumulators (one per slice) whose lanes are the rows.
-#define RASE_R8_AVX2(NAME, TYPE, RT)                                                          \
-    RASE_TARGET_AVX2 static RASE_INLINE void NAME##_body(int64_t n, const uint8_t *w, const void *a, \
+#define RASE_R8_KERNEL(NAME, TYPE, RT, TARGET, DOT4)                                          \
+    TARGET static RASE_INLINE void NAME##_body(int64_t n, const uint8_t *w, const void *a,    \
                                                          size_t astride, const int nt, float *y, \
                                                          int64_t ys, int nr) {                \
         enum { HAS_MIN = TYPE == 3 || TYPE == 7, NIB = TYPE == 2 || TYPE == 3, SIGNED = !HAS_MIN }; \
@@ -192,7 +192,6 @@ RASE_TARGET_AVX2 static RASE_INLINE void rase_r8_yslices(const int8_t *qs, __m25
             summ[t] = _mm256_setzero_ps();                                                    \
             for (int sl = 0; sl < 8; ++sl) acc[t][sl] = _mm256_setzero_ps();                  \
         }                                                                                     \
-        const __m256i ones = _mm256_set1_epi16(1);                                            \
         const RT *blk = (const RT *)w;                                                        \
         for (int64_t b = 0; b < n / 32; ++b) {                                                \
             __m256i q[8];                                                                     \
@@ -223,11 +222,11 @@ RASE_TARGET_AVX2 static RASE_INLINE void rase_r8_yslices(const int8_t *qs, __m25
                 __m256i ysl[8];                                                               \
                 rase_r8_yslices(yq, ysl);                                                     \
                 const __m256 scale = _mm256_mul_ps(dw, _mm256_broadcast_ss(dy));              \
-                for (int sl = 0; sl < 8; ++sl) {                                              \
-                    const __m256i p16 = SIGNED                                                \
-                        ? _mm256_maddubs_epi16(_mm256_sign_epi8(q[sl], q[sl]), _mm256_sign_epi8(ysl[sl], q[sl])) \
-                        : _mm256_maddubs_epi16(q[sl], ysl[sl]);                               \
-                    acc[t][sl] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones)), acc[t][sl]); \
+                for (int sl = 0; sl < 8; ++sl) {  /* signed: |w| x (y with w's sign) */      \
+                    const __m256i i32 = SIGNED                                                \
+                        ? DOT4(_mm256_sign_epi8(q[sl], q[sl]), _mm256_sign_epi8(ysl[sl], q[sl])) \
+                        : DOT4(q[sl], ysl[sl]);                                               \
+                    acc[t][sl] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(i32), acc[t][sl]); \
                 }                                                                             \
             }                                                                                 \
         }                                                                                     \
@@ -238,8 +237,8 @@ RASE_TARGET_AVX2 static RASE_INLINE void rase_r8_yslices(const int8_t *qs, __m25
             rase_r8_store(_mm256_add_ps(sum, summ[t]), y + t * ys, nr);                       \
         }                                                                                     \
     }                                                                                         \
-    RASE_TARGET_AVX2 static void NAME(int64_t n, const uint8_t *w, const void *a, size_t astride, int nt, \
-                                      float *y, int64_t ys, int nr) {                         \
+    TARGET static void NAME(int64_t n, const uint8_t *w, const void *a, size_t astride, int nt, \
+                            float *y, int64_t ys, int nr) {                                   \
         switch (nt) {                                                                         \
             case 1: NAME##_body(n, w, a, astride, 1, y, ys, nr); break;                       \
             case 2: NAME##_body(n, w, a, astride, 2, y, ys, nr); break;                       \
@@ -256,29 +255,43 @@ RASE_TARGET_AVX2 static RASE_INLINE void rase_r8_store(__m256 v, float *y, int n
     memcpy(y, tmp, (size_t)nr * sizeof(float));
 }
 
-RASE_R8_AVX2(r8_q8_0_avx2, 8, r8_q8_0)
-RASE_R8_AVX2(r8_q4_0_avx2, 2, r8_q4_0)
-RASE_R8_AVX2(r8_q4_1_avx2, 3, r8_q4_1)
-RASE_R8_AVX2(r8_q5_0_avx2, 6, r8_q5_0)
-RASE_R8_AVX2(r8_q5_1_avx2, 7, r8_q5_1)
-#  define RASE_R8_AVX2_FN(f) f
+// u8 x s8, the exact sum of each 4 products in its 32-bit lane (no int16 pair saturates for
+// these types: at most 2 * 128 * 127): AVX2 maddubs + madd, or one VNNI vpdpbusd (the same ints)
+RASE_TARGET_AVX2 static RASE_INLINE __m256i rase_dot4_avx2(__m256i u, __m256i s) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+RASE_TARGET_AVX512 static RASE_INLINE __m256i rase_dot4_vnni(__m256i u, __m256i s) {
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+}
+
+RASE_R8_KERNEL(r8_q8_0_avx2, 8, r8_q8_0, RASE_TARGET_AVX2, rase_dot4_avx2)
+RASE_R8_KERNEL(r8_q4_0_avx2, 2, r8_q4_0, RASE_TARGET_AVX2, rase_dot4_avx2)
+RASE_R8_KERNEL(r8_q4_1_avx2, 3, r8_q4_1, RASE_TARGET_AVX2, rase_dot4_avx2)
+RASE_R8_KERNEL(r8_q5_0_avx2, 6, r8_q5_0, RASE_TARGET_AVX2, rase_dot4_avx2)
+RASE_R8_KERNEL(r8_q5_1_avx2, 7, r8_q5_1, RASE_TARGET_AVX2, rase_dot4_avx2)
+RASE_R8_KERNEL(r8_q8_0_vnni, 8, r8_q8_0, RASE_TARGET_AVX512, rase_dot4_vnni)
+RASE_R8_KERNEL(r8_q4_0_vnni, 2, r8_q4_0, RASE_TARGET_AVX512, rase_dot4_vnni)
+RASE_R8_KERNEL(r8_q4_1_vnni, 3, r8_q4_1, RASE_TARGET_AVX512, rase_dot4_vnni)
+RASE_R8_KERNEL(r8_q5_0_vnni, 6, r8_q5_0, RASE_TARGET_AVX512, rase_dot4_vnni)
+RASE_R8_KERNEL(r8_q5_1_vnni, 7, r8_q5_1, RASE_TARGET_AVX512, rase_dot4_vnni)
+#  define RASE_R8_X86_FN(f) f
 #else
-#  define RASE_R8_AVX2_FN(f) 0
+#  define RASE_R8_X86_FN(f) 0
 #endif
 
 // ---------------------------------------------------------------- the table, by ggml type id
 
 typedef struct {
     size_t blk_bytes;                   // one r8 block: 8 rows x 32 columns; 0 = not repacked
-    rase_r8_fn kern[RASE_ISA_COUNT];    // [scalar reference, AVX2 or 0]
+    rase_r8_fn kern[RASE_ISA_COUNT];    // [scalar reference, AVX2, AVX-512 VNNI]: the same bits
 } rase_r8_traits;
 
 static const rase_r8_traits R8_TRAITS[RASE_GGML_TYPE_COUNT] = {
-    [2] = {sizeof(r8_q4_0), {r8_q4_0_ref, RASE_R8_AVX2_FN(r8_q4_0_avx2)}},
-    [3] = {sizeof(r8_q4_1), {r8_q4_1_ref, RASE_R8_AVX2_FN(r8_q4_1_avx2)}},
-    [6] = {sizeof(r8_q5_0), {r8_q5_0_ref, RASE_R8_AVX2_FN(r8_q5_0_avx2)}},
-    [7] = {sizeof(r8_q5_1), {r8_q5_1_ref, RASE_R8_AVX2_FN(r8_q5_1_avx2)}},
-    [8] = {sizeof(r8_q8_0), {r8_q8_0_ref, RASE_R8_AVX2_FN(r8_q8_0_avx2)}},
+    [2] = {sizeof(r8_q4_0), {r8_q4_0_ref, RASE_R8_X86_FN(r8_q4_0_avx2), RASE_R8_X86_FN(r8_q4_0_vnni)}},
+    [3] = {sizeof(r8_q4_1), {r8_q4_1_ref, RASE_R8_X86_FN(r8_q4_1_avx2), RASE_R8_X86_FN(r8_q4_1_vnni)}},
+    [6] = {sizeof(r8_q5_0), {r8_q5_0_ref, RASE_R8_X86_FN(r8_q5_0_avx2), RASE_R8_X86_FN(r8_q5_0_vnni)}},
+    [7] = {sizeof(r8_q5_1), {r8_q5_1_ref, RASE_R8_X86_FN(r8_q5_1_avx2), RASE_R8_X86_FN(r8_q5_1_vnni)}},
+    [8] = {sizeof(r8_q8_0), {r8_q8_0_ref, RASE_R8_X86_FN(r8_q8_0_avx2), RASE_R8_X86_FN(r8_q8_0_vnni)}},
 };
 
 static inline rase_r8_fn rase_r8_for(int type, int isa) {

@@ -14,34 +14,41 @@
 #  define RASE_HAVE_X86 1
 #  include <immintrin.h>
 #  define RASE_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
+#  define RASE_TARGET_AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 #else
 #  define RASE_HAVE_X86 0
 #endif
 
-enum { RASE_ISA_SCALAR = 0, RASE_ISA_AVX2 = 1, RASE_ISA_COUNT = 2 };
-static const char *const RASE_ISA_NAMES[RASE_ISA_COUNT] = {"scalar", "avx2"};
+// Levels, each a superset of the one before: a kernel table's empty entry for a level falls
+// back to the level below it (avx512 uses the AVX2 kernels except where it has its own).
+enum { RASE_ISA_SCALAR = 0, RASE_ISA_AVX2 = 1, RASE_ISA_AVX512 = 2, RASE_ISA_COUNT = 3 };
+static const char *const RASE_ISA_NAMES[RASE_ISA_COUNT] = {"scalar", "avx2", "avx512"};
 
 // The path in use; written once at import (rase_isa_select), read by every dispatcher.
 static int rase_isa = RASE_ISA_SCALAR;
 
 static int rase_isa_compiled(int isa) {
-    return isa == RASE_ISA_SCALAR || (isa == RASE_ISA_AVX2 && RASE_HAVE_X86);
+    return isa == RASE_ISA_SCALAR || ((isa == RASE_ISA_AVX2 || isa == RASE_ISA_AVX512) && RASE_HAVE_X86);
 }
 
 static int rase_isa_supported(int isa) {
     if (isa == RASE_ISA_SCALAR) return 1;
 #if RASE_HAVE_X86
-    if (isa == RASE_ISA_AVX2) {
-        __builtin_cpu_init();  // checks OS YMM state support too (xgetbv)
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-               __builtin_cpu_supports("f16c");
+    if (isa == RASE_ISA_AVX2 || isa == RASE_ISA_AVX512) {
+        __builtin_cpu_init();  // checks OS YMM / ZMM state support too (xgetbv)
+        const int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                         __builtin_cpu_supports("f16c");
+        if (isa == RASE_ISA_AVX2) return avx2;
+        return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
     }
 #endif
     return 0;
 }
-
 static int rase_isa_best(void) {
-    return rase_isa_supported(RASE_ISA_AVX2) ? RASE_ISA_AVX2 : RASE_ISA_SCALAR;
+    for (int isa = RASE_ISA_COUNT - 1; isa > 0; --isa)
+        if (rase_isa_supported(isa)) return isa;
+    return RASE_ISA_SCALAR;
 }
 
 // --- half-precision conversions (bit exact, no ISA needed) ---

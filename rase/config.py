@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-SIMD_ENV = "RASE_SIMD"  # "scalar" | "avx2" | unset (= best the CPU supports)
+SIMD_ENV = "RASE_SIMD"  # "scalar" | "avx2" | "avx512" | unset (= best the CPU supports)
 THREADS_ENV = "RASE_NUM_THREADS"
 STORE_ENV = "RASE_STORE"
 

@@ -21,22 +21,32 @@ def _build_info_with(env_value: str | None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
 
 
-def _cpu_has_avx2() -> bool:
+def _best_isa_from_cpuinfo() -> str:
+    """What /proc/cpuinfo says the CPU has (read independently of rase's own detection)."""
     flags = Path("/proc/cpuinfo").read_text().split()
-    return all(f in flags for f in ("avx2", "fma", "f16c"))
+    if not all(f in flags for f in ("avx2", "fma", "f16c")):
+        return "scalar"
+    if all(f in flags for f in ("avx512f", "avx512bw", "avx512vl", "avx512_vnni")):
+        return "avx512"
+    return "avx2"
 
 
 def test_build_info_reports_compiler_openmp_and_isas():
     info = rase.build_info()
     assert info["compiler"].startswith(("gcc", "clang"))
     assert info["openmp"] >= 201107  # OpenMP 3.1 or newer
-    assert info["isa_compiled"] == ["scalar", "avx2"]
+    assert info["isa_compiled"] == ["scalar", "avx2", "avx512"]
     assert info["version"] == rase.__version__
 
 
 def test_default_isa_is_the_best_the_cpu_supports():
     info = json.loads(_build_info_with(None).stdout)
-    assert info["isa_selected"] == ("avx2" if _cpu_has_avx2() else "scalar")
+    assert info["isa_selected"] == _best_isa_from_cpuinfo()
+
+
+def test_rase_simd_picks_any_supported_level():
+    for isa in _kernels.isa_supported():
+        assert json.loads(_build_info_with(isa).stdout)["isa_selected"] == isa
 
 
 def test_rase_simd_scalar_forces_the_reference_path():
