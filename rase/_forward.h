@@ -349,9 +349,6 @@ static const uint8_t *rase_quantize_input(rase_model *m, int act, const float *X
 #ifndef RASE_R8_NT
 #define RASE_R8_NT 4  // tokens per repacked-kernel call (1..RASE_NT)
 #endif
-#ifndef RASE_PREFETCH_GROUPS
-#define RASE_PREFETCH_GROUPS 2  // 8-row groups ahead that the matmul prefetches
-#endif
 
 #define RASE_CHUNK_ROWS 32  // rows per unit of matmul work (4 groups of the repacked layout)
 
@@ -365,8 +362,6 @@ static void rase_mm_rows(const rase_model *m, const rase_mat *w, const uint8_t *
         for (int64_t g = r0 / RASE_R8; g * RASE_R8 < r1; ++g) {
             const uint8_t *pg = w->packed + g * w->group_bytes;
             const int nr = r1 - g * RASE_R8 < RASE_R8 ? (int)(r1 - g * RASE_R8) : RASE_R8;
-            if ((g + RASE_PREFETCH_GROUPS) * RASE_R8 < r1)  // hide DRAM latency behind this group
-                for (int64_t off = 0; off < w->group_bytes; off += 64) rase_prefetch(pg + RASE_PREFETCH_GROUPS * w->group_bytes + off);
             for (int t0 = 0; t0 < T; t0 += RASE_R8_NT) {
                 const int nt = T - t0 < RASE_R8_NT ? T - t0 : RASE_R8_NT;
                 kern(w->cols, pg, A + (size_t)t0 * as, as, nt, Y + (int64_t)t0 * w->rows + g * RASE_R8, w->rows, nr);

@@ -19,6 +19,7 @@
 #include "_dot.h"
 
 #define RASE_R8 8  // rows per group
+
 enum { RASE_LAYOUT_PLAIN = 0, RASE_LAYOUT_R8 = 1 };
 
 typedef struct { float d[8]; int8_t q[8][32]; } r8_q8_0;           // slices of int8 weights
@@ -169,6 +170,15 @@ RASE_R8_REF(r8_q5_1_ref, 7)
 // ---------------------------------------------------------------- AVX2
 
 #if RASE_HAVE_X86
+// Decode streams the weights once: each block asks for the lines RASE_R8_PF_BYTES ahead of it,
+// spread one block at a time (a burst of a whole group's prefetches stalls on the fill buffers).
+#ifndef RASE_R8_PF_BYTES
+#define RASE_R8_PF_BYTES 4096
+#endif
+#define RASE_R8_PREFETCH(p, bytes)                                                            \
+    for (int pf_o = 0; pf_o < (int)(bytes); pf_o += 64)                                       \
+        rase_prefetch((const char *)(p) + RASE_R8_PF_BYTES + pf_o)
+
 // the 8 activation slices of one 32-block, each 4-byte group broadcast to every lane
 RASE_TARGET_AVX2 static RASE_INLINE void rase_r8_yslices(const int8_t *qs, __m256i *ys) {
     const __m256i y0 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)qs));
@@ -194,6 +204,7 @@ RASE_TARGET_AVX2 static RASE_INLINE void rase_r8_yslices(const int8_t *qs, __m25
         }                                                                                     \
         const RT *blk = (const RT *)w;                                                        \
         for (int64_t b = 0; b < n / 32; ++b) {                                                \
+            RASE_R8_PREFETCH(&blk[b], sizeof(RT));                                            \
             __m256i q[8];                                                                     \
             if (NIB) {                                                                        \
                 const __m256i m4 = _mm256_set1_epi8(0xF), eight = _mm256_set1_epi8(8);        \
@@ -269,11 +280,102 @@ RASE_R8_KERNEL(r8_q4_0_avx2, 2, r8_q4_0, RASE_TARGET_AVX2, rase_dot4_avx2)
 RASE_R8_KERNEL(r8_q4_1_avx2, 3, r8_q4_1, RASE_TARGET_AVX2, rase_dot4_avx2)
 RASE_R8_KERNEL(r8_q5_0_avx2, 6, r8_q5_0, RASE_TARGET_AVX2, rase_dot4_avx2)
 RASE_R8_KERNEL(r8_q5_1_avx2, 7, r8_q5_1, RASE_TARGET_AVX2, rase_dot4_avx2)
-RASE_R8_KERNEL(r8_q8_0_vnni, 8, r8_q8_0, RASE_TARGET_AVX512, rase_dot4_vnni)
-RASE_R8_KERNEL(r8_q4_0_vnni, 2, r8_q4_0, RASE_TARGET_AVX512, rase_dot4_vnni)
-RASE_R8_KERNEL(r8_q4_1_vnni, 3, r8_q4_1, RASE_TARGET_AVX512, rase_dot4_vnni)
-RASE_R8_KERNEL(r8_q5_0_vnni, 6, r8_q5_0, RASE_TARGET_AVX512, rase_dot4_vnni)
-RASE_R8_KERNEL(r8_q5_1_vnni, 7, r8_q5_1, RASE_TARGET_AVX512, rase_dot4_vnni)
+
+// AVX-512 VNNI: one zmm holds two slices of the 8 rows (a pair), so a block is 4 vpdpbusd.
+// Signed weights w become unsigned u = w + B (Q8_0, Q5_0: B = 128 by flipping the sign bit;
+// Q4_0: the raw nibble, B = 8) and the dot starts from -B * (the slice's activation sum): the
+// same exact integer per slice as the sign trick, then the same FMA per slice, the same hsum.
+// Pairs: Q8_0/Q5_x slices (2k, 2k+1); nibble types (k, k+1) low and (k+4, k+5) high, k = 0, 2.
+static const int32_t RASE_R8_PAIR_IDX[2][4][2] = {{{0, 1}, {2, 3}, {4, 5}, {6, 7}},   // bytes
+                                                  {{0, 1}, {4, 5}, {2, 3}, {6, 7}}};  // nibbles
+
+// a zmm whose low 8 lanes are lane a of v and high 8 lanes lane b
+RASE_TARGET_AVX512 static RASE_INLINE __m512i rase_r8_pair_idx(int a, int b) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32(a)), _mm256_set1_epi32(b), 1);
+}
+
+#define RASE_R8_KERNEL_512(NAME, TYPE, RT)                                                    \
+    RASE_TARGET_AVX512 static RASE_INLINE void NAME##_body(int64_t n, const uint8_t *w, const void *a, \
+                                                           size_t astride, const int nt, float *y, \
+                                                           int64_t ys, int nr) {              \
+        enum { HAS_MIN = TYPE == 3 || TYPE == 7, NIB = TYPE == 2 || TYPE == 3,                \
+               FLIP = TYPE == 8 || TYPE == 6, BIAS_SHIFT = FLIP ? 7 : TYPE == 2 ? 3 : 0 };    \
+        __m512 acc[RASE_NT][4];                                                               \
+        __m256 summ[RASE_NT];                                                                 \
+        __m512i idx[4];                                                                       \
+        for (int k = 0; k < 4; ++k)                                                           \
+            idx[k] = rase_r8_pair_idx(RASE_R8_PAIR_IDX[NIB][k][0], RASE_R8_PAIR_IDX[NIB][k][1]); \
+        for (int t = 0; t < nt; ++t) {                                                        \
+            summ[t] = _mm256_setzero_ps();                                                    \
+            for (int k = 0; k < 4; ++k) acc[t][k] = _mm512_setzero_ps();                      \
+        }                                                                                     \
+        const __m512i m4 = _mm512_set1_epi8(0xF), flip = _mm512_set1_epi8((char)0x80);        \
+        const __m256i ones = _mm256_set1_epi8(1);                                             \
+        const RT *blk = (const RT *)w;                                                        \
+        for (int64_t b = 0; b < n / 32; ++b) {                                                \
+            RASE_R8_PREFETCH(&blk[b], sizeof(RT));                                            \
+            __m512i u[4];                                                                     \
+            if (NIB) {                                                                        \
+                for (int h = 0; h < 2; ++h) {                                                 \
+                    const __m512i raw = _mm512_loadu_si512((const void *)blk[b].q[2 * h]);    \
+                    u[2 * h] = _mm512_and_si512(raw, m4);                                     \
+                    u[2 * h + 1] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);           \
+                }                                                                             \
+            } else {                                                                          \
+                for (int k = 0; k < 4; ++k) {                                                 \
+                    u[k] = _mm512_loadu_si512((const void *)blk[b].q[2 * k]);                 \
+                    if (FLIP) u[k] = _mm512_xor_si512(u[k], flip);                            \
+                }                                                                             \
+            }                                                                                 \
+            const __m512 dw = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(blk[b].d)))); \
+            for (int t = 0; t < nt; ++t) {                                                    \
+                const int8_t *yq;                                                             \
+                const float *dy;                                                              \
+                if (HAS_MIN) {                                                                \
+                    const act_q8_1 *ya = (const act_q8_1 *)((const char *)a + t * astride) + b; \
+                    yq = ya->qs, dy = &ya->d;                                                 \
+                    summ[t] = _mm256_add_ps(summ[t], _mm256_mul_ps(_mm256_loadu_ps((const float *)&blk[b].d + 8), \
+                                                                   _mm256_broadcast_ss(&ya->s))); \
+                } else {                                                                      \
+                    const act_q8_0 *ya = (const act_q8_0 *)((const char *)a + t * astride) + b; \
+                    yq = ya->qs, dy = &ya->d;                                                 \
+                }                                                                             \
+                const __m256i yv = _mm256_loadu_si256((const __m256i *)yq);                   \
+                const __m512i yz = _mm512_castsi256_si512(yv);                                \
+                __m512i nb = _mm512_setzero_si512();                                          \
+                if (BIAS_SHIFT) /* -B * slice sums, lane s */                                 \
+                    nb = _mm512_castsi256_si512(_mm256_sub_epi32(_mm256_setzero_si256(),     \
+                        _mm256_slli_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, yv), BIAS_SHIFT))); \
+                const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(*dy));                  \
+                for (int k = 0; k < 4; ++k) {                                                 \
+                    const __m512i i0 = BIAS_SHIFT ? _mm512_permutexvar_epi32(idx[k], nb) : nb; \
+                    const __m512i i32 = _mm512_dpbusd_epi32(i0, u[k], _mm512_permutexvar_epi32(idx[k], yz)); \
+                    acc[t][k] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(i32), acc[t][k]);   \
+                }                                                                             \
+            }                                                                                 \
+        }                                                                                     \
+        for (int t = 0; t < nt; ++t) { /* pairs p0..p3 = slices (a | b); ggml's hsum order */ \
+            const __m512 *A = acc[t];                                                         \
+            const __m512 s4 = NIB ? _mm512_add_ps(_mm512_add_ps(A[1], A[0]), _mm512_add_ps(A[3], A[2])) \
+                                  : _mm512_add_ps(_mm512_add_ps(A[2], A[0]), _mm512_add_ps(A[3], A[1])); \
+            const __m256 sum = _mm256_add_ps(_mm512_castps512_ps256(s4), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s4), 1))); \
+            rase_r8_store(_mm256_add_ps(sum, summ[t]), y + t * ys, nr);                       \
+        }                                                                                     \
+    }                                                                                         \
+    RASE_TARGET_AVX512 static void NAME(int64_t n, const uint8_t *w, const void *a, size_t astride, int nt, \
+                                        float *y, int64_t ys, int nr) {                       \
+        switch (nt) {                                                                         \
+            case 1: NAME##_body(n, w, a, astride, 1, y, ys, nr); break;                       \
+            case 2: NAME##_body(n, w, a, astride, 2, y, ys, nr); break;                       \
+            case 3: NAME##_body(n, w, a, astride, 3, y, ys, nr); break;                       \
+            default: NAME##_body(n, w, a, astride, 4, y, ys, nr); break;                      \
+        }                                                                                     \
+    }
+RASE_R8_KERNEL_512(r8_q8_0_vnni, 8, r8_q8_0)
+RASE_R8_KERNEL_512(r8_q4_0_vnni, 2, r8_q4_0)
+RASE_R8_KERNEL_512(r8_q4_1_vnni, 3, r8_q4_1)
+RASE_R8_KERNEL_512(r8_q5_0_vnni, 6, r8_q5_0)
+RASE_R8_KERNEL_512(r8_q5_1_vnni, 7, r8_q5_1)
 #  define RASE_R8_X86_FN(f) f
 #else
 #  define RASE_R8_X86_FN(f) 0
