@@ -5,7 +5,8 @@
 // group is its row-blocks in order, one r8_<type> per 32 columns. Inside one, slice s (0..7)
 // holds elements 4s..4s+3 of every row: byte 4r + i of slice s is element 4s + i of row r, so
 // one 32-byte register against a broadcast 4-byte activation slice gives all 8 rows at once,
-// each row in its own 32-bit lane. Scales are stored as f32.
+// each row in its own 32-bit lane. Scales stay f16 as in the file (converted as they are used),
+// so a repacked matrix is no larger than the plain one except Q5_0/Q5_1 (a byte per value).
 //
 // Numerics: llama.cpp's one-token (vec_dot) order, the same in the scalar reference and every
 // SIMD kernel, for every tile shape. Per row, slice s has its own f32 accumulator (ggml's
@@ -22,16 +23,16 @@
 
 enum { RASE_LAYOUT_PLAIN = 0, RASE_LAYOUT_R8 = 1 };
 
-typedef struct { float d[8]; int8_t q[8][32]; } r8_q8_0;           // slices of int8 weights
-typedef struct { float d[8]; uint8_t q[4][32]; } r8_q4_0;          // q[k]: low nibbles slice k, high k + 4
-typedef struct { float d[8], m[8]; uint8_t q[4][32]; } r8_q4_1;
-typedef struct { float d[8]; int8_t q[8][32]; } r8_q5_0;           // q - 16, one int8 per element
-typedef struct { float d[8], m[8]; uint8_t q[8][32]; } r8_q5_1;   // unsigned 5-bit values
-_Static_assert(sizeof(r8_q8_0) == 288, "r8_q8_0");
-_Static_assert(sizeof(r8_q4_0) == 160, "r8_q4_0");
-_Static_assert(sizeof(r8_q4_1) == 192, "r8_q4_1");
-_Static_assert(sizeof(r8_q5_0) == 288, "r8_q5_0");
-_Static_assert(sizeof(r8_q5_1) == 320, "r8_q5_1");
+typedef struct { uint16_t d[8]; int8_t q[8][32]; } r8_q8_0;           // slices of int8 weights
+typedef struct { uint16_t d[8]; uint8_t q[4][32]; } r8_q4_0;          // q[k]: low nibbles slice k, high k + 4
+typedef struct { uint16_t d[8], m[8]; uint8_t q[4][32]; } r8_q4_1;
+typedef struct { uint16_t d[8]; int8_t q[8][32]; } r8_q5_0;           // q - 16, one int8 per element
+typedef struct { uint16_t d[8], m[8]; uint8_t q[8][32]; } r8_q5_1;   // unsigned 5-bit values
+_Static_assert(sizeof(r8_q8_0) == 272, "r8_q8_0");
+_Static_assert(sizeof(r8_q4_0) == 144, "r8_q4_0");
+_Static_assert(sizeof(r8_q4_1) == 160, "r8_q4_1");
+_Static_assert(sizeof(r8_q5_0) == 272, "r8_q5_0");
+_Static_assert(sizeof(r8_q5_1) == 288, "r8_q5_1");
 _Static_assert(sizeof(block_q4_0) == 18 && sizeof(block_q4_1) == 20 && sizeof(block_q5_0) == 22 &&
                sizeof(block_q5_1) == 24 && sizeof(block_q8_0) == 34, "ggml block sizes");
 
@@ -74,17 +75,17 @@ static void rase_r8_unpack(int type, const uint8_t *blk, int16_t *q, float *d, f
 static void rase_r8_repack_group(int type, const uint8_t *src, int64_t row_bytes, int64_t rows, int64_t n,
                                  int64_t g, uint8_t *dst, size_t blk_bytes) {
     const int src_blk = type == 8 ? 34 : type == 2 ? 18 : type == 3 ? 20 : type == 6 ? 22 : 24;
-    const int has_min = type == 3 || type == 7, qoff = has_min ? 64 : 32;
+    const int has_min = type == 3 || type == 7, qoff = has_min ? 32 : 16;
     memset(dst, 0, (size_t)(n / 32) * blk_bytes);
     for (int r = 0; r < 8 && g * 8 + r < rows; ++r) {
         const uint8_t *row = src + (g * 8 + r) * row_bytes;
         for (int64_t b = 0; b < n / 32; ++b) {
             uint8_t *o = dst + b * blk_bytes, *qs = o + qoff;
             const uint8_t *x = row + b * src_blk;
-            float *dd = (float *)o;
+            uint16_t *dd = (uint16_t *)o;
             if (type == 8 || type == 2 || type == 3) {  // bytes as stored: 4 at a time per slice
-                dd[r] = rase_fp16_to_fp32(((const uint16_t *)x)[0]);
-                if (type == 3) dd[8 + r] = rase_fp16_to_fp32(((const uint16_t *)x)[1]);
+                dd[r] = ((const uint16_t *)x)[0];
+                if (type == 3) dd[8 + r] = ((const uint16_t *)x)[1];
                 const uint8_t *q = x + (type == 8 ? 2 : type == 2 ? 2 : 4);
                 for (int s = 0; s < (type == 8 ? 8 : 4); ++s) memcpy(qs + s * 32 + 4 * r, q + 4 * s, 4);
                 continue;
@@ -92,8 +93,8 @@ static void rase_r8_repack_group(int type, const uint8_t *src, int64_t row_bytes
             int16_t q[32];
             float d, mn;
             rase_r8_unpack(type, x, q, &d, &mn);
-            dd[r] = d;
-            if (has_min) dd[8 + r] = mn;
+            dd[r] = ((const uint16_t *)x)[0];  // d (and m) as stored: the first two halves
+            if (has_min) dd[8 + r] = ((const uint16_t *)x)[1];
             for (int e = 0; e < 32; ++e)  // q5_0 signed (q - 16), q5_1 unsigned
                 qs[(e / 4) * 32 + 4 * r + e % 4] = (uint8_t)(type == 6 ? q[e] - 16 : q[e]);
         }
@@ -126,14 +127,14 @@ static inline float rase_hsum8(const float *a) {
 static void rase_r8_ref(int type, int64_t n, const uint8_t *w, const void *a, size_t astride, int nt, float *y,
                         int64_t ys, int nr) {
     const int has_min = type == 3 || type == 7;
-    const size_t blk = type == 8 || type == 6 ? 288 : type == 2 ? 160 : type == 3 ? 192 : 320;
+    const size_t blk = type == 8 || type == 6 ? 272 : type == 2 ? 144 : type == 3 ? 160 : 288;
     for (int t = 0; t < nt; ++t)
         for (int r = 0; r < nr; ++r) {
             float acc[8] = {0}, summ = 0.0f;
             for (int64_t b = 0; b < n / 32; ++b) {
                 const uint8_t *o = w + b * blk;
-                const float *dd = (const float *)o;
-                const uint8_t *qs = o + (has_min ? 64 : 32);
+                const uint16_t *dd = (const uint16_t *)o;
+                const uint8_t *qs = o + (has_min ? 32 : 16);
                 const int8_t *yq;
                 float dy, sy = 0.0f;
                 if (has_min) {
@@ -143,14 +144,14 @@ static void rase_r8_ref(int type, int64_t n, const uint8_t *w, const void *a, si
                     const act_q8_0 *ya = (const act_q8_0 *)((const char *)a + t * astride) + b;
                     yq = ya->qs, dy = ya->d;
                 }
-                const float scale = dd[r] * dy;
+                const float scale = rase_fp16_to_fp32(dd[r]) * dy;
                 for (int sl = 0; sl < 8; ++sl) {
                     int isum = 0;
                     for (int i = 0; i < 4; ++i) isum += rase_r8_weight(type, qs, sl, r, i) * yq[4 * sl + i];
                     acc[sl] = __builtin_fmaf(scale, (float)isum, acc[sl]);
                 }
                 if (has_min) {
-                    const float mt = dd[8 + r] * sy;
+                    const float mt = rase_fp16_to_fp32(dd[8 + r]) * sy;
                     summ = summ + mt;
                 }
             }
@@ -217,14 +218,14 @@ RASE_TARGET_AVX2 static RASE_INLINE void rase_r8_yslices(const int8_t *qs, __m25
             } else {                                                                          \
                 for (int k = 0; k < 8; ++k) q[k] = _mm256_loadu_si256((const __m256i *)blk[b].q[k]); \
             }                                                                                 \
-            const __m256 dw = _mm256_loadu_ps(blk[b].d);                                      \
+            const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk[b].d));   \
             for (int t = 0; t < nt; ++t) {                                                    \
                 const int8_t *yq;                                                             \
                 const float *dy;                                                              \
                 if (HAS_MIN) {                                                                \
                     const act_q8_1 *ya = (const act_q8_1 *)((const char *)a + t * astride) + b; \
                     yq = ya->qs, dy = &ya->d;                                                 \
-                    summ[t] = _mm256_add_ps(summ[t], _mm256_mul_ps(_mm256_loadu_ps((const float *)&blk[b].d + 8), \
+                    summ[t] = _mm256_add_ps(summ[t], _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk[b].d + 1)), \
                                                                    _mm256_broadcast_ss(&ya->s))); \
                 } else {                                                                      \
                     const act_q8_0 *ya = (const act_q8_0 *)((const char *)a + t * astride) + b; \
@@ -327,14 +328,14 @@ RASE_TARGET_AVX512 static RASE_INLINE __m512i rase_r8_pair_idx(int a, int b) {
                     if (FLIP) u[k] = _mm512_xor_si512(u[k], flip);                            \
                 }                                                                             \
             }                                                                                 \
-            const __m512 dw = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(blk[b].d)))); \
+            const __m512 dw = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk[b].d))))); \
             for (int t = 0; t < nt; ++t) {                                                    \
                 const int8_t *yq;                                                             \
                 const float *dy;                                                              \
                 if (HAS_MIN) {                                                                \
                     const act_q8_1 *ya = (const act_q8_1 *)((const char *)a + t * astride) + b; \
                     yq = ya->qs, dy = &ya->d;                                                 \
-                    summ[t] = _mm256_add_ps(summ[t], _mm256_mul_ps(_mm256_loadu_ps((const float *)&blk[b].d + 8), \
+                    summ[t] = _mm256_add_ps(summ[t], _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk[b].d + 1)), \
                                                                    _mm256_broadcast_ss(&ya->s))); \
                 } else {                                                                      \
                     const act_q8_0 *ya = (const act_q8_0 *)((const char *)a + t * astride) + b; \
