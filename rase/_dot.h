@@ -410,6 +410,7 @@ RASE_TARGET_AVX2 static RASE_INLINE void rase_kdotn(const rase_kblock_avx2 *kb, 
         for (int t = 0; t < nt; ++t) acc[t] = 0.0f;                                           \
         rase_kblock_avx2 kb;                                                                  \
         for (int64_t b = 0; b < n / 256; ++b) {                                               \
+            RASE_PREFETCH_AHEAD(&x[b], sizeof(XT));                                           \
             UNPACK(&x[b], &kb);                                                               \
             for (int t = 0; t < nt; ++t) rase_kdotn(&kb, RASE_ACT(block_q8_K, t, b), &acc[t]); \
         }                                                                                     \
@@ -511,6 +512,7 @@ RASE_TARGET_AVX2 static RASE_INLINE void dotn_q4_k_avx2_body(int64_t n, const vo
     for (int t = 0; t < nt; ++t) acc[t] = accm[t] = 0.0f;
     rase_kblock_avx2 kb;
     for (int64_t b = 0; b < n / 256; ++b) {
+        RASE_PREFETCH_AHEAD(&x[b], sizeof(block_q4_K));
         kunpack_q4_k_avx2(&x[b], &kb);
         for (int t = 0; t < nt; ++t) {
             const block_q8_K *y = RASE_ACT(block_q8_K, t, b);
@@ -536,6 +538,7 @@ RASE_TARGET_AVX2 static RASE_INLINE void dotn_q6_k_avx2_body(int64_t n, const vo
     for (int t = 0; t < nt; ++t) acc[t] = _mm256_setzero_ps();
     rase_kblock_avx2 kb;
     for (int64_t b = 0; b < n / 256; ++b) {
+        RASE_PREFETCH_AHEAD(&x[b], sizeof(block_q6_K));
         kunpack_q6_k_avx2(&x[b], &kb);
         const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[b].scales));
         for (int t = 0; t < nt; ++t) {

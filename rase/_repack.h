@@ -171,15 +171,6 @@ RASE_R8_REF(r8_q5_1_ref, 7)
 // ---------------------------------------------------------------- AVX2
 
 #if RASE_HAVE_X86
-// Decode streams the weights once: each block asks for the lines RASE_R8_PF_BYTES ahead of it,
-// spread one block at a time (a burst of a whole group's prefetches stalls on the fill buffers).
-#ifndef RASE_R8_PF_BYTES
-#define RASE_R8_PF_BYTES 4096
-#endif
-#define RASE_R8_PREFETCH(p, bytes)                                                            \
-    for (int pf_o = 0; pf_o < (int)(bytes); pf_o += 64)                                       \
-        rase_prefetch((const char *)(p) + RASE_R8_PF_BYTES + pf_o)
-
 // the 8 activation slices of one 32-block, each 4-byte group broadcast to every lane
 RASE_TARGET_AVX2 static RASE_INLINE void rase_r8_yslices(const int8_t *qs, __m256i *ys) {
     const __m256i y0 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)qs));
@@ -205,7 +196,7 @@ RASE_TARGET_AVX2 static RASE_INLINE void rase_r8_yslices(const int8_t *qs, __m25
         }                                                                                     \
         const RT *blk = (const RT *)w;                                                        \
         for (int64_t b = 0; b < n / 32; ++b) {                                                \
-            RASE_R8_PREFETCH(&blk[b], sizeof(RT));                                            \
+            RASE_PREFETCH_AHEAD(&blk[b], sizeof(RT));                                            \
             __m256i q[8];                                                                     \
             if (NIB) {                                                                        \
                 const __m256i m4 = _mm256_set1_epi8(0xF), eight = _mm256_set1_epi8(8);        \
@@ -314,7 +305,7 @@ RASE_TARGET_AVX512 static RASE_INLINE __m512i rase_r8_pair_idx(int a, int b) {
         const __m256i ones = _mm256_set1_epi8(1);                                             \
         const RT *blk = (const RT *)w;                                                        \
         for (int64_t b = 0; b < n / 32; ++b) {                                                \
-            RASE_R8_PREFETCH(&blk[b], sizeof(RT));                                            \
+            RASE_PREFETCH_AHEAD(&blk[b], sizeof(RT));                                            \
             __m512i u[4];                                                                     \
             if (NIB) {                                                                        \
                 for (int h = 0; h < 2; ++h) {                                                 \

@@ -93,6 +93,15 @@ static inline uint16_t rase_fp32_to_fp16(float f) {
 
 static inline void rase_prefetch(const void *p) { __builtin_prefetch(p, 0, 3); }  // t0: prefetchnta stalls on Intel server cores
 
+// Weights are streamed once per step: each block a kernel reads asks for the lines
+// RASE_PF_BYTES ahead of it, spread one block at a time (a burst of a whole group's prefetches
+// stalls on the fill buffers). Prefetches never change a result.
+#ifndef RASE_PF_BYTES
+#define RASE_PF_BYTES 4096
+#endif
+#define RASE_PREFETCH_AHEAD(p, bytes)                                                         \
+    for (int pf_o = 0; pf_o < (int)(bytes); pf_o += 64) rase_prefetch((const char *)(p) + RASE_PF_BYTES + pf_o)
+
 static inline float rase_bf16_to_fp32(uint16_t h) { return rase_fp32_from_bits((uint32_t)h << 16); }
 
 #if RASE_HAVE_X86
