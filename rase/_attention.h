@@ -88,12 +88,12 @@ RASE_TARGET_AVX2 static inline __attribute__((always_inline)) void attend_avx2_g
             __m256 acc[RASE_ATTN_G][4];
             for (int h = 0; h < G; ++h)
                 for (int c = 0; c < 4; ++c) acc[h][c] = _mm256_setzero_ps();
-            for (int i = 0; i < hd; i += 8) {
-                const int c = (i >> 3) & 3;
-                const __m256 kf = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + i)));
-                for (int h = 0; h < G; ++h)
-                    acc[h][c] = _mm256_fmadd_ps(kf, _mm256_loadu_ps(scratch + h * qstride + qoff + i), acc[h][c]);
-            }
+            for (int i = 0; i < hd; i += 32)  // accumulator c takes elements 32 m + 8 c .. + 7
+                for (int c = 0; c < 4; ++c) {
+                    const __m256 kf = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + i + 8 * c)));
+                    for (int h = 0; h < G; ++h)
+                        acc[h][c] = _mm256_fmadd_ps(kf, _mm256_loadu_ps(scratch + h * qstride + qoff + i + 8 * c), acc[h][c]);
+                }
             for (int h = 0; h < G; ++h) {
                 float *s = scratch + h * qstride;
                 s[j] = rase_avx2_reduce4(acc[h][0], acc[h][1], acc[h][2], acc[h][3]) * scale;
@@ -102,7 +102,7 @@ RASE_TARGET_AVX2 static inline __attribute__((always_inline)) void attend_avx2_g
         }
     }
     for (int h = 0; h < G; ++h) {
-        float *s = scratch + h * qstride, *part = s + poff;
+        float *s = scratch + h * qstride;
         double sum = 0.0;
         for (int j = 0; j < n; j += 8) {
             const __m256 e = rase_avx2_expf(_mm256_sub_ps(_mm256_loadu_ps(s + j), _mm256_set1_ps(mx[h])));
@@ -112,26 +112,31 @@ RASE_TARGET_AVX2 static inline __attribute__((always_inline)) void attend_avx2_g
         const __m256 inv = _mm256_set1_ps((float)(1.0 / sum));
         for (int j = 0; j < n; j += 8)  // p rounded to f16, kept as f32 values
             _mm256_storeu_ps(s + j, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_mul_ps(_mm256_loadu_ps(s + j), inv), 0)));
-        for (int i = 0; i < 32 * hd; i += 8) _mm256_storeu_ps(part + i, _mm256_setzero_ps());
     }
-    // P.V: partial sums per slot (position mod 32), each a sequential FMA chain over positions;
-    // outside [j0, j1) p is 0 and adds nothing
-    for (int b = j0 / RASE_KV_BLOCK; b * RASE_KV_BLOCK < j1; ++b) {
-        const uint16_t *v = kv->v;
-        RASE_ROWS(v, b, j0, j1, lo, hi);
-        for (int j = lo; j < hi; ++j, v += kv->row_stride) {
-            __m256 p[RASE_ATTN_G];
-            for (int h = 0; h < G; ++h) p[h] = _mm256_set1_ps(scratch[h * qstride + j]);
-            const int64_t slot = poff + (int64_t)(j & 31) * hd;
-            for (int i = 0; i < hd; i += 8) {
-                const __m256 vf = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + i)));
-                for (int h = 0; h < G; ++h) {
-                    float *acc = scratch + h * qstride + slot + i;
-                    _mm256_storeu_ps(acc, _mm256_fmadd_ps(vf, p[h], _mm256_loadu_ps(acc)));
+    // P.V: partial sums per slot (position mod 32), each a sequential FMA chain over the valid
+    // positions of that slot in order; a chain lives in a register for 8 elements of the head
+    // and is stored once (the chains of SG slots x G queries run side by side)
+    const int SG = G >= 3 ? 2 : 4;
+    const int b0 = j0 / RASE_KV_BLOCK, b1 = (j1 + RASE_KV_BLOCK - 1) / RASE_KV_BLOCK;
+    for (int s0 = 0; s0 < 32; s0 += SG)
+        for (int i = 0; i < hd; i += 8) {
+            __m256 acc[RASE_ATTN_G][4];
+            for (int h = 0; h < G; ++h)
+                for (int k = 0; k < SG; ++k) acc[h][k] = _mm256_setzero_ps();
+            for (int b = b0; b < b1; ++b) {
+                const uint16_t *v = kv->v + (int64_t)kv->table[b] * kv->block_stride + i;
+                for (int k = 0; k < SG; ++k) {
+                    const int j = b * RASE_KV_BLOCK + s0 + k;
+                    if (j < j0 || j >= j1) continue;
+                    const __m256 vf = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + (int64_t)(s0 + k) * kv->row_stride)));
+                    for (int h = 0; h < G; ++h)
+                        acc[h][k] = _mm256_fmadd_ps(vf, _mm256_set1_ps(scratch[h * qstride + j]), acc[h][k]);
                 }
             }
+            for (int h = 0; h < G; ++h)
+                for (int k = 0; k < SG; ++k)
+                    _mm256_storeu_ps(scratch + h * qstride + poff + (int64_t)(s0 + k) * hd + i, acc[h][k]);
         }
-    }
     for (int h = 0; h < G; ++h) {
         const float *part = scratch + h * qstride + poff;
         for (int i = 0; i < hd; i += 8) {  // lane l of accumulator c holds slot 8c + l; reduce as ggml
