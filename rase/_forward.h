@@ -236,18 +236,37 @@ RASE_TARGET_AVX2 static inline __m256 rase_avx2_silu_mul(__m256 x, __m256 u) {
     return _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), u);
 }
 
-// every element through the vector exp, the tail too: a thread's range may start anywhere, so
+// rase_geglu1 on 8 lanes: the f16 rounding of x (vcvtps2ph rounds to nearest even, as
+// rase_fp32_to_fp16 does) indexes the table; lanes outside (-10, 10) read entry 0 and are
+// replaced (0 below, x above; NaN stays NaN), so no read leaves the table.
+RASE_TARGET_AVX2 static inline __m256 rase_avx2_geglu_mul(__m256 x, __m256 u, const uint16_t *table) {
+    const __m256 lo = _mm256_set1_ps(-10.0f), hi = _mm256_set1_ps(10.0f);
+    const __m256 in = _mm256_and_ps(_mm256_cmp_ps(x, lo, _CMP_GT_OQ), _mm256_cmp_ps(x, hi, _CMP_LT_OQ));
+    const __m256i h = _mm256_and_si256(_mm256_cvtepu16_epi32(_mm256_cvtps_ph(x, 0)), _mm256_castps_si256(in));
+    const __m256i e = _mm256_i32gather_epi32((const int *)table, h, 2);  // low half: table[h]
+    const __m256i e16 = _mm256_permute4x64_epi64(
+        _mm256_shuffle_epi8(e, _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1,
+                                                0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1)), 0x08);
+    const __m256 t = _mm256_cvtph_ps(_mm256_castsi256_si128(e16));
+    const __m256 above = _mm256_cmp_ps(x, hi, _CMP_NLT_UQ);  // x >= 10 or NaN: x
+    const __m256 act = _mm256_blendv_ps(_mm256_and_ps(t, in), x, above);
+    return _mm256_mul_ps(act, u);
+}
+
+// every element through the vector path, the tail too: a thread's range may start anywhere, so
 // an element's arithmetic must not depend on where its 8-lane group begins
 RASE_TARGET_AVX2 static void gate_avx2(float *g, const float *u, int64_t n, const uint16_t *gelu_table) {
-    if (gelu_table) { gate_ref(g, u, n, gelu_table); return; }
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(g + i, rase_avx2_silu_mul(_mm256_loadu_ps(g + i), _mm256_loadu_ps(u + i)));
+    for (; i + 8 <= n; i += 8) {
+        const __m256 x = _mm256_loadu_ps(g + i), y = _mm256_loadu_ps(u + i);
+        _mm256_storeu_ps(g + i, gelu_table ? rase_avx2_geglu_mul(x, y, gelu_table) : rase_avx2_silu_mul(x, y));
+    }
     if (i < n) {
         float xg[8] = {0}, xu[8] = {0};
         memcpy(xg, g + i, (size_t)(n - i) * sizeof(float));
         memcpy(xu, u + i, (size_t)(n - i) * sizeof(float));
-        _mm256_storeu_ps(xg, rase_avx2_silu_mul(_mm256_loadu_ps(xg), _mm256_loadu_ps(xu)));
+        const __m256 x = _mm256_loadu_ps(xg), y = _mm256_loadu_ps(xu);
+        _mm256_storeu_ps(xg, gelu_table ? rase_avx2_geglu_mul(x, y, gelu_table) : rase_avx2_silu_mul(x, y));
         memcpy(g + i, xg, (size_t)(n - i) * sizeof(float));
     }
 }
