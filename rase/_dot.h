@@ -555,6 +555,108 @@ RASE_TARGET_AVX2 static RASE_INLINE void dotn_q6_k_avx2_body(int64_t n, const vo
 }
 RASE_DOTN(dotn_q6_k_avx2)
 
+// -- AVX-512 (BW, VNNI): two 32-element vectors of a K block per zmm; the integer sums are
+// the same exact integers as the AVX2 bodies, so the float steps after them give the same bits.
+#define RASE_DOTN512(NAME)                                                                    \
+    RASE_TARGET_AVX512 static void NAME(int64_t n, const void *w, const void *a, size_t astride, \
+                                        int nt, float *out) {                                 \
+        switch (nt) {                                                                         \
+            case 1: NAME##_body(n, w, a, astride, 1, out); break;                             \
+            case 2: NAME##_body(n, w, a, astride, 2, out); break;                             \
+            case 3: NAME##_body(n, w, a, astride, 3, out); break;                             \
+            default: NAME##_body(n, w, a, astride, 4, out); break;                            \
+        }                                                                                     \
+    }
+
+// zmm of 32 i16: lanes 0-15 scale s16[a], 16-31 s16[b] (or per 8: a, a+1, a+2, a+3 with quad)
+RASE_TARGET_AVX512 static RASE_INLINE __m512i rase_k512_scales(__m256i s16, int a, int quad) {
+    int16_t idx[32];
+    for (int i = 0; i < 32; ++i) idx[i] = (int16_t)(quad ? a + i / 8 : a + i / 16);
+    return _mm512_permutexvar_epi16(_mm512_loadu_si512((const void *)idx), _mm512_castsi256_si512(s16));
+}
+
+// u (64 x u8, two 32-vectors) . y (64 x i8) with per-16-element scales sc: 16 i32 lanes added to acc
+RASE_TARGET_AVX512 static RASE_INLINE __m512i rase_k512_dot(__m512i acc, __m512i u, const int8_t *y, __m512i sc) {
+    return _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(u, _mm512_loadu_si512((const void *)y)), sc);
+}
+
+// Q4_K, the rounding of dotn_q4_k_avx2
+RASE_TARGET_AVX512 static RASE_INLINE void dotn_q4_k_512_body(int64_t n, const void *w, const void *a,
+                                                            size_t astride, int nt, float *out) {
+    const block_q4_K *x = (const block_q4_K *)w;
+    float acc[RASE_NT], accm[RASE_NT];
+    for (int t = 0; t < nt; ++t) acc[t] = accm[t] = 0.0f;
+    const __m512i m4 = _mm512_set1_epi8(0xF);
+    for (int64_t b = 0; b < n / 256; ++b) {
+        RASE_PREFETCH_AHEAD(&x[b], sizeof(block_q4_K));
+        int16_t sc[16], mn[16];
+        for (int j = 0; j < 8; ++j) {
+            uint8_t s8, m8;
+            rase_scale_min_k4(j, x[b].scales, &s8, &m8);
+            sc[j] = s8, sc[8 + j] = 0;
+            mn[2 * j] = mn[2 * j + 1] = m8;
+        }
+        const __m256i sc16 = _mm256_loadu_si256((const __m256i *)sc), mn16 = _mm256_loadu_si256((const __m256i *)mn);
+        __m512i u[4], scv[4];
+        for (int j = 0; j < 4; ++j) {  // pair j: sub-blocks 2j (low nibbles) and 2j + 1 (high)
+            const __m256i raw = _mm256_loadu_si256((const __m256i *)(x[b].qs + 32 * j));
+            u[j] = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(raw), _mm256_srli_epi16(raw, 4), 1), m4);
+            scv[j] = rase_k512_scales(sc16, 2 * j, 0);
+        }
+        const float dx = rase_h2f(x[b].d), dmin = rase_h2f(x[b].dmin);
+        for (int t = 0; t < nt; ++t) {
+            const block_q8_K *y = RASE_ACT(block_q8_K, t, b);
+            __m512i sumi = _mm512_setzero_si512();
+            for (int j = 0; j < 4; ++j) sumi = rase_k512_dot(sumi, u[j], y->qs + 64 * j, scv[j]);
+            const __m256i m = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), mn16);
+            const int S = _mm512_reduce_add_epi32(sumi);
+            const int M = rase_avx2_hsum_i32(m);
+            acc[t] = __builtin_fmaf((float)S, dx * y->d, acc[t]);
+            accm[t] = __builtin_fmaf((float)M, dmin * y->d, accm[t]);
+        }
+    }
+    for (int t = 0; t < nt; ++t) out[t] = acc[t] - accm[t];
+}
+RASE_DOTN512(dotn_q4_k_512)
+
+// Q6_K, the rounding of dotn_q6_k_avx2: its 8 int32 lanes are the two halves of the zmm added
+RASE_TARGET_AVX512 static RASE_INLINE void dotn_q6_k_512_body(int64_t n, const void *w, const void *a,
+                                                            size_t astride, int nt, float *out) {
+    const block_q6_K *x = (const block_q6_K *)w;
+    __m256 acc[RASE_NT];
+    for (int t = 0; t < nt; ++t) acc[t] = _mm256_setzero_ps();
+    const __m512i m4 = _mm512_set1_epi8(0xF), m3 = _mm512_set1_epi8(3);
+    for (int64_t b = 0; b < n / 256; ++b) {
+        RASE_PREFETCH_AHEAD(&x[b], sizeof(block_q6_K));
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[b].scales));
+        __m512i u[4], scv[4];
+        for (int half = 0; half < 2; ++half) {  // vectors 4 half + 0..3, as kunpack_q6_k_avx2
+            const __m512i l = _mm512_loadu_si512((const void *)(x[b].ql + 64 * half));   // l0 | l1
+            const __m256i h = _mm256_loadu_si256((const __m256i *)(x[b].qh + 32 * half));
+            const __m512i hh = _mm512_inserti64x4(_mm512_castsi256_si512(h), h, 1);
+            // pair (v0, v1): low nibbles of l0 | l1 with qh bits 0-1 | 2-3; (v2, v3): high, bits 4-5 | 6-7
+            const __m512i sh01 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_setzero_si256()), _mm256_set1_epi16(2), 1);
+            const __m512i h01 = _mm512_and_si512(_mm512_srlv_epi16(hh, sh01), m3);
+            const __m512i h23 = _mm512_and_si512(_mm512_srlv_epi16(hh, _mm512_add_epi16(sh01, _mm512_set1_epi16(4))), m3);
+            u[2 * half] = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_slli_epi16(h01, 4));
+            u[2 * half + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4), _mm512_slli_epi16(h23, 4));
+            scv[2 * half] = rase_k512_scales(sc16, 8 * half, 1);
+            scv[2 * half + 1] = rase_k512_scales(sc16, 8 * half + 4, 1);
+        }
+        const float dx = rase_h2f(x[b].d);
+        for (int t = 0; t < nt; ++t) {
+            const block_q8_K *y = RASE_ACT(block_q8_K, t, b);
+            __m512i sumi = _mm512_setzero_si512();
+            for (int v = 0; v < 4; ++v) sumi = rase_k512_dot(sumi, u[v], y->qs + 64 * v, scv[v]);
+            const __m256i s8 = _mm256_add_epi32(_mm512_castsi512_si256(sumi), _mm512_extracti64x4_epi64(sumi, 1));
+            const __m256i off = _mm256_slli_epi32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), sc16), 5);
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * dx), _mm256_cvtepi32_ps(_mm256_sub_epi32(s8, off)), acc[t]);
+        }
+    }
+    for (int t = 0; t < nt; ++t) out[t] = rase_avx2_hsum(acc[t]);
+}
+RASE_DOTN512(dotn_q6_k_512)
+
 // -- float weights: the row stays in L1 across tokens
 #define RASE_FLOAT_DOTN(NAME, SINGLE)                                                          \
     RASE_TARGET_AVX2 static void NAME(int64_t n, const void *w, const void *a, size_t astride, \
@@ -589,7 +691,7 @@ RASE_REF_DOTN(dotn_q6_k_ref, vec_dot_q6_k_q8_k_ref)
 
 typedef struct {
     int act;                             // ACT_* the weights pair with
-    rase_dotn_fn dotn[RASE_ISA_COUNT];   // [scalar reference, AVX2 or 0]; up to RASE_NT tokens
+    rase_dotn_fn dotn[RASE_ISA_COUNT];   // [scalar reference, AVX2, AVX-512] or 0; up to RASE_NT tokens
 } rase_dot_traits;
 
 static const rase_dot_traits DOT_TRAITS[RASE_GGML_TYPE_COUNT] = {
@@ -603,9 +705,9 @@ static const rase_dot_traits DOT_TRAITS[RASE_GGML_TYPE_COUNT] = {
     [8] = {ACT_Q8_0},
     [10] = {ACT_Q8_K, {dotn_q2_k_ref, RASE_AVX2_DOT(dotn_q2_k_avx2)}},
     [11] = {ACT_Q8_K, {dotn_q3_k_ref, RASE_AVX2_DOT(dotn_q3_k_avx2)}},
-    [12] = {ACT_Q8_K, {dotn_q4_k_ref, RASE_AVX2_DOT(dotn_q4_k_avx2)}},
+    [12] = {ACT_Q8_K, {dotn_q4_k_ref, RASE_AVX2_DOT(dotn_q4_k_avx2), RASE_AVX2_DOT(dotn_q4_k_512)}},
     [13] = {ACT_Q8_K, {dotn_q5_k_ref, RASE_AVX2_DOT(dotn_q5_k_avx2)}},
-    [14] = {ACT_Q8_K, {dotn_q6_k_ref, RASE_AVX2_DOT(dotn_q6_k_avx2)}},
+    [14] = {ACT_Q8_K, {dotn_q6_k_ref, RASE_AVX2_DOT(dotn_q6_k_avx2), RASE_AVX2_DOT(dotn_q6_k_512)}},
     [30] = {ACT_F32, {dotn_bf16_ref, RASE_AVX2_DOT(dotn_bf16_avx2)}},
 };
 

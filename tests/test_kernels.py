@@ -43,7 +43,22 @@ def test_dot_avx2_matches_scalar_and_numpy(qtype):
         assert np.all(np.abs(avx2 - spec) <= 2e-3 * scale + 1e-30), (n, avx2, spec)
 
 
-@pytest.mark.parametrize("isa", ["scalar", "avx2"])
+@pytest.mark.parametrize("qtype", list(QuantType), ids=lambda t: t.name)
+def test_dot_avx512_is_the_avx2_result_bit_for_bit(qtype):
+    """The AVX-512 kernels compute the AVX2 kernels' exact integer sums, then the same floats."""
+    if "avx512" not in _kernels.isa_supported():
+        pytest.skip("this CPU has no AVX-512 VNNI (the AVX2 machine kind runs the rest)")
+    rng = np.random.default_rng(int(qtype) + 100)
+    for n in _lengths(qtype):
+        w, _ = _row(qtype, n, seed=n + 7)
+        for nt in (1, 2, 3, 4):
+            x = (rng.standard_normal((nt, n)) * rng.uniform(0.01, 30)).astype(np.float32)
+            avx2 = np.array(_kernels.vec_dot(int(qtype), w, x, "avx2"), np.float32)
+            avx512 = np.array(_kernels.vec_dot(int(qtype), w, x, "avx512"), np.float32)
+            assert avx512.tobytes() == avx2.tobytes(), (qtype, n, nt, avx512, avx2)
+
+
+@pytest.mark.parametrize("isa", _kernels.isa_supported())
 @pytest.mark.parametrize("qtype", list(QuantType), ids=lambda t: t.name)
 def test_multi_token_dot_equals_single_token_bit_for_bit(qtype, isa):
     n = _lengths(qtype)[-1]
