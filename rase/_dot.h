@@ -361,7 +361,7 @@ RASE_TARGET_AVX2 static float vec_dot_bf16_f32_avx2(int64_t n, const void *w, co
 // Each weight block is unpacked once and reused for every token; per token the arithmetic is
 // identical for every nt (so prefill, chunked prefill and decode give the same bits).
 
-#define RASE_NT 4
+#define RASE_NT 8
 #define RASE_INLINE __attribute__((always_inline)) inline
 #define RASE_SUMM (*summ_)
 #define RASE_ACT(T, t, b) ((const T *)((const char *)a + (size_t)(t) * astride) + (b))
@@ -374,7 +374,11 @@ RASE_TARGET_AVX2 static float vec_dot_bf16_f32_avx2(int64_t n, const void *w, co
             case 1: NAME##_body(n, w, a, astride, 1, out); break;                             \
             case 2: NAME##_body(n, w, a, astride, 2, out); break;                             \
             case 3: NAME##_body(n, w, a, astride, 3, out); break;                             \
-            default: NAME##_body(n, w, a, astride, 4, out); break;                            \
+            case 4: NAME##_body(n, w, a, astride, 4, out); break;                             \
+            case 5: NAME##_body(n, w, a, astride, 5, out); break;                             \
+            case 6: NAME##_body(n, w, a, astride, 6, out); break;                             \
+            case 7: NAME##_body(n, w, a, astride, 7, out); break;                             \
+            default: NAME##_body(n, w, a, astride, 8, out); break;                            \
         }                                                                                     \
     }
 
@@ -564,7 +568,11 @@ RASE_DOTN(dotn_q6_k_avx2)
             case 1: NAME##_body(n, w, a, astride, 1, out); break;                             \
             case 2: NAME##_body(n, w, a, astride, 2, out); break;                             \
             case 3: NAME##_body(n, w, a, astride, 3, out); break;                             \
-            default: NAME##_body(n, w, a, astride, 4, out); break;                            \
+            case 4: NAME##_body(n, w, a, astride, 4, out); break;                             \
+            case 5: NAME##_body(n, w, a, astride, 5, out); break;                             \
+            case 6: NAME##_body(n, w, a, astride, 6, out); break;                             \
+            case 7: NAME##_body(n, w, a, astride, 7, out); break;                             \
+            default: NAME##_body(n, w, a, astride, 8, out); break;                            \
         }                                                                                     \
     }
 

@@ -51,7 +51,7 @@ def test_dot_avx512_is_the_avx2_result_bit_for_bit(qtype):
     rng = np.random.default_rng(int(qtype) + 100)
     for n in _lengths(qtype):
         w, _ = _row(qtype, n, seed=n + 7)
-        for nt in (1, 2, 3, 4):
+        for nt in range(1, 9):  # every tile the forward uses (up to RASE_NT = 8 tokens)
             x = (rng.standard_normal((nt, n)) * rng.uniform(0.01, 30)).astype(np.float32)
             avx2 = np.array(_kernels.vec_dot(int(qtype), w, x, "avx2"), np.float32)
             avx512 = np.array(_kernels.vec_dot(int(qtype), w, x, "avx512"), np.float32)
@@ -63,9 +63,9 @@ def test_dot_avx512_is_the_avx2_result_bit_for_bit(qtype):
 def test_multi_token_dot_equals_single_token_bit_for_bit(qtype, isa):
     n = _lengths(qtype)[-1]
     w, _ = _row(qtype, n, seed=1)
-    x = np.random.default_rng(2).standard_normal((4, n)).astype(np.float32)
+    x = np.random.default_rng(2).standard_normal((8, n)).astype(np.float32)
     together = _kernels.vec_dot(int(qtype), w, x, isa)
-    alone = [_kernels.vec_dot(int(qtype), w, x[i:i + 1], isa)[0] for i in range(4)]
+    alone = [_kernels.vec_dot(int(qtype), w, x[i:i + 1], isa)[0] for i in range(8)]
     assert np.array(together, np.float32).tobytes() == np.array(alone, np.float32).tobytes()
 
 
@@ -83,8 +83,8 @@ def test_dot_shape_checks():
     w = np.zeros(34, np.uint8)
     with pytest.raises(ValueError, match="multiple of 32"):
         _kernels.vec_dot(8, w, np.zeros((1, 31), np.float32))
-    with pytest.raises(ValueError, match="1..4 activation rows"):
-        _kernels.vec_dot(8, w, np.zeros((5, 32), np.float32))
+    with pytest.raises(ValueError, match="1..8 activation rows"):
+        _kernels.vec_dot(8, w, np.zeros((9, 32), np.float32))
     with pytest.raises(ValueError, match="need 34 bytes"):
         _kernels.vec_dot(8, w[:30], np.zeros((1, 32), np.float32))
 
