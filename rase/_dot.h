@@ -588,37 +588,75 @@ RASE_TARGET_AVX512 static RASE_INLINE __m512i rase_k512_dot(__m512i acc, __m512i
     return _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(u, _mm512_loadu_si512((const void *)y)), sc);
 }
 
+// The 12 packed bytes of a Q4_K/Q5_K block as 16 x u8 [scale 0..7, min 0..7] (ggml's kmask
+// shuffle: the same values rase_scale_min_k4 gives one at a time).
+static inline void rase_k4_scales_mins(const uint8_t *q, uint8_t out[16]) {
+    uint32_t u[4];
+    memcpy(u, q, 12);
+    const uint32_t km1 = 0x3f3f3f3f, km2 = 0x0f0f0f0f, km3 = 0x03030303;
+    u[3] = ((u[2] >> 4) & km2) | (((u[1] >> 6) & km3) << 4);
+    const uint32_t mins_lo = u[1] & km1;
+    u[1] = (u[2] & km2) | (((u[0] >> 6) & km3) << 4);
+    u[2] = mins_lo;
+    u[0] &= km1;
+    memcpy(out, u, 16);
+}
+
+// i16 lanes of [scale 0..7, min 0..7]: pair j's scales (sub-blocks 2j | 2j + 1, 16 lanes each)
+// and the mins for the 16 bsums (min g / 2)
+static const int16_t RASE_K4_PAIR_IDX[4][32] = {
+    {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1},
+    {2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3},
+    {4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5},
+    {6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7}};
+static const int16_t RASE_K4_MIN_IDX[16] = {8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15};
+
+// Q4_K (HIGH = 0) and Q5_K (HIGH = 1) unpacked to 4 zmm pairs, pair scales and bsum mins
+#define RASE_K45_UNPACK512(XB, HIGH, u, scv, mn16)                                             \
+    do {                                                                                      \
+        uint8_t sm8[16];                                                                      \
+        rase_k4_scales_mins((XB)->scales, sm8);                                               \
+        const __m512i sm = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)sm8))); \
+        for (int j = 0; j < 4; ++j) {                                                         \
+            const __m256i raw = _mm256_loadu_si256((const __m256i *)((XB)->qs + 32 * j));     \
+            u[j] = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(raw), _mm256_srli_epi16(raw, 4), 1), m4); \
+            if (HIGH) {  /* bit 2j | 2j + 1 of qh as bit 4 */                                 \
+                const __m512i sh = _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * j)), _mm256_set1_epi16((short)(2 * j + 1)), 1); \
+                u[j] = _mm512_or_si512(u[j], _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh2, sh), one), 4)); \
+            }                                                                                 \
+            scv[j] = _mm512_permutexvar_epi16(pair_idx[j], sm);                               \
+        }                                                                                     \
+        mn16 = _mm512_castsi512_si256(_mm512_permutexvar_epi16(min_idx, sm));                 \
+    } while (0)
+
+#define RASE_K45_CONSTS512()                                                                  \
+    const __m512i m4 = _mm512_set1_epi8(0xF), one = _mm512_set1_epi8(1);                      \
+    __m512i pair_idx[4];                                                                      \
+    for (int j = 0; j < 4; ++j) pair_idx[j] = _mm512_loadu_si512((const void *)RASE_K4_PAIR_IDX[j]); \
+    const __m512i min_idx = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)RASE_K4_MIN_IDX)); \
+    (void)one
+
 // Q4_K, the rounding of dotn_q4_k_avx2
 RASE_TARGET_AVX512 static RASE_INLINE void dotn_q4_k_512_body(int64_t n, const void *w, const void *a,
                                                             size_t astride, int nt, float *out) {
     const block_q4_K *x = (const block_q4_K *)w;
     float acc[RASE_NT], accm[RASE_NT];
     for (int t = 0; t < nt; ++t) acc[t] = accm[t] = 0.0f;
-    const __m512i m4 = _mm512_set1_epi8(0xF);
+    RASE_K45_CONSTS512();
+    const __m512i qh2 = _mm512_setzero_si512();
+    (void)qh2;
     for (int64_t b = 0; b < n / 256; ++b) {
         RASE_PREFETCH_AHEAD(&x[b], sizeof(block_q4_K));
-        int16_t sc[16], mn[16];
-        for (int j = 0; j < 8; ++j) {
-            uint8_t s8, m8;
-            rase_scale_min_k4(j, x[b].scales, &s8, &m8);
-            sc[j] = s8, sc[8 + j] = 0;
-            mn[2 * j] = mn[2 * j + 1] = m8;
-        }
-        const __m256i sc16 = _mm256_loadu_si256((const __m256i *)sc), mn16 = _mm256_loadu_si256((const __m256i *)mn);
         __m512i u[4], scv[4];
-        for (int j = 0; j < 4; ++j) {  // pair j: sub-blocks 2j (low nibbles) and 2j + 1 (high)
-            const __m256i raw = _mm256_loadu_si256((const __m256i *)(x[b].qs + 32 * j));
-            u[j] = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(raw), _mm256_srli_epi16(raw, 4), 1), m4);
-            scv[j] = rase_k512_scales(sc16, 2 * j, 0);
-        }
+        __m256i mn16;
+        RASE_K45_UNPACK512(&x[b], 0, u, scv, mn16);
         const float dx = rase_h2f(x[b].d), dmin = rase_h2f(x[b].dmin);
         for (int t = 0; t < nt; ++t) {
             const block_q8_K *y = RASE_ACT(block_q8_K, t, b);
             __m512i sumi = _mm512_setzero_si512();
             for (int j = 0; j < 4; ++j) sumi = rase_k512_dot(sumi, u[j], y->qs + 64 * j, scv[j]);
-            const __m256i m = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), mn16);
             const int S = _mm512_reduce_add_epi32(sumi);
-            const int M = rase_avx2_hsum_i32(m);
+            const int M = rase_avx2_hsum_i32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), mn16));
             acc[t] = __builtin_fmaf((float)S, dx * y->d, acc[t]);
             accm[t] = __builtin_fmaf((float)M, dmin * y->d, accm[t]);
         }
@@ -626,6 +664,34 @@ RASE_TARGET_AVX512 static RASE_INLINE void dotn_q4_k_512_body(int64_t n, const v
     for (int t = 0; t < nt; ++t) out[t] = acc[t] - accm[t];
 }
 RASE_DOTN512(dotn_q4_k_512)
+
+// Q5_K, the rounding of dotn_q5_k_avx2 (rase_kdotn with off = 0)
+RASE_TARGET_AVX512 static RASE_INLINE void dotn_q5_k_512_body(int64_t n, const void *w, const void *a,
+                                                            size_t astride, int nt, float *out) {
+    const block_q5_K *x = (const block_q5_K *)w;
+    float acc[RASE_NT];
+    for (int t = 0; t < nt; ++t) acc[t] = 0.0f;
+    RASE_K45_CONSTS512();
+    for (int64_t b = 0; b < n / 256; ++b) {
+        RASE_PREFETCH_AHEAD(&x[b], sizeof(block_q5_K));
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)x[b].qh);
+        const __m512i qh2 = _mm512_inserti64x4(_mm512_castsi256_si512(qh), qh, 1);
+        __m512i u[4], scv[4];
+        __m256i mn16;
+        RASE_K45_UNPACK512(&x[b], 1, u, scv, mn16);
+        const float dx = rase_h2f(x[b].d), dmin = rase_h2f(x[b].dmin);
+        for (int t = 0; t < nt; ++t) {
+            const block_q8_K *y = RASE_ACT(block_q8_K, t, b);
+            __m512i sumi = _mm512_setzero_si512();
+            for (int j = 0; j < 4; ++j) sumi = rase_k512_dot(sumi, u[j], y->qs + 64 * j, scv[j]);
+            const int S = _mm512_reduce_add_epi32(sumi);
+            const int M = rase_avx2_hsum_i32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), mn16));
+            acc[t] += y->d * (dx * (float)S - dmin * (float)M);
+        }
+    }
+    for (int t = 0; t < nt; ++t) out[t] = acc[t];
+}
+RASE_DOTN512(dotn_q5_k_512)
 
 // Q6_K, the rounding of dotn_q6_k_avx2: its 8 int32 lanes are the two halves of the zmm added
 RASE_TARGET_AVX512 static RASE_INLINE void dotn_q6_k_512_body(int64_t n, const void *w, const void *a,
@@ -714,7 +780,7 @@ static const rase_dot_traits DOT_TRAITS[RASE_GGML_TYPE_COUNT] = {
     [10] = {ACT_Q8_K, {dotn_q2_k_ref, RASE_AVX2_DOT(dotn_q2_k_avx2)}},
     [11] = {ACT_Q8_K, {dotn_q3_k_ref, RASE_AVX2_DOT(dotn_q3_k_avx2)}},
     [12] = {ACT_Q8_K, {dotn_q4_k_ref, RASE_AVX2_DOT(dotn_q4_k_avx2), RASE_AVX2_DOT(dotn_q4_k_512)}},
-    [13] = {ACT_Q8_K, {dotn_q5_k_ref, RASE_AVX2_DOT(dotn_q5_k_avx2)}},
+    [13] = {ACT_Q8_K, {dotn_q5_k_ref, RASE_AVX2_DOT(dotn_q5_k_avx2), RASE_AVX2_DOT(dotn_q5_k_512)}},
     [14] = {ACT_Q8_K, {dotn_q6_k_ref, RASE_AVX2_DOT(dotn_q6_k_avx2), RASE_AVX2_DOT(dotn_q6_k_512)}},
     [30] = {ACT_F32, {dotn_bf16_ref, RASE_AVX2_DOT(dotn_bf16_avx2)}},
 };
