@@ -904,3 +904,79 @@ def expf_avx2(const float[::1] x):
     with nogil:
         rase_expf_avx2_n(&x[0], &o[0], x.shape[0])
     return out
+
+
+# ---------------------------------------------------------------- kernel benchmarks
+
+cdef extern from "_bench.h" nogil:
+    int64_t rase_bench_matmul(int isa, const rase_mat *w, const uint8_t *A, size_t as_, int T, float *Y,
+                              int n_threads, int reps)
+    int64_t rase_bench_read(const uint8_t *buf, int64_t n, int n_threads, int reps, int64_t *sink)
+
+
+def bench_read_bandwidth(const uint8_t[::1] buf, int n_threads=1, int reps=3):
+    """Bytes per second of a plain streaming read of buf on n_threads (each its own half), the
+    best of reps: the bandwidth the matmul kernels are measured against."""
+    if buf.shape[0] < 4096 or n_threads < 1 or reps < 1:
+        raise ValueError("a buffer of at least 4 KiB, n_threads and reps >= 1")
+    cdef int64_t best = 0, ns, sink = 0
+    cdef int r
+    for r in range(reps):
+        with nogil:
+            ns = rase_bench_read(&buf[0], buf.shape[0], n_threads, 1, &sink)
+        if best == 0 or ns < best:
+            best = ns
+    return buf.shape[0] / (best / 1e9)
+
+
+cdef class BenchMatrix:
+    """One (rows x cols) matrix of type qtype prepared as a model load prepares it (repacked
+    where the type is), multiplied through the forward's matmul loop (32-row chunks from a
+    shared counter over n_threads) by matmul()."""
+    cdef rase_mat mat
+    cdef object w, packed
+    cdef int act, path
+
+    def __init__(self, int qtype, const uint8_t[:, ::1] w, int64_t cols, isa=None, int n_threads=1):
+        _check_type(qtype)
+        cdef int blck = QUANT_TRAITS[qtype].blck, size = QUANT_TRAITS[qtype].size
+        self.act = DOT_TRAITS[qtype].act
+        cdef int kblk = 256 if self.act == 3 else blck
+        if cols == 0 or cols % kblk or w.shape[0] < 1 or w.shape[1] != (cols // blck) * size:
+            raise ValueError(f"w (rows, {(cols // blck) * size}) for cols a multiple of {kblk} required")
+        if DOT_TRAITS[qtype].dotn[0] == NULL and not R8_TRAITS[qtype].blk_bytes:
+            raise ValueError(f"ggml type {qtype} has no matmul kernel")
+        self.path = rase_isa if isa is None else _isa_id(isa)
+        self.w = w
+        self.mat.data, self.mat.type, self.mat.rows, self.mat.cols = &w[0, 0], qtype, w.shape[0], cols
+        self.mat.row_bytes, self.mat.layout, self.mat.packed, self.mat.group_bytes = w.shape[1], 0, NULL, 0
+        cdef const uint8_t[::1] pv
+        if R8_TRAITS[qtype].blk_bytes:
+            self.packed = repack(qtype, w, cols, n_threads)
+            pv = self.packed
+            self.mat.layout, self.mat.packed = RASE_LAYOUT_R8, &pv[0]
+            self.mat.group_bytes = (cols // 32) * R8_TRAITS[qtype].blk_bytes
+
+    @property
+    def nbytes(self):
+        """Bytes of weights one product reads (the repacked copy where there is one)."""
+        return len(self.packed) if self.packed is not None else self.mat.rows * self.mat.row_bytes
+
+    def matmul(self, const float[:, ::1] x, int n_threads=1, int reps=1):
+        """(y, seconds per product): y (T, rows) float32 = x (T, cols) quantized as the forward
+        quantizes it, times the matrix; the product is timed without the quantization."""
+        if x.shape[1] != self.mat.cols or x.shape[0] < 1 or n_threads < 1 or reps < 1:
+            raise ValueError(f"x (T, {self.mat.cols}), n_threads and reps >= 1 required")
+        cdef int T = x.shape[0], t
+        cdef int64_t n = self.mat.cols, ns
+        cdef size_t row = rase_act_bytes(self.act, n)
+        abuf = bytearray(row * T + 64)
+        cdef unsigned char[::1] a = abuf
+        cdef rase_quant_fn quant = rase_act_quant_for(self.act, self.path)
+        for t in range(T):
+            quant(&x[t, 0], &a[t * row], n)
+        out = _np.zeros((T, self.mat.rows), dtype=_np.float32)
+        cdef float[:, ::1] ov = out
+        with nogil:
+            ns = rase_bench_matmul(self.path, &self.mat, &a[0], row, T, &ov[0, 0], n_threads, reps)
+        return out, ns / reps / 1e9
