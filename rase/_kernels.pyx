@@ -5,6 +5,7 @@ Every public function is a `def` shim: it checks types and shapes with the GIL h
 a `noexcept nogil` C core that never touches Python objects.
 """
 from libc.stdint cimport uint8_t, int64_t
+from libc.stdlib cimport calloc, free, malloc
 
 cdef extern from "_simd.h" nogil:
     int RASE_ISA_SCALAR
@@ -158,6 +159,16 @@ cdef extern from "_repack.h" nogil:
         size_t blk_bytes
     const rase_r8_traits R8_TRAITS[]
     rase_r8_fn rase_r8_for(int qtype, int isa)
+    ctypedef struct act_r8x:
+        pass
+    ctypedef struct rase_r8x_ws:
+        act_r8x *buf
+        int64_t max_blocks
+        const uint8_t *src
+        int nt, nib
+    int RASE_R8_TILE
+    void rase_r8_rows(int isa, int type, const uint8_t *packed, int64_t group_bytes, int64_t n, const uint8_t *A,
+                      size_t as_, int T, float *Y, int64_t ys, int64_t r0, int64_t r1, rase_r8x_ws *ws)
     size_t rase_r8_bytes(int qtype, int64_t rows, int64_t n)
     void rase_r8_repack(int qtype, const uint8_t *src, int64_t row_bytes, int64_t rows, int64_t n, uint8_t *dst,
                         int64_t g0, int64_t g1, int n_threads)
@@ -220,7 +231,7 @@ def matmul(int qtype, const uint8_t[:, ::1] w, const float[:, ::1] x, isa=None):
     out = _np.zeros((T, rows), dtype=_np.float32)
     cdef float[:, ::1] ov = out
     cdef rase_quant_fn quant = rase_act_quant_for(act, path)
-    cdef rase_r8_fn kern
+    cdef rase_r8x_ws ws
     cdef rase_dotn_fn dotn
     cdef const uint8_t[::1] pv
     cdef int64_t group
@@ -232,13 +243,15 @@ def matmul(int qtype, const uint8_t[:, ::1] w, const float[:, ::1] x, isa=None):
         packed = repack(qtype, w, n)
         pv = packed
         group = (n // 32) * R8_TRAITS[qtype].blk_bytes
-        kern = rase_r8_for(qtype, path)
-        with nogil:
-            for g in range((rows + 7) // 8):
-                nr = 8 if rows - g * 8 >= 8 else rows - g * 8
-                for t0 in range(0, T, 4):
-                    nt = 4 if T - t0 >= 4 else T - t0
-                    kern(n, &pv[g * group], &a[t0 * row], row, nt, &ov[t0, g * 8], rows, nr)
+        ws.max_blocks = n // 32
+        ws.src, ws.nt, ws.nib = NULL, 0, 0
+        ws.buf = <act_r8x *>malloc(RASE_R8_TILE * ws.max_blocks * sizeof(act_r8x))
+        if ws.buf == NULL:
+            raise MemoryError()
+        with nogil:  # the forward's path: rows in chunks, each chunk's groups over tiles of tokens
+            for g in range(0, rows, 32):
+                rase_r8_rows(path, qtype, &pv[0], group, n, &a[0], row, T, &ov[0, 0], rows, g, min(rows, g + 32), &ws)
+        free(ws.buf)
         return out
     dotn = rase_dotn_for(qtype, path)
     with nogil:
@@ -285,7 +298,6 @@ def vec_dot(int qtype, const uint8_t[::1] w, const float[:, ::1] x, isa=None):
 # ---------------------------------------------------------------- the forward
 
 from libc.stdint cimport int32_t, uint16_t, uint64_t
-from libc.stdlib cimport calloc, free, malloc
 
 cdef extern from "_sample.h" nogil:
     ctypedef struct rase_rng:

@@ -273,10 +273,9 @@ RASE_R8_KERNEL(r8_q4_1_avx2, 3, r8_q4_1, RASE_TARGET_AVX2, rase_dot4_avx2)
 RASE_R8_KERNEL(r8_q5_0_avx2, 6, r8_q5_0, RASE_TARGET_AVX2, rase_dot4_avx2)
 RASE_R8_KERNEL(r8_q5_1_avx2, 7, r8_q5_1, RASE_TARGET_AVX2, rase_dot4_avx2)
 
-// AVX-512 VNNI: one zmm holds two slices of the 8 rows (a pair), so a block is 4 vpdpbusd.
-// Signed weights w become unsigned u = w + B (Q8_0, Q5_0: B = 128 by flipping the sign bit;
-// Q4_0: the raw nibble, B = 8) and the dot starts from -B * (the slice's activation sum): the
-// same exact integer per slice as the sign trick, then the same FMA per slice, the same hsum.
+// AVX-512 VNNI: one zmm holds two slices of the 8 rows (a pair), so a block is 4 vpdpbusd over
+// activations laid out once per matmul (act_r8x); the same exact integer per slice, then the
+// same FMA per slice and the same hsum as the scalar reference.
 // Pairs: Q8_0/Q5_x slices (2k, 2k+1); nibble types (k, k+1) low and (k+4, k+5) high, k = 0, 2.
 static const int32_t RASE_R8_PAIR_IDX[2][4][2] = {{{0, 1}, {2, 3}, {4, 5}, {6, 7}},   // bytes
                                                   {{0, 1}, {4, 5}, {2, 3}, {6, 7}}};  // nibbles
@@ -286,6 +285,8 @@ RASE_TARGET_AVX512 static RASE_INLINE __m512i rase_r8_pair_idx(int a, int b) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32(a)), _mm256_set1_epi32(b), 1);
 }
 
+// Tiles of many tokens (prefill): the activation side of each pair is built in registers per
+// block and token (Q4_0 keeps u = nibble and starts from -8 * the slice sums).
 #define RASE_R8_KERNEL_512(NAME, TYPE, RT)                                                    \
     RASE_TARGET_AVX512 static RASE_INLINE void NAME##_body(int64_t n, const uint8_t *w, const void *a, \
                                                            size_t astride, const int nt, float *y, \
@@ -368,6 +369,119 @@ RASE_R8_KERNEL_512(r8_q4_0_vnni, 2, r8_q4_0)
 RASE_R8_KERNEL_512(r8_q4_1_vnni, 3, r8_q4_1)
 RASE_R8_KERNEL_512(r8_q5_0_vnni, 6, r8_q5_0)
 RASE_R8_KERNEL_512(r8_q5_1_vnni, 7, r8_q5_1)
+
+// The activation side of a pair is the same for every group of rows, so it is laid out once
+// per token and block (rase_r8x_expand) and read with plain loads: yp[k] the activation bytes
+// of pair k's two slices, each 4-byte group in its 8 lanes; nb[k] -128 * the slice sums.
+typedef struct {
+    int8_t yp[4][64];
+    int32_t nb[4][16];
+    float d, s;  // the activation block's scale (and, for Q8_1, its s)
+    uint8_t pad[56];
+} act_r8x;
+_Static_assert(sizeof(act_r8x) == 576, "act_r8x: a multiple of 64 bytes");
+
+// tokens t < nt of A (q8_0 or, q81, q8_1 rows `as` bytes apart; nblk blocks each) to dst[t * nblk + b]
+RASE_TARGET_AVX512 static void rase_r8x_expand(const uint8_t *A, size_t as, int nt, int64_t nblk, int q81, int nib,
+                                               act_r8x *dst) {
+    __m512i idx[4];
+    for (int k = 0; k < 4; ++k) idx[k] = rase_r8_pair_idx(RASE_R8_PAIR_IDX[nib][k][0], RASE_R8_PAIR_IDX[nib][k][1]);
+    const __m256i ones = _mm256_set1_epi8(1);
+    for (int t = 0; t < nt; ++t)
+        for (int64_t b = 0; b < nblk; ++b) {
+            act_r8x *o = dst + t * nblk + b;
+            const int8_t *yq;
+            if (q81) {
+                const act_q8_1 *ya = (const act_q8_1 *)(A + t * as) + b;
+                yq = ya->qs, o->d = ya->d, o->s = ya->s;
+            } else {
+                const act_q8_0 *ya = (const act_q8_0 *)(A + t * as) + b;
+                yq = ya->qs, o->d = ya->d, o->s = 0.0f;
+            }
+            const __m256i yv = _mm256_loadu_si256((const __m256i *)yq);
+            const __m512i nb = _mm512_castsi256_si512(_mm256_sub_epi32(
+                _mm256_setzero_si256(), _mm256_slli_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, yv), 7)));
+            for (int k = 0; k < 4; ++k) {
+                _mm512_storeu_si512((void *)o->yp[k], _mm512_permutexvar_epi32(idx[k], _mm512_castsi256_si512(yv)));
+                _mm512_storeu_si512((void *)o->nb[k], _mm512_permutexvar_epi32(idx[k], nb));
+            }
+        }
+}
+
+// Tiles of a few tokens (decode): the activations laid out once (act_r8x) serve every group.
+// Signed weights become unsigned u = w + 128 (Q8_0, Q5_0: the sign bit flipped; Q4_0: the nibble
+// + 120), and each dot starts from nb: the exact integer per slice of the sign trick.
+#define RASE_R8_KERNEL_512X(NAME, TYPE, RT)                                                    \
+    RASE_TARGET_AVX512 static RASE_INLINE void NAME##_body(int64_t n, const uint8_t *w, const void *a, \
+                                                           size_t astride, const int nt, float *y, \
+                                                           int64_t ys, int nr) {              \
+        enum { HAS_MIN = TYPE == 3 || TYPE == 7, NIB = TYPE == 2 || TYPE == 3, FLIP = TYPE == 8 || TYPE == 6, \
+               SIGNED = !HAS_MIN };                                                           \
+        __m512 acc[RASE_NT][4];                                                               \
+        __m256 summ[RASE_NT];                                                                 \
+        for (int t = 0; t < nt; ++t) {                                                        \
+            summ[t] = _mm256_setzero_ps();                                                    \
+            for (int k = 0; k < 4; ++k) acc[t][k] = _mm512_setzero_ps();                      \
+        }                                                                                     \
+        const __m512i m4 = _mm512_set1_epi8(0xF), flip = _mm512_set1_epi8((char)0x80), o120 = _mm512_set1_epi8(120); \
+        const RT *blk = (const RT *)w;                                                        \
+        for (int64_t b = 0; b < n / 32; ++b) {                                                \
+            RASE_PREFETCH_AHEAD(&blk[b], sizeof(RT));                                         \
+            __m512i u[4];                                                                     \
+            if (NIB) {                                                                        \
+                for (int h = 0; h < 2; ++h) {                                                 \
+                    const __m512i raw = _mm512_loadu_si512((const void *)blk[b].q[2 * h]);    \
+                    u[2 * h] = _mm512_and_si512(raw, m4);                                     \
+                    u[2 * h + 1] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);           \
+                    if (TYPE == 2) {                                                          \
+                        u[2 * h] = _mm512_add_epi8(u[2 * h], o120);                           \
+                        u[2 * h + 1] = _mm512_add_epi8(u[2 * h + 1], o120);                   \
+                    }                                                                         \
+                }                                                                             \
+            } else {                                                                          \
+                for (int k = 0; k < 4; ++k) {                                                 \
+                    u[k] = _mm512_loadu_si512((const void *)blk[b].q[2 * k]);                 \
+                    if (FLIP) u[k] = _mm512_xor_si512(u[k], flip);                            \
+                }                                                                             \
+            }                                                                                 \
+            const __m512 dw = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(       \
+                _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk[b].d)))));               \
+            for (int t = 0; t < nt; ++t) {                                                    \
+                const act_r8x *ya = (const act_r8x *)((const char *)a + t * astride) + b;     \
+                if (HAS_MIN)                                                                  \
+                    summ[t] = _mm256_add_ps(summ[t], _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk[b].d + 1)), \
+                                                                   _mm256_set1_ps(ya->s)));   \
+                const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(ya->d));                \
+                for (int k = 0; k < 4; ++k) {                                                 \
+                    const __m512i i0 = SIGNED ? _mm512_loadu_si512((const void *)ya->nb[k]) : _mm512_setzero_si512(); \
+                    const __m512i i32 = _mm512_dpbusd_epi32(i0, u[k], _mm512_loadu_si512((const void *)ya->yp[k])); \
+                    acc[t][k] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(i32), acc[t][k]);   \
+                }                                                                             \
+            }                                                                                 \
+        }                                                                                     \
+        for (int t = 0; t < nt; ++t) { /* pairs p0..p3 = slices (a | b); ggml's hsum order */ \
+            const __m512 *A = acc[t];                                                         \
+            const __m512 s4 = NIB ? _mm512_add_ps(_mm512_add_ps(A[1], A[0]), _mm512_add_ps(A[3], A[2])) \
+                                  : _mm512_add_ps(_mm512_add_ps(A[2], A[0]), _mm512_add_ps(A[3], A[1])); \
+            const __m256 sum = _mm256_add_ps(_mm512_castps512_ps256(s4),                      \
+                                             _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s4), 1))); \
+            rase_r8_store(_mm256_add_ps(sum, summ[t]), y + t * ys, nr);                       \
+        }                                                                                     \
+    }                                                                                         \
+    RASE_TARGET_AVX512 static void NAME(int64_t n, const uint8_t *w, const void *a, size_t astride, int nt, \
+                                        float *y, int64_t ys, int nr) {                       \
+        switch (nt) {                                                                         \
+            case 1: NAME##_body(n, w, a, astride, 1, y, ys, nr); break;                       \
+            case 2: NAME##_body(n, w, a, astride, 2, y, ys, nr); break;                       \
+            case 3: NAME##_body(n, w, a, astride, 3, y, ys, nr); break;                       \
+            default: NAME##_body(n, w, a, astride, 4, y, ys, nr); break;                      \
+        }                                                                                     \
+    }
+RASE_R8_KERNEL_512X(r8_q8_0_vnnix, 8, r8_q8_0)
+RASE_R8_KERNEL_512X(r8_q4_0_vnnix, 2, r8_q4_0)
+RASE_R8_KERNEL_512X(r8_q4_1_vnnix, 3, r8_q4_1)
+RASE_R8_KERNEL_512X(r8_q5_0_vnnix, 6, r8_q5_0)
+RASE_R8_KERNEL_512X(r8_q5_1_vnnix, 7, r8_q5_1)
 #  define RASE_R8_X86_FN(f) f
 #else
 #  define RASE_R8_X86_FN(f) 0
@@ -378,20 +492,71 @@ RASE_R8_KERNEL_512(r8_q5_1_vnni, 7, r8_q5_1)
 typedef struct {
     size_t blk_bytes;                   // one r8 block: 8 rows x 32 columns; 0 = not repacked
     rase_r8_fn kern[RASE_ISA_COUNT];    // [scalar reference, AVX2, AVX-512 VNNI]: the same bits
+    rase_r8_fn kern_x;                  // AVX-512 VNNI over laid-out activations (act_r8x): the same bits
 } rase_r8_traits;
 
 static const rase_r8_traits R8_TRAITS[RASE_GGML_TYPE_COUNT] = {
-    [2] = {sizeof(r8_q4_0), {r8_q4_0_ref, RASE_R8_X86_FN(r8_q4_0_avx2), RASE_R8_X86_FN(r8_q4_0_vnni)}},
-    [3] = {sizeof(r8_q4_1), {r8_q4_1_ref, RASE_R8_X86_FN(r8_q4_1_avx2), RASE_R8_X86_FN(r8_q4_1_vnni)}},
-    [6] = {sizeof(r8_q5_0), {r8_q5_0_ref, RASE_R8_X86_FN(r8_q5_0_avx2), RASE_R8_X86_FN(r8_q5_0_vnni)}},
-    [7] = {sizeof(r8_q5_1), {r8_q5_1_ref, RASE_R8_X86_FN(r8_q5_1_avx2), RASE_R8_X86_FN(r8_q5_1_vnni)}},
-    [8] = {sizeof(r8_q8_0), {r8_q8_0_ref, RASE_R8_X86_FN(r8_q8_0_avx2), RASE_R8_X86_FN(r8_q8_0_vnni)}},
+    [2] = {sizeof(r8_q4_0), {r8_q4_0_ref, RASE_R8_X86_FN(r8_q4_0_avx2), RASE_R8_X86_FN(r8_q4_0_vnni)}, RASE_R8_X86_FN(r8_q4_0_vnnix)},
+    [3] = {sizeof(r8_q4_1), {r8_q4_1_ref, RASE_R8_X86_FN(r8_q4_1_avx2), RASE_R8_X86_FN(r8_q4_1_vnni)}, RASE_R8_X86_FN(r8_q4_1_vnnix)},
+    [6] = {sizeof(r8_q5_0), {r8_q5_0_ref, RASE_R8_X86_FN(r8_q5_0_avx2), RASE_R8_X86_FN(r8_q5_0_vnni)}, RASE_R8_X86_FN(r8_q5_0_vnnix)},
+    [7] = {sizeof(r8_q5_1), {r8_q5_1_ref, RASE_R8_X86_FN(r8_q5_1_avx2), RASE_R8_X86_FN(r8_q5_1_vnni)}, RASE_R8_X86_FN(r8_q5_1_vnnix)},
+    [8] = {sizeof(r8_q8_0), {r8_q8_0_ref, RASE_R8_X86_FN(r8_q8_0_avx2), RASE_R8_X86_FN(r8_q8_0_vnni)}, RASE_R8_X86_FN(r8_q8_0_vnnix)},
 };
 
 static inline rase_r8_fn rase_r8_for(int type, int isa) {
     for (int i = isa; i > 0; --i)
         if (R8_TRAITS[type].kern[i]) return R8_TRAITS[type].kern[i];
     return R8_TRAITS[type].kern[RASE_ISA_SCALAR];
+}
+
+// A thread's laid-out activations (act_r8x) for one tile: which quantized rows they came from,
+// so the groups of every chunk of one product reuse them. Forget (src = NULL) whenever the
+// quantized rows may have been rewritten.
+typedef struct {
+    act_r8x *buf;       // RASE_R8_TILE x max_blocks
+    int64_t max_blocks;
+    const uint8_t *src;
+    int nt, nib;
+} rase_r8x_ws;
+#define RASE_R8_TILE 4  // tokens per repacked-kernel call (1..RASE_NT)
+
+// Y[t * ys + r] for rows [r0, r1) (r0 a multiple of 8) of a repacked (rows x n) matrix and T
+// tokens of A (rows `as` bytes apart). ws: the thread's workspace. With AVX-512, a product of up
+// to RASE_R8_TILE tokens lays its activations out once for all groups; more tokens build them in
+// registers (the laid-out tiles would be read back from L2 for every group).
+static void rase_r8_rows(int isa, int type, const uint8_t *packed, int64_t group_bytes, int64_t n, const uint8_t *A,
+                         size_t as, int T, float *Y, int64_t ys, int64_t r0, int64_t r1, rase_r8x_ws *ws) {
+    const rase_r8_fn kern = rase_r8_for(type, isa);
+#if RASE_HAVE_X86
+    if (isa >= RASE_ISA_AVX512 && R8_TRAITS[type].kern_x && T <= RASE_R8_TILE) {
+        const rase_r8_fn kx = R8_TRAITS[type].kern_x;
+        const int nib = type == 2 || type == 3, q81 = type == 3 || type == 7;
+        const int64_t nblk = n / 32;
+        for (int t0 = 0; t0 < T; t0 += RASE_R8_TILE) {
+            const int nt = T - t0 < RASE_R8_TILE ? T - t0 : RASE_R8_TILE;
+            const uint8_t *src = A + (size_t)t0 * as;
+            if (ws->src != src || ws->nt != nt || ws->nib != nib) {
+                rase_r8x_expand(src, as, nt, nblk, q81, nib, ws->buf);
+                ws->src = src, ws->nt = nt, ws->nib = nib;
+            }
+            for (int64_t g = r0 / RASE_R8; g * RASE_R8 < r1; ++g) {
+                const int nr = r1 - g * RASE_R8 < RASE_R8 ? (int)(r1 - g * RASE_R8) : RASE_R8;
+                kx(n, packed + g * group_bytes, ws->buf, (size_t)nblk * sizeof(act_r8x), nt,
+                     Y + (int64_t)t0 * ys + g * RASE_R8, ys, nr);
+            }
+        }
+        return;
+    }
+#endif
+    (void)ws;
+    for (int64_t g = r0 / RASE_R8; g * RASE_R8 < r1; ++g) {
+        const uint8_t *pg = packed + g * group_bytes;
+        const int nr = r1 - g * RASE_R8 < RASE_R8 ? (int)(r1 - g * RASE_R8) : RASE_R8;
+        for (int t0 = 0; t0 < T; t0 += RASE_R8_TILE) {
+            const int nt = T - t0 < RASE_R8_TILE ? T - t0 : RASE_R8_TILE;
+            kern(n, pg, A + (size_t)t0 * as, as, nt, Y + (int64_t)t0 * ys + g * RASE_R8, ys, nr);
+        }
+    }
 }
 
 // bytes of a repacked (rows x n) matrix
