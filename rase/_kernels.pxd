@@ -1,0 +1,199 @@
+# rase/_kernels.pxd: the C boundary of rase._kernels, declared once (every header it calls into).
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint64_t
+
+cdef extern from "_simd.h" nogil:
+    int RASE_ISA_SCALAR
+    int RASE_ISA_AVX2
+    int RASE_ISA_AVX512
+    int RASE_ISA_COUNT
+    const char *RASE_ISA_NAMES[]
+    int rase_isa
+    int rase_isa_compiled(int isa)
+    int rase_isa_supported(int isa)
+    int rase_isa_best()
+
+cdef extern from *:
+    """
+    #ifdef _OPENMP
+    #  include <omp.h>
+    #  define RASE_OPENMP _OPENMP
+    static int rase_omp_max_threads(void) { return omp_get_max_threads(); }
+    #else
+    #  define RASE_OPENMP 0
+    static int rase_omp_max_threads(void) { return 1; }
+    #endif
+    #ifdef __clang__
+    #  define RASE_COMPILER "clang " __clang_version__
+    #elif defined(__GNUC__)
+    #  define RASE_COMPILER "gcc " __VERSION__
+    #else
+    #  define RASE_COMPILER "unknown"
+    #endif
+    """
+    int RASE_OPENMP
+    const char *RASE_COMPILER
+    int rase_omp_max_threads() nogil
+
+cdef extern from "_quants.h" nogil:
+    ctypedef void (*rase_dequant_fn)(const void *src, float *dst, int64_t n) noexcept nogil
+    ctypedef struct rase_quant_traits:
+        const char *name
+        int blck
+        int size
+        rase_dequant_fn dequant[3]
+    int RASE_GGML_TYPE_COUNT
+    const rase_quant_traits QUANT_TRAITS[]
+    rase_dequant_fn rase_dequant_for(int qtype, int isa)
+
+cdef extern from "_dot.h" nogil:
+    ctypedef void (*rase_dotn_fn)(int64_t n, const void *w, const void *a, size_t astride,
+                                  int nt, float *out) noexcept nogil
+    ctypedef void (*rase_quant_fn)(const float *x, void *dst, int64_t n) noexcept nogil
+    ctypedef struct rase_dot_traits:
+        int act
+        rase_dotn_fn dotn[3]  # RASE_ISA_COUNT
+    int RASE_NT
+    int ACT_F32, ACT_Q8_0, ACT_Q8_1, ACT_Q8_K, ACT_COUNT
+    const rase_dot_traits DOT_TRAITS[]
+    size_t rase_act_bytes(int act, int64_t n)
+    rase_dotn_fn rase_dotn_for(int qtype, int isa)
+    rase_quant_fn rase_act_quant_for(int act, int isa)
+
+cdef extern from "_repack.h" nogil:
+    int RASE_LAYOUT_R8
+    ctypedef void (*rase_r8_fn)(int64_t n, const uint8_t *w, const void *a, size_t astride, int nt, float *y,
+                                int64_t ys, int nr) noexcept nogil
+    ctypedef struct rase_r8_traits:
+        size_t blk_bytes
+    const rase_r8_traits R8_TRAITS[]
+    rase_r8_fn rase_r8_for(int qtype, int isa)
+    ctypedef struct act_r8x:
+        pass
+    ctypedef struct rase_r8x_ws:
+        act_r8x *buf
+        int64_t max_blocks
+        const uint8_t *src
+        int nt, nib
+    int RASE_R8_TILE
+    void rase_r8_rows(int isa, int type, const uint8_t *packed, int64_t group_bytes, int64_t n, const uint8_t *A,
+                      size_t as_, int T, float *Y, int64_t ys, int64_t r0, int64_t r1, rase_r8x_ws *ws)
+    size_t rase_r8_bytes(int qtype, int64_t rows, int64_t n)
+    void rase_r8_repack(int qtype, const uint8_t *src, int64_t row_bytes, int64_t rows, int64_t n, uint8_t *dst,
+                        int64_t g0, int64_t g1, int n_threads)
+
+cdef extern from "_sample.h" nogil:
+    ctypedef struct rase_rng:
+        uint64_t s[4]
+    ctypedef struct rase_sampling:
+        float temperature
+        int top_k
+        float top_p
+        float min_p
+        float repeat_penalty
+        float presence_penalty
+        float frequency_penalty
+    ctypedef struct rase_cand:
+        float logit
+        int32_t id
+    void rase_rng_seed(rase_rng *r, uint64_t seed)
+    int32_t rase_sample(const float *logits, int32_t n, const int32_t *counts, const rase_sampling *p,
+                        rase_rng *rng, rase_cand *work)
+
+cdef extern from "_forward.h" nogil:
+    int RASE_KV_BLOCK
+    ctypedef struct rase_mat:
+        const uint8_t *data
+        int type
+        int64_t rows, cols, row_bytes
+        int layout
+        const uint8_t *packed
+        int64_t group_bytes
+    ctypedef struct rase_layer:
+        rase_mat wq, wk, wv, wo, wgate, wup, wdown
+        const float *attn_norm
+        const float *ffn_norm
+        const float *q_norm
+        const float *k_norm
+        const float *post_attn_norm
+        const float *post_ffn_norm
+        int window, rope_slot
+    ctypedef struct rase_hparams:
+        int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_rot, n_ctx
+        int rope_neox, gelu, attn_prescale
+        float eps, embd_scale, attn_scale
+        float rope_base[2]
+        float rope_freq_scale[2]
+    ctypedef struct rase_weights:
+        rase_hparams hp
+        rase_mat tok_embd, output
+        const float *output_norm
+        rase_layer *layers
+    ctypedef struct rase_kv_pool:
+        int32_t n_blocks
+    ctypedef struct rase_scratch:
+        int max_rows, n_threads
+    ctypedef struct rase_entry:
+        int32_t token, seq, pos
+    ctypedef struct rase_batch:
+        const rase_entry *rows
+        int n
+        const int32_t *tables
+        int64_t table_stride
+        const int32_t *out_rows
+        int n_out
+        float *logits
+    ctypedef struct rase_sampler_ref:
+        const rase_sampling *p
+        rase_rng *rng
+        rase_cand *work
+        const int32_t *counts
+    ctypedef struct rase_model:
+        const rase_weights *w
+        rase_kv_pool *kv
+        rase_scratch *s
+        int isa
+        float *trace
+        int profile
+        int64_t prof_matmul_ns, prof_attn_ns
+    int rase_weights_init(rase_weights *w)
+    void rase_weights_free(rase_weights *w)
+    int rase_kv_pool_alloc(rase_kv_pool *kv, const rase_hparams *hp, int32_t n_blocks)
+    void rase_kv_pool_free(rase_kv_pool *kv)
+    void rase_kv_copy_rows(rase_kv_pool *kv, int32_t src, int32_t dst, int n)
+    int rase_scratch_alloc(rase_scratch *s, const rase_hparams *hp, int max_rows, int n_threads)
+    void rase_scratch_free(rase_scratch *s)
+    void rase_step(rase_model *m, const rase_batch *b, const rase_sampler_ref *samplers, int32_t *tokens)
+
+cdef extern from "_attention.h" nogil:
+    ctypedef struct rase_kv_view:
+        const uint16_t *k
+        const uint16_t *v
+        const int32_t *table
+        int64_t block_stride, row_stride
+    int RASE_ATTN_G
+    int64_t rase_attend_scratch(int64_t n_ctx, int hd)
+    void rase_attend(int g, const float *const *q, const rase_kv_view *kv, int j0, int j1, int hd,
+                     float scale, float *scratch, int64_t qstride, float *const *out, int isa)
+
+cdef extern from "_forward.h" nogil:
+    void rase_gate(float *g, const float *u, int64_t n, const uint16_t *gelu_table, int isa)
+    void rase_rope(float *x, const float *cs, int n_rot, int neox, int isa)
+    void rase_rope_table(float *cs, int pos, int n_rot, float base, float freq_scale)
+    uint16_t *rase_gelu_table_new()
+
+cdef extern from "_simd.h" nogil:
+    """
+    #if RASE_HAVE_X86
+    RASE_TARGET_AVX2 static void rase_expf_avx2_n(const float *x, float *y, int64_t n) {
+        for (int64_t i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, rase_avx2_expf(_mm256_loadu_ps(x + i)));
+    }
+    #else
+    static void rase_expf_avx2_n(const float *x, float *y, int64_t n) { (void)x; (void)y; (void)n; }
+    #endif
+    """
+    void rase_expf_avx2_n(const float *x, float *y, int64_t n)
+
+cdef extern from "_bench.h" nogil:
+    int64_t rase_bench_matmul(int isa, const rase_mat *w, const uint8_t *A, size_t as_, int T, float *Y,
+                              int n_threads, int reps)
+    int64_t rase_bench_read(const uint8_t *buf, int64_t n, int n_threads, int reps, int64_t *sink)
