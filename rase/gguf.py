@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from .errors import CorruptModelFile, ModelFileNotFound, UnsupportedFormat
+from ._kernels import gguf_strings
 from .quants import KNOWN_UNSUPPORTED, QUANT_BLOCKS, QuantType
 
 MAGIC = b"GGUF"
@@ -32,7 +33,6 @@ VALUE_TYPES: dict[int, tuple[str, str | None]] = {
     8: ("STRING", None), 9: ("ARRAY", None), 10: ("UINT64", "<Q"), 11: ("INT64", "<q"),
     12: ("FLOAT64", "<d"),
 }
-_U64 = struct.Struct("<Q")
 _NUMPY_OF = {0: "<u1", 1: "<i1", 2: "<u2", 3: "<i2", 4: "<u4", 5: "<i4", 6: "<f4", 7: "<u1",
              10: "<u8", 11: "<i8", 12: "<f8"}
 
@@ -239,26 +239,13 @@ class GGUFFile:
 
     @staticmethod
     def _parse_strings(cur: _Cursor, key: str, count: int) -> list[str]:
-        # hot for vocabularies (262k strings): a local loop, same checks as _Cursor.string
-        buf, pos, end, out = cur.buf, cur.pos, cur.end, []
-        unpack, append = _U64.unpack_from, out.append
+        # hot for vocabularies (262k strings): a compiled loop, the checks of _Cursor.string
         try:
-            for i in range(count):
-                if end - pos < 8:
-                    raise IndexError(i)
-                (n,) = unpack(buf, pos)
-                pos += 8
-                if n > end - pos:
-                    raise IndexError(i)
-                append(str(buf[pos:pos + n], "utf-8"))
-                pos += n
-        except IndexError:
-            cur.pos = pos
-            raise cur.fail(f"truncated: {key!r}[{len(out)}] runs past the end of the file") from None
-        except UnicodeDecodeError as exc:
-            cur.pos = pos
-            raise cur.fail(f"{key!r}[{len(out)}] is not valid UTF-8 ({exc.reason})") from None
-        cur.pos = pos
+            out, cur.pos = gguf_strings(cur.buf, cur.pos, count)
+        except IndexError as exc:
+            raise cur.fail(f"truncated: {key!r}[{exc.args[0]}] runs past the end of the file") from None
+        except ValueError as exc:
+            raise cur.fail(f"{key!r}[{exc.args[0]}] is not valid UTF-8 ({exc.args[1]})") from None
         return out
 
     def _alignment(self, cur: _Cursor) -> int:

@@ -162,3 +162,22 @@ def test_corrupt_files_raise_typed_errors(case):
     assert isinstance(info.value, RaseError)
     if isinstance(info.value, CorruptModelFile):
         assert info.value.offset is not None and "test.gguf" in str(info.value)
+
+
+def test_compiled_string_loop_reads_and_refuses_like_the_format_says():
+    from rase._kernels import gguf_strings
+
+    def enc(*items: bytes) -> bytes:
+        return b"".join(len(b).to_bytes(8, "little") + b for b in items)
+
+    buf = b"xx" + enc(b"ab", b"", "é".encode(), b"\xe2\x96\x81tok")
+    assert gguf_strings(buf, 2, 4) == (["ab", "", "é", "\u2581tok"], len(buf))
+    with pytest.raises(IndexError) as e:  # the last string's bytes run past the end
+        gguf_strings(buf[:-1], 2, 4)
+    assert e.value.args == (3,)
+    with pytest.raises(IndexError) as e:  # not even a length for a fifth string
+        gguf_strings(buf, 2, 5)
+    assert e.value.args == (4,)
+    with pytest.raises(ValueError) as e:
+        gguf_strings(enc(b"ok", b"\xc3"), 0, 2)
+    assert e.value.args[0] == 1
