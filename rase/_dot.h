@@ -636,9 +636,57 @@ static const int16_t RASE_K4_MIN_IDX[16] = {8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 
     const __m512i min_idx = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)RASE_K4_MIN_IDX)); \
     (void)one
 
+// 8 x 8 int32 -> lane t = the sum of v[t]'s lanes (exact: integer adds in any order)
+RASE_TARGET_AVX512 static RASE_INLINE __m256i rase_avx2_hsum8x8_i32(const __m256i v[8]) {
+    const __m256i h01 = _mm256_hadd_epi32(v[0], v[1]), h23 = _mm256_hadd_epi32(v[2], v[3]);
+    const __m256i h45 = _mm256_hadd_epi32(v[4], v[5]), h67 = _mm256_hadd_epi32(v[6], v[7]);
+    const __m256i h0123 = _mm256_hadd_epi32(h01, h23), h4567 = _mm256_hadd_epi32(h45, h67);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(h0123, h4567, 0x20),
+                            _mm256_permute2x128_si256(h0123, h4567, 0x31));
+}
+
+// Q4_K for tiles of 4..8 tokens: the per-token integer sums of a block are reduced together
+// (lane t = token t) and the two FMAs run on those lanes: per token the same exact integers and
+// the same fma(S, dx * dy, acc) as dotn_q4_k_512_body, so the same bits.
+RASE_TARGET_AVX512 static RASE_INLINE void dotn_q4_k_512_wide(int64_t n, const void *w, const void *a,
+                                                            size_t astride, int nt, float *out) {
+    const block_q4_K *x = (const block_q4_K *)w;
+    __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+    RASE_K45_CONSTS512();
+    const __m512i qh2 = _mm512_setzero_si512();
+    (void)qh2;
+    const __m256i tok = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i live = _mm256_cmpgt_epi32(_mm256_set1_epi32(nt), tok);
+    const __m256i off = _mm256_mullo_epi32(tok, _mm256_set1_epi32((int)astride));  // bytes to token t
+    for (int64_t b = 0; b < n / 256; ++b) {
+        RASE_PREFETCH_AHEAD(&x[b], sizeof(block_q4_K));
+        __m512i u[4], scv[4];
+        __m256i mn16;
+        RASE_K45_UNPACK512(&x[b], 0, u, scv, mn16);
+        __m256i S8[8], M8[8];
+        for (int t = 0; t < 8; ++t) S8[t] = M8[t] = _mm256_setzero_si256();
+        for (int t = 0; t < nt; ++t) {
+            const block_q8_K *y = RASE_ACT(block_q8_K, t, b);
+            __m512i sumi = _mm512_setzero_si512();
+            for (int j = 0; j < 4; ++j) sumi = rase_k512_dot(sumi, u[j], y->qs + 64 * j, scv[j]);
+            S8[t] = _mm256_add_epi32(_mm512_castsi512_si256(sumi), _mm512_extracti64x4_epi64(sumi, 1));
+            M8[t] = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), mn16);
+        }
+        const __m256 dy = _mm256_mask_i32gather_ps(_mm256_setzero_ps(), &RASE_ACT(block_q8_K, 0, b)->d, off,
+                                                   _mm256_castsi256_ps(live), 1);
+        const __m256 S = _mm256_cvtepi32_ps(rase_avx2_hsum8x8_i32(S8)), M = _mm256_cvtepi32_ps(rase_avx2_hsum8x8_i32(M8));
+        acc = _mm256_fmadd_ps(S, _mm256_mul_ps(_mm256_set1_ps(rase_h2f(x[b].d)), dy), acc);
+        accm = _mm256_fmadd_ps(M, _mm256_mul_ps(_mm256_set1_ps(rase_h2f(x[b].dmin)), dy), accm);
+    }
+    float r[8];
+    _mm256_storeu_ps(r, _mm256_sub_ps(acc, accm));
+    for (int t = 0; t < nt; ++t) out[t] = r[t];
+}
+
 // Q4_K, the rounding of dotn_q4_k_avx2
 RASE_TARGET_AVX512 static RASE_INLINE void dotn_q4_k_512_body(int64_t n, const void *w, const void *a,
                                                             size_t astride, int nt, float *out) {
+    if (nt >= 4) { dotn_q4_k_512_wide(n, w, a, astride, nt, out); return; }
     const block_q4_K *x = (const block_q4_K *)w;
     float acc[RASE_NT], accm[RASE_NT];
     for (int t = 0; t < nt; ++t) acc[t] = accm[t] = 0.0f;
@@ -731,6 +779,39 @@ RASE_TARGET_AVX512 static RASE_INLINE void dotn_q6_k_512_body(int64_t n, const v
 }
 RASE_DOTN512(dotn_q6_k_512)
 
+// F16 on AVX-512: zmm 0 holds ggml's accumulators 0 | 1, zmm 1 holds 2 | 3, so each lane runs the
+// chain of vec_dot_f16_f32_avx2 (the same bits); one conversion of the weights serves every token.
+RASE_TARGET_AVX512 static RASE_INLINE void dotn_f16_512_body(int64_t n, const void *w, const void *a,
+                                                           size_t astride, int nt, float *out) {
+    const uint16_t *x = (const uint16_t *)w;
+    __m512 z0[RASE_NT], z1[RASE_NT];
+    for (int t = 0; t < nt; ++t) z0[t] = z1[t] = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        RASE_PREFETCH_AHEAD(x + i, 64);
+        const __m512 w0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(x + i)));
+        const __m512 w1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(x + i + 16)));
+        for (int t = 0; t < nt; ++t) {
+            const float *y = (const float *)((const char *)a + (size_t)t * astride);
+            z0[t] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(y + i), z0[t]);
+            z1[t] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(y + i + 16), z1[t]);
+        }
+    }
+    for (int t = 0; t < nt; ++t) {
+        const float *y = (const float *)((const char *)a + (size_t)t * astride);
+        __m256 a0 = _mm512_castps512_ps256(z0[t]), a2 = _mm512_castps512_ps256(z1[t]);
+        const __m256 a1 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(z0[t]), 1));
+        const __m256 a3 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(z1[t]), 1));
+        int64_t j = i;
+        for (; j + 8 <= n; j += 8)
+            a0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + j))), _mm256_loadu_ps(y + j), a0);
+        float s = rase_avx2_hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+        for (; j < n; ++j) s += rase_fp16_to_fp32(x[j]) * y[j];
+        out[t] = s;
+    }
+}
+RASE_DOTN512(dotn_f16_512)
+
 // -- float weights: the row stays in L1 across tokens
 #define RASE_FLOAT_DOTN(NAME, SINGLE)                                                          \
     RASE_TARGET_AVX2 static void NAME(int64_t n, const void *w, const void *a, size_t astride, \
@@ -770,7 +851,7 @@ typedef struct {
 
 static const rase_dot_traits DOT_TRAITS[RASE_GGML_TYPE_COUNT] = {
     [0] = {ACT_F32, {dotn_f32_ref, RASE_AVX2_DOT(dotn_f32_avx2)}},
-    [1] = {ACT_F32, {dotn_f16_ref, RASE_AVX2_DOT(dotn_f16_avx2)}},
+    [1] = {ACT_F32, {dotn_f16_ref, RASE_AVX2_DOT(dotn_f16_avx2), RASE_AVX2_DOT(dotn_f16_512)}},
     // the 32-element block types run repacked (_repack.h): only their activation format here
     [2] = {ACT_Q8_0},
     [3] = {ACT_Q8_1},

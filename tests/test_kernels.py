@@ -49,7 +49,8 @@ def test_dot_avx512_is_the_avx2_result_bit_for_bit(qtype):
     if "avx512" not in _kernels.isa_supported():
         pytest.skip("this CPU has no AVX-512 VNNI (the AVX2 machine kind runs the rest)")
     rng = np.random.default_rng(int(qtype) + 100)
-    for n in _lengths(qtype):
+    floats = qtype in (QuantType.F32, QuantType.F16, QuantType.BF16)
+    for n in _lengths(qtype) + ([107, 1000] if floats else []):  # float rows: the 8- and 1-element tails
         w, _ = _row(qtype, n, seed=n + 7)
         for nt in range(1, 9):  # every tile the forward uses (up to RASE_NT = 8 tokens)
             x = (rng.standard_normal((nt, n)) * rng.uniform(0.01, 30)).astype(np.float32)
