@@ -67,102 +67,37 @@ static void attend_ref(const float *q, const rase_kv_view *kv, int j0, int j1, i
     const int hi = ((b) + 1) * RASE_KV_BLOCK < (j1) ? ((b) + 1) * RASE_KV_BLOCK : (j1);        \
     ptr += (int64_t)kv->table[b] * kv->block_stride + (int64_t)(lo - (b) * RASE_KV_BLOCK) * kv->row_stride
 
-RASE_TARGET_AVX2 static inline __attribute__((always_inline)) void attend_avx2_g(
-        const int G, const float *const *q, const rase_kv_view *kv, int j0, int j1, int hd, float scale,
-        float *scratch, int64_t qstride, float *const *out) {
-    const int n = (j1 + 31) & ~31;
-    const int64_t poff = (n + 64 + 7) & ~7, qoff = poff + 32 * (int64_t)hd;
-    float mx[RASE_ATTN_G];
-    for (int h = 0; h < G; ++h) {
-        float *s = scratch + h * qstride, *qf = s + qoff;
-        for (int i = 0; i < hd; i += 8)
-            _mm256_storeu_ps(qf + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(q[h] + i), 0)));
-        for (int j = 0; j < j0; ++j) s[j] = -INFINITY;
-        for (int j = j1; j < n; ++j) s[j] = -INFINITY;
-        mx[h] = -INFINITY;
-    }
-    for (int b = j0 / RASE_KV_BLOCK; b * RASE_KV_BLOCK < j1; ++b) {  // block by block through the table
-        const uint16_t *k = kv->k;
-        RASE_ROWS(k, b, j0, j1, lo, hi);
-        for (int j = lo; j < hi; ++j, k += kv->row_stride) {
-            __m256 acc[RASE_ATTN_G][4];
-            for (int h = 0; h < G; ++h)
-                for (int c = 0; c < 4; ++c) acc[h][c] = _mm256_setzero_ps();
-            for (int i = 0; i < hd; i += 32)  // accumulator c takes elements 32 m + 8 c .. + 7
-                for (int c = 0; c < 4; ++c) {
-                    const __m256 kf = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + i + 8 * c)));
-                    for (int h = 0; h < G; ++h)
-                        acc[h][c] = _mm256_fmadd_ps(kf, _mm256_loadu_ps(scratch + h * qstride + qoff + i + 8 * c), acc[h][c]);
-                }
-            for (int h = 0; h < G; ++h) {
-                float *s = scratch + h * qstride;
-                s[j] = rase_avx2_reduce4(acc[h][0], acc[h][1], acc[h][2], acc[h][3]) * scale;
-                if (s[j] > mx[h]) mx[h] = s[j];
-            }
-        }
-    }
-    for (int h = 0; h < G; ++h) {
-        float *s = scratch + h * qstride;
-        double sum = 0.0;
-        for (int j = 0; j < n; j += 8) {
-            const __m256 e = rase_avx2_expf(_mm256_sub_ps(_mm256_loadu_ps(s + j), _mm256_set1_ps(mx[h])));
-            _mm256_storeu_ps(s + j, e);
-            sum += (double)rase_avx2_hsum(e);
-        }
-        const __m256 inv = _mm256_set1_ps((float)(1.0 / sum));
-        for (int j = 0; j < n; j += 8)  // p rounded to f16, kept as f32 values
-            _mm256_storeu_ps(s + j, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_mul_ps(_mm256_loadu_ps(s + j), inv), 0)));
-    }
-    // P.V: partial sums per slot (position mod 32), each a sequential FMA chain over the valid
-    // positions of that slot in order; a chain lives in a register for 8 elements of the head
-    // and is stored once (the chains of SG slots x G queries run side by side)
-    const int SG = G >= 3 ? 2 : 4;
-    const int b0 = j0 / RASE_KV_BLOCK, b1 = (j1 + RASE_KV_BLOCK - 1) / RASE_KV_BLOCK;
-    for (int s0 = 0; s0 < 32; s0 += SG)
-        for (int i = 0; i < hd; i += 8) {
-            __m256 acc[RASE_ATTN_G][4];
-            for (int h = 0; h < G; ++h)
-                for (int k = 0; k < SG; ++k) acc[h][k] = _mm256_setzero_ps();
-            for (int b = b0; b < b1; ++b) {
-                const uint16_t *v = kv->v + (int64_t)kv->table[b] * kv->block_stride + i;
-                for (int k = 0; k < SG; ++k) {
-                    const int j = b * RASE_KV_BLOCK + s0 + k;
-                    if (j < j0 || j >= j1) continue;
-                    const __m256 vf = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + (int64_t)(s0 + k) * kv->row_stride)));
-                    for (int h = 0; h < G; ++h)
-                        acc[h][k] = _mm256_fmadd_ps(vf, _mm256_set1_ps(scratch[h * qstride + j]), acc[h][k]);
-                }
-            }
-            for (int h = 0; h < G; ++h)
-                for (int k = 0; k < SG; ++k)
-                    _mm256_storeu_ps(scratch + h * qstride + poff + (int64_t)(s0 + k) * hd + i, acc[h][k]);
-        }
-    for (int h = 0; h < G; ++h) {
-        const float *part = scratch + h * qstride + poff;
-        for (int i = 0; i < hd; i += 8) {  // lane l of accumulator c holds slot 8c + l; reduce as ggml
-            __m256 z[8];
-            for (int l = 0; l < 8; ++l) {
-                const float *pl = part + l * hd + i;
-                z[l] = _mm256_add_ps(_mm256_add_ps(_mm256_loadu_ps(pl), _mm256_loadu_ps(pl + 16 * hd)),
-                                     _mm256_add_ps(_mm256_loadu_ps(pl + 8 * hd), _mm256_loadu_ps(pl + 24 * hd)));
-            }
-            // 128-bit halves, then two hadds: (z0+z4 + z1+z5) + (z2+z6 + z3+z7)
-            const __m256 r = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(z[0], z[4]), _mm256_add_ps(z[1], z[5])),
-                                           _mm256_add_ps(_mm256_add_ps(z[2], z[6]), _mm256_add_ps(z[3], z[7])));
-            _mm256_storeu_ps(out[h] + i, r);
-        }
-    }
-}
+#define RASE_ATTN_NAME attend_avx2_g
+#define RASE_ATTN_TARGET RASE_TARGET_AVX2
+#define RASE_ATTN_WIDE 0
+#include "_attend_g.h"
+#undef RASE_ATTN_NAME
+#undef RASE_ATTN_TARGET
+#undef RASE_ATTN_WIDE
 
-RASE_TARGET_AVX2 static void attend_avx2(int g, const float *const *q, const rase_kv_view *kv, int j0, int j1,
-                                         int hd, float scale, float *scratch, int64_t qstride, float *const *out) {
-    switch (g) {  // G as a constant: the per-query loops unroll
-        case 1: attend_avx2_g(1, q, kv, j0, j1, hd, scale, scratch, qstride, out); break;
-        case 2: attend_avx2_g(2, q, kv, j0, j1, hd, scale, scratch, qstride, out); break;
-        case 3: attend_avx2_g(3, q, kv, j0, j1, hd, scale, scratch, qstride, out); break;
-        default: attend_avx2_g(4, q, kv, j0, j1, hd, scale, scratch, qstride, out); break;
-    }
+RASE_TARGET_AVX512 static inline __m256 rase_512_hi(__m512 v) {
+    return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
 }
+#define RASE_ATTN_NAME attend_512_g
+#define RASE_ATTN_TARGET RASE_TARGET_AVX512
+#define RASE_ATTN_WIDE 1
+#include "_attend_g.h"
+#undef RASE_ATTN_NAME
+#undef RASE_ATTN_TARGET
+#undef RASE_ATTN_WIDE
+
+#define RASE_ATTEND_FN(NAME, TARGET, BODY)                                                    \
+    TARGET static void NAME(int g, const float *const *q, const rase_kv_view *kv, int j0, int j1, int hd, \
+                            float scale, float *scratch, int64_t qstride, float *const *out) { \
+        switch (g) { /* G as a constant: the per-query loops unroll */                         \
+            case 1: BODY(1, q, kv, j0, j1, hd, scale, scratch, qstride, out); break;           \
+            case 2: BODY(2, q, kv, j0, j1, hd, scale, scratch, qstride, out); break;           \
+            case 3: BODY(3, q, kv, j0, j1, hd, scale, scratch, qstride, out); break;           \
+            default: BODY(4, q, kv, j0, j1, hd, scale, scratch, qstride, out); break;          \
+        }                                                                                     \
+    }
+RASE_ATTEND_FN(attend_avx2, RASE_TARGET_AVX2, attend_avx2_g)
+RASE_ATTEND_FN(attend_512, RASE_TARGET_AVX512, attend_512_g)
 #undef RASE_ROWS
 #endif
 
@@ -171,6 +106,7 @@ RASE_TARGET_AVX2 static void attend_avx2(int g, const float *const *q, const ras
 static void rase_attend(int g, const float *const *q, const rase_kv_view *kv, int j0, int j1, int hd,
                         float scale, float *scratch, int64_t qstride, float *const *out, int isa) {
 #if RASE_HAVE_X86
+    if (isa >= RASE_ISA_AVX512 && hd % 32 == 0) { attend_512(g, q, kv, j0, j1, hd, scale, scratch, qstride, out); return; }
     if (isa >= RASE_ISA_AVX2 && hd % 32 == 0) { attend_avx2(g, q, kv, j0, j1, hd, scale, scratch, qstride, out); return; }
 #endif
     for (int h = 0; h < g; ++h) attend_ref(q[h], kv, j0, j1, hd, scale, scratch, out[h]);

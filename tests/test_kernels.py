@@ -106,10 +106,15 @@ def test_attention_against_scalar_and_spec(hd, n, j0):
     v = rng.standard_normal((n, hd)).astype(np.float16).view(np.uint16)
     scale = np.float32(1 / np.sqrt(hd))
     spec = _attention_spec(q, k, v, scale, j0)
-    for isa in ("scalar", "avx2"):
+    for isa in _kernels.isa_supported():
         got = _kernels.attention(q[None, :], k, v, scale, j0, isa)[0]
         # the AVX2 path rounds q and the probabilities to f16, as llama.cpp does
         assert np.abs(got - spec).max() <= 4e-3 * np.abs(spec).max() + 1e-6, isa
+    if "avx512" in _kernels.isa_supported():  # zmm runs ymm's chains lane for lane: the same bits
+        for g in (1, 2, 3, 4):
+            qg = rng.standard_normal((g, hd)).astype(np.float32)
+            wide = _kernels.attention(qg, k, v, scale, j0, "avx512")
+            assert wide.tobytes() == _kernels.attention(qg, k, v, scale, j0, "avx2").tobytes(), g
 
 
 @pytest.mark.parametrize("n", [1, 7, 8, 33, 1536])

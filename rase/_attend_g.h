@@ -1,0 +1,125 @@
+// rase/_attend_g.h: the body of the grouped attention kernel, included by _attention.h once per
+// width: RASE_ATTN_NAME / RASE_ATTN_TARGET / RASE_ATTN_WIDE (0: ymm, AVX2; 1: zmm, AVX-512). Both
+// widths run the same FMA chains lane for lane, so they give the same bits.
+RASE_ATTN_TARGET static inline __attribute__((always_inline)) void RASE_ATTN_NAME(
+        const int G, const float *const *q, const rase_kv_view *kv, int j0, int j1, int hd, float scale,
+        float *scratch, int64_t qstride, float *const *out) {
+    const int n = (j1 + 31) & ~31;
+    const int64_t poff = (n + 64 + 7) & ~7, qoff = poff + 32 * (int64_t)hd;
+    float mx[RASE_ATTN_G];
+    for (int h = 0; h < G; ++h) {
+        float *s = scratch + h * qstride, *qf = s + qoff;
+        for (int i = 0; i < hd; i += 8)
+            _mm256_storeu_ps(qf + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(q[h] + i), 0)));
+        for (int j = 0; j < j0; ++j) s[j] = -INFINITY;
+        for (int j = j1; j < n; ++j) s[j] = -INFINITY;
+        mx[h] = -INFINITY;
+    }
+    for (int b = j0 / RASE_KV_BLOCK; b * RASE_KV_BLOCK < j1; ++b) {  // block by block through the table
+        const uint16_t *k = kv->k;
+        RASE_ROWS(k, b, j0, j1, lo, hi);
+        for (int j = lo; j < hi; ++j, k += kv->row_stride) {
+#if RASE_ATTN_WIDE  // zmm c2 holds accumulators 2 c2 | 2 c2 + 1: the same four chains
+            __m512 acc[RASE_ATTN_G][2];
+            for (int h = 0; h < G; ++h) acc[h][0] = acc[h][1] = _mm512_setzero_ps();
+            for (int i = 0; i < hd; i += 32)
+                for (int c2 = 0; c2 < 2; ++c2) {
+                    const __m512 kf = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(k + i + 16 * c2)));
+                    for (int h = 0; h < G; ++h)
+                        acc[h][c2] = _mm512_fmadd_ps(kf, _mm512_loadu_ps(scratch + h * qstride + qoff + i + 16 * c2), acc[h][c2]);
+                }
+            for (int h = 0; h < G; ++h) {
+                float *s = scratch + h * qstride;
+                s[j] = rase_avx2_reduce4(_mm512_castps512_ps256(acc[h][0]), rase_512_hi(acc[h][0]),
+                                         _mm512_castps512_ps256(acc[h][1]), rase_512_hi(acc[h][1])) * scale;
+#else
+            __m256 acc[RASE_ATTN_G][4];
+            for (int h = 0; h < G; ++h)
+                for (int c = 0; c < 4; ++c) acc[h][c] = _mm256_setzero_ps();
+            for (int i = 0; i < hd; i += 32)  // accumulator c takes elements 32 m + 8 c .. + 7
+                for (int c = 0; c < 4; ++c) {
+                    const __m256 kf = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + i + 8 * c)));
+                    for (int h = 0; h < G; ++h)
+                        acc[h][c] = _mm256_fmadd_ps(kf, _mm256_loadu_ps(scratch + h * qstride + qoff + i + 8 * c), acc[h][c]);
+                }
+            for (int h = 0; h < G; ++h) {
+                float *s = scratch + h * qstride;
+                s[j] = rase_avx2_reduce4(acc[h][0], acc[h][1], acc[h][2], acc[h][3]) * scale;
+#endif
+                if (s[j] > mx[h]) mx[h] = s[j];
+            }
+        }
+    }
+    for (int h = 0; h < G; ++h) {
+        float *s = scratch + h * qstride;
+        double sum = 0.0;
+        for (int j = 0; j < n; j += 8) {
+            const __m256 e = rase_avx2_expf(_mm256_sub_ps(_mm256_loadu_ps(s + j), _mm256_set1_ps(mx[h])));
+            _mm256_storeu_ps(s + j, e);
+            sum += (double)rase_avx2_hsum(e);
+        }
+        const __m256 inv = _mm256_set1_ps((float)(1.0 / sum));
+        for (int j = 0; j < n; j += 8)  // p rounded to f16, kept as f32 values
+            _mm256_storeu_ps(s + j, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_mul_ps(_mm256_loadu_ps(s + j), inv), 0)));
+    }
+    // P.V: partial sums per slot (position mod 32), each a sequential FMA chain over the valid
+    // positions of that slot in order; a chain lives in a register for 8 elements of the head
+    // and is stored once (the chains of SG slots x G queries run side by side)
+    const int SG = G >= 3 ? 2 : 4;
+    const int b0 = j0 / RASE_KV_BLOCK, b1 = (j1 + RASE_KV_BLOCK - 1) / RASE_KV_BLOCK;
+#if RASE_ATTN_WIDE
+#  define RASE_PV_VEC __m512
+#  define RASE_PV_W 16  // elements of the head per register: two 8-element chains side by side
+#  define RASE_PV_ZERO _mm512_setzero_ps
+#  define RASE_PV_LOAD(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
+#  define RASE_PV_FMA(v, p, acc) _mm512_fmadd_ps(v, _mm512_set1_ps(p), acc)
+#  define RASE_PV_STORE _mm512_storeu_ps
+#else
+#  define RASE_PV_VEC __m256
+#  define RASE_PV_W 8
+#  define RASE_PV_ZERO _mm256_setzero_ps
+#  define RASE_PV_LOAD(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+#  define RASE_PV_FMA(v, p, acc) _mm256_fmadd_ps(v, _mm256_set1_ps(p), acc)
+#  define RASE_PV_STORE _mm256_storeu_ps
+#endif
+    for (int s0 = 0; s0 < 32; s0 += SG)
+        for (int i = 0; i < hd; i += RASE_PV_W) {
+            RASE_PV_VEC acc[RASE_ATTN_G][4];
+            for (int h = 0; h < G; ++h)
+                for (int k = 0; k < SG; ++k) acc[h][k] = RASE_PV_ZERO();
+            for (int b = b0; b < b1; ++b) {
+                const uint16_t *v = kv->v + (int64_t)kv->table[b] * kv->block_stride + i;
+                for (int k = 0; k < SG; ++k) {
+                    const int j = b * RASE_KV_BLOCK + s0 + k;
+                    if (j < j0 || j >= j1) continue;
+                    const RASE_PV_VEC vf = RASE_PV_LOAD(v + (int64_t)(s0 + k) * kv->row_stride);
+                    for (int h = 0; h < G; ++h) acc[h][k] = RASE_PV_FMA(vf, scratch[h * qstride + j], acc[h][k]);
+                }
+            }
+            for (int h = 0; h < G; ++h)
+                for (int k = 0; k < SG; ++k)
+                    RASE_PV_STORE(scratch + h * qstride + poff + (int64_t)(s0 + k) * hd + i, acc[h][k]);
+        }
+#undef RASE_PV_VEC
+#undef RASE_PV_W
+#undef RASE_PV_ZERO
+#undef RASE_PV_LOAD
+#undef RASE_PV_FMA
+#undef RASE_PV_STORE
+    for (int h = 0; h < G; ++h) {
+        const float *part = scratch + h * qstride + poff;
+        for (int i = 0; i < hd; i += 8) {  // lane l of accumulator c holds slot 8c + l; reduce as ggml
+            __m256 z[8];
+            for (int l = 0; l < 8; ++l) {
+                const float *pl = part + l * hd + i;
+                z[l] = _mm256_add_ps(_mm256_add_ps(_mm256_loadu_ps(pl), _mm256_loadu_ps(pl + 16 * hd)),
+                                     _mm256_add_ps(_mm256_loadu_ps(pl + 8 * hd), _mm256_loadu_ps(pl + 24 * hd)));
+            }
+            // 128-bit halves, then two hadds: (z0+z4 + z1+z5) + (z2+z6 + z3+z7)
+            const __m256 r = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(z[0], z[4]), _mm256_add_ps(z[1], z[5])),
+                                           _mm256_add_ps(_mm256_add_ps(z[2], z[6]), _mm256_add_ps(z[3], z[7])));
+            _mm256_storeu_ps(out[h] + i, r);
+        }
+    }
+}
+
