@@ -7,45 +7,26 @@
 #include "_forward.h"
 
 // Y (T, rows) = A (T quantized activation rows, `as` bytes apart) w^T, reps times on n_threads;
-// returns the wall time of all reps in ns (-1: out of memory).
+// returns the wall time of all reps in ns.
 static int64_t rase_bench_matmul(int isa, const rase_mat *w, const uint8_t *A, size_t as, int T, float *Y,
                                  int n_threads, int reps) {
     rase_model m;
-    rase_scratch s;
     memset(&m, 0, sizeof m);
-    memset(&s, 0, sizeof s);
-    m.isa = isa;  // rase_mm_rows reads the ISA and the threads' r8x workspaces only
-    m.s = &s;
-    const int64_t nblk = w->cols / 32 + 1;
-    s.r8x = rase_alloc((size_t)n_threads * sizeof(rase_r8x_ws));
-    s.r8x_buf = rase_alloc((size_t)n_threads * RASE_R8_TILE * nblk * sizeof(act_r8x));
-    if (!s.r8x || !s.r8x_buf) {
-        free(s.r8x);
-        free(s.r8x_buf);
-        return -1;
-    }
+    m.isa = isa;  // rase_mm_rows reads only the ISA of the model
     const int64_t chunks = (w->rows + RASE_CHUNK_ROWS - 1) / RASE_CHUNK_ROWS;
     const int64_t t0 = rase_now_ns();
     for (int rep = 0; rep < reps; ++rep) {
         int64_t next = 0;
 #pragma omp parallel num_threads(n_threads)
         {
-            int ith = 0;
-#ifdef _OPENMP
-            ith = omp_get_thread_num();
-#endif
-            s.r8x[ith] = (rase_r8x_ws){s.r8x_buf + (size_t)ith * RASE_R8_TILE * nblk, nblk, NULL, 0, 0};
             for (int64_t c = __atomic_fetch_add(&next, 1, __ATOMIC_RELAXED); c < chunks;
                  c = __atomic_fetch_add(&next, 1, __ATOMIC_RELAXED)) {
                 const int64_t r0 = c * RASE_CHUNK_ROWS, r1 = r0 + RASE_CHUNK_ROWS < w->rows ? r0 + RASE_CHUNK_ROWS : w->rows;
-                rase_mm_rows(&m, w, A, as, T, Y, r0, r1, ith);
+                rase_mm_rows(&m, w, A, as, T, Y, r0, r1);
             }
         }
     }
-    const int64_t ns = rase_now_ns() - t0;
-    free(s.r8x);
-    free(s.r8x_buf);
-    return ns;
+    return rase_now_ns() - t0;
 }
 
 static uint64_t rase_bench_xor_ref(const uint8_t *p, int64_t lines) {

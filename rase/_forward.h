@@ -28,8 +28,8 @@ typedef struct {
     int type;             // ggml type id
     int64_t rows, cols;   // rows x cols, cols contiguous (ggml ne[1] x ne[0])
     int64_t row_bytes;
-    int layout;           // RASE_LAYOUT_PLAIN: data; RASE_LAYOUT_R8: packed
-    const uint8_t *packed;  // (ceil(rows / 8), cols / 32) r8 blocks (_repack.h), or NULL
+    int layout;           // RASE_LAYOUT_PLAIN: data; RASE_LAYOUT_R16: packed
+    const uint8_t *packed;  // (ceil(rows / 16), cols / 32) r16 blocks (_repack.h), or NULL
     int64_t group_bytes;  // bytes of one 8-row group in packed
 } rase_mat;
 
@@ -79,8 +79,6 @@ typedef struct {
     uint8_t *act_rows;     // (ACT_COUNT, max_rows, act_stride): shared quantized rows
     const float **act_src; // (n_threads, 2, ACT_COUNT): which input each buffer holds
     int64_t act_stride;
-    rase_r8x_ws *r8x;      // (n_threads,): laid-out activations of the AVX-512 repacked kernels
-    act_r8x *r8x_buf;      // (n_threads, RASE_R8_TILE, max_cols / 32)
 } rase_scratch;
 
 typedef struct { int32_t token, seq, pos; } rase_entry;
@@ -163,7 +161,7 @@ static void rase_kv_copy_rows(rase_kv_pool *kv, int32_t src, int32_t dst, int n)
 
 static void rase_scratch_free(rase_scratch *s) {
     void *bufs[] = {s->x, s->h, s->o, s->q, s->att, s->k, s->v, s->g, s->u, s->rope, s->scores,
-                    s->act, s->act_rows, (void *)s->act_src, s->r8x, s->r8x_buf};
+                    s->act, s->act_rows, (void *)s->act_src};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); ++i) free(bufs[i]);
     memset(s, 0, sizeof(*s));
 }
@@ -195,13 +193,8 @@ static int rase_scratch_alloc(rase_scratch *s, const rase_hparams *hp, int max_r
     s->act = rase_alloc((size_t)n_threads * ACT_COUNT * s->act_stride);
     s->act_rows = rase_alloc((size_t)ACT_COUNT * B * s->act_stride);
     s->act_src = rase_alloc((size_t)n_threads * 2 * ACT_COUNT * sizeof(float *));
-    s->r8x = rase_alloc((size_t)n_threads * sizeof(rase_r8x_ws));
-    s->r8x_buf = rase_alloc((size_t)n_threads * RASE_R8_TILE * (max_cols / 32 + 1) * sizeof(act_r8x));
-    if (s->r8x && s->r8x_buf)
-        for (int i = 0; i < n_threads; ++i)
-            s->r8x[i] = (rase_r8x_ws){s->r8x_buf + (size_t)i * RASE_R8_TILE * (max_cols / 32 + 1), max_cols / 32 + 1, NULL, 0, 0};
     if (!s->x || !s->h || !s->o || !s->q || !s->att || !s->k || !s->v || !s->g || !s->u || !s->rope ||
-        !s->scores || !s->act || !s->act_rows || !s->act_src || !s->r8x || !s->r8x_buf) {
+        !s->scores || !s->act || !s->act_rows || !s->act_src) {
         rase_scratch_free(s);
         return -1;
     }
@@ -342,7 +335,6 @@ static void rase_rope_table(float *cs, int pos, int n_rot, float base, float fre
 static void rase_sync(rase_model *m, int ith) {
     rase_barrier_wait_reset(&m->barrier, &m->job);
     for (int a = 0; a < 2 * ACT_COUNT; ++a) m->s->act_src[ith * 2 * ACT_COUNT + a] = NULL;
-    m->s->r8x[ith].src = NULL;  // the quantized rows may be rewritten from here on
 }
 
 // X (T, cols) quantized to activation format `act`, as rows `*astride` bytes apart; each row
@@ -373,15 +365,15 @@ static const uint8_t *rase_quantize_input(rase_model *m, int act, const float *X
     return buf;
 }
 
-#define RASE_CHUNK_ROWS 32  // rows per unit of matmul work (4 groups of the repacked layout)
+#define RASE_CHUNK_ROWS 32  // rows per unit of matmul work (2 groups of the repacked layout)
 
-// Y[t][r] = X[t] . w[r] for rows [r0, r1) (r0 a multiple of 8) and T tokens, A = X quantized
+// Y[t][r] = X[t] . w[r] for rows [r0, r1) (r0 a multiple of 16) and T tokens, A = X quantized
 // (rows `as` bytes apart). Tiles change with T (tokens per call, rows per group); the
 // arithmetic of each output element does not.
 static void rase_mm_rows(const rase_model *m, const rase_mat *w, const uint8_t *A, size_t as, int T, float *Y,
-                         int64_t r0, int64_t r1, int ith) {
-    if (w->layout == RASE_LAYOUT_R8) {
-        rase_r8_rows(m->isa, w->type, w->packed, w->group_bytes, w->cols, A, as, T, Y, w->rows, r0, r1, &m->s->r8x[ith]);
+                         int64_t r0, int64_t r1) {
+    if (w->layout == RASE_LAYOUT_R16) {
+        rase_r16_rows(m->isa, w->type, w->packed, w->group_bytes, w->cols, A, as, T, Y, w->rows, r0, r1);
         return;
     }
     const rase_dotn_fn dotn = rase_dotn_for(w->type, m->isa);
@@ -416,9 +408,9 @@ static void rase_matmuls(rase_model *m, int n, const rase_mat *const *w, const f
         while (i + 1 < (gate_u ? 1 : n) && c >= first[i + 1]) ++i;
         const int64_t r0 = (c - first[i]) * RASE_CHUNK_ROWS;
         const int64_t r1 = r0 + RASE_CHUNK_ROWS < w[i]->rows ? r0 + RASE_CHUNK_ROWS : w[i]->rows;
-        rase_mm_rows(m, w[i], A[i], as[i], T, Y[i], r0, r1, ith);
+        rase_mm_rows(m, w[i], A[i], as[i], T, Y[i], r0, r1);
         if (gate_u) {
-            rase_mm_rows(m, w[1], A[1], as[1], T, Y[1], r0, r1, ith);
+            rase_mm_rows(m, w[1], A[1], as[1], T, Y[1], r0, r1);
             for (int t = 0; t < T; ++t)
                 rase_gate(Y[0] + (int64_t)t * w[0]->rows + r0, Y[1] + (int64_t)t * w[1]->rows + r0, r1 - r0,
                           m->w->gelu_table, m->isa);
@@ -626,7 +618,6 @@ static void rase_step(rase_model *m, const rase_batch *b, const rase_sampler_ref
             m->job = 0;
         }  // implicit barrier: every thread sees n
         for (int a = 0; a < 2 * ACT_COUNT; ++a) m->s->act_src[ith * 2 * ACT_COUNT + a] = NULL;
-        m->s->r8x[ith].src = NULL;
         rase_embed(m, b, ith, nth);
         rase_sync(m, ith);
         for (int il = 0; il < m->w->hp.n_layer; ++il) {

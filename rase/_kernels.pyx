@@ -95,8 +95,8 @@ def dequantize_into(int qtype, const uint8_t[::1] src, float[::1] dst, isa=None)
 
 
 def repacked_types():
-    """ggml type ids whose weights run repacked, 8 rows interleaved (_repack.h)."""
-    return [t for t in range(RASE_GGML_TYPE_COUNT) if R8_TRAITS[t].blk_bytes]
+    """ggml type ids whose weights run repacked, 16 rows interleaved (_repack.h)."""
+    return [t for t in range(RASE_GGML_TYPE_COUNT) if R16_TRAITS[t].blk_bytes]
 
 
 cdef object _aligned(size_t nbytes):
@@ -110,32 +110,32 @@ REPACK_CHUNK_ROWS = 8192  # rows repacked between two calls of on_chunk
 
 
 def repack(int qtype, const uint8_t[:, ::1] w, int64_t cols, int n_threads=1, on_chunk=None):
-    """The (rows x cols) matrix w (rows of ggml blocks) in the 8-row layout (uint8 array).
+    """The (rows x cols) matrix w (rows of ggml blocks) in the 16-row layout (uint8 array).
     on_chunk(first_row, end_row, copied): called before (copied=False) and after (True) each
     chunk of rows is copied."""
     _check_type(qtype)
-    if not R8_TRAITS[qtype].blk_bytes:
+    if not R16_TRAITS[qtype].blk_bytes:
         raise ValueError(f"ggml type {qtype} is not repacked")
     cdef int64_t rows = w.shape[0], g0, g1, groups
     if rows < 1 or cols % 32 or w.shape[1] != (cols // QUANT_TRAITS[qtype].blck) * QUANT_TRAITS[qtype].size:
         raise ValueError("w must be (rows, row_bytes) of blocks for cols columns")
-    out = _aligned(rase_r8_bytes(qtype, rows, cols))
+    out = _aligned(rase_r16_bytes(qtype, rows, cols))
     cdef uint8_t[::1] o = out
-    groups = (rows + 7) // 8
-    for g0 in range(0, groups, REPACK_CHUNK_ROWS // 8):
-        g1 = min(groups, g0 + REPACK_CHUNK_ROWS // 8)
+    groups = (rows + RASE_R16 - 1) // RASE_R16
+    for g0 in range(0, groups, REPACK_CHUNK_ROWS // RASE_R16):
+        g1 = min(groups, g0 + REPACK_CHUNK_ROWS // RASE_R16)
         if on_chunk is not None:
-            on_chunk(g0 * 8, min(rows, g1 * 8), False)
+            on_chunk(g0 * RASE_R16, min(rows, g1 * RASE_R16), False)
         with nogil:
-            rase_r8_repack(qtype, &w[0, 0], w.shape[1], rows, cols, &o[0], g0, g1, n_threads)
+            rase_r16_repack(qtype, &w[0, 0], w.shape[1], rows, cols, &o[0], g0, g1, n_threads)
         if on_chunk is not None:
-            on_chunk(g0 * 8, min(rows, g1 * 8), True)
+            on_chunk(g0 * RASE_R16, min(rows, g1 * RASE_R16), True)
     return out
 
 
 def matmul(int qtype, const uint8_t[:, ::1] w, const float[:, ::1] x, isa=None):
     """x (T, cols) times the (rows x cols) matrix w of type qtype (rows of ggml blocks) as the
-    forward computes it: activations quantized per row, then the type's kernel (repacked 8-row
+    forward computes it: activations quantized per row, then the type's kernel (repacked 16-row
     groups, or row by row), tiles of up to RASE_NT tokens. Returns (T, rows) float32."""
     _check_type(qtype)
     cdef int64_t rows = w.shape[0], n = x.shape[1], t0, g
@@ -151,7 +151,6 @@ def matmul(int qtype, const uint8_t[:, ::1] w, const float[:, ::1] x, isa=None):
     out = _np.zeros((T, rows), dtype=_np.float32)
     cdef float[:, ::1] ov = out
     cdef rase_quant_fn quant = rase_act_quant_for(act, path)
-    cdef rase_r8x_ws ws
     cdef rase_dotn_fn dotn
     cdef const uint8_t[::1] pv
     cdef int64_t group
@@ -159,19 +158,13 @@ def matmul(int qtype, const uint8_t[:, ::1] w, const float[:, ::1] x, isa=None):
     cdef int j
     for t0 in range(T):
         quant(&x[t0, 0], &a[t0 * row], n)
-    if R8_TRAITS[qtype].blk_bytes:
+    if R16_TRAITS[qtype].blk_bytes:
         packed = repack(qtype, w, n)
         pv = packed
-        group = (n // 32) * R8_TRAITS[qtype].blk_bytes
-        ws.max_blocks = n // 32
-        ws.src, ws.nt, ws.nib = NULL, 0, 0
-        ws.buf = <act_r8x *>malloc(RASE_R8_TILE * ws.max_blocks * sizeof(act_r8x))
-        if ws.buf == NULL:
-            raise MemoryError()
-        with nogil:  # the forward's path: rows in chunks, each chunk's groups over tiles of tokens
+        group = (n // 32) * R16_TRAITS[qtype].blk_bytes
+        with nogil:  # the forward's path: rows in chunks of 32, each chunk's groups over tiles of tokens
             for g in range(0, rows, 32):
-                rase_r8_rows(path, qtype, &pv[0], group, n, &a[0], row, T, &ov[0, 0], rows, g, min(rows, g + 32), &ws)
-        free(ws.buf)
+                rase_r16_rows(path, qtype, &pv[0], group, n, &a[0], row, T, &ov[0, 0], rows, g, min(rows, g + 32))
         return out
     dotn = rase_dotn_for(qtype, path)
     with nogil:
@@ -199,7 +192,7 @@ def vec_dot(int qtype, const uint8_t[::1] w, const float[:, ::1] x, isa=None):
         raise ValueError(f"1..{RASE_NT} activation rows, got {nt}")
     if w.shape[0] != (n // blck) * size:
         raise ValueError(f"{n} elements need {(n // blck) * size} bytes, got {w.shape[0]}")
-    if R8_TRAITS[qtype].blk_bytes:  # one row of a repacked type: a group of 1
+    if R16_TRAITS[qtype].blk_bytes:  # one row of a repacked type: a group of 1
         return [float(v) for v in matmul(qtype, _np.asarray(w).reshape(1, -1), x, isa)[:, 0]]
     cdef int path = rase_isa if isa is None else _isa_id(isa)
     cdef size_t row = rase_act_bytes(act, n)
@@ -245,7 +238,7 @@ cdef class Weights:
         output (matrices), output_norm (vector); layers: one dict per layer with the _MATS
         matrices, _NORMS vectors (None = absent), window and rope_slot. A matrix is
         (data uint8, ggml type, rows, cols). Matrices of the repacked types are copied into
-        the 8-row layout (n_threads at a time); on_packed(data, start, end, copied) is called
+        the 16-row layout (n_threads at a time); on_packed(data, start, end, copied) is called
         before (copied=False) and after bytes [start, end) of a matrix's data are copied (after
         that they are not read again)."""
         self._keep = []
@@ -310,7 +303,7 @@ cdef class Weights:
         if (r, c) != (rows, cols):
             raise ValueError(f"{name}: shape ({r}, {c}), expected ({rows}, {cols})")
         _check_type(qtype)
-        if DOT_TRAITS[qtype].dotn[0] == NULL and not R8_TRAITS[qtype].blk_bytes:
+        if DOT_TRAITS[qtype].dotn[0] == NULL and not R16_TRAITS[qtype].blk_bytes:
             raise ValueError(f"{name}: no dot kernel for type {qtype}")
         cdef int blck = QUANT_TRAITS[qtype].blck
         cdef int kblk = 256 if DOT_TRAITS[qtype].act == ACT_Q8_K else blck
@@ -325,13 +318,13 @@ cdef class Weights:
         out.layout, out.packed, out.group_bytes = 0, NULL, 0
         self._keep.append(data)
         cdef const uint8_t[::1] pv
-        if R8_TRAITS[qtype].blk_bytes and name != "token_embd":  # the embedding is read row by row
+        if R16_TRAITS[qtype].blk_bytes and name != "token_embd":  # the embedding is read row by row
             chunk = None if self._on_packed is None else (
                 lambda r0, r1, copied: self._on_packed(data, r0 * row_bytes, r1 * row_bytes, copied))
             packed = repack(qtype, _np.asarray(view).reshape(rows, row_bytes), cols, self._threads, chunk)
             pv = packed
-            out.layout, out.packed = RASE_LAYOUT_R8, &pv[0]
-            out.group_bytes = (cols // 32) * R8_TRAITS[qtype].blk_bytes
+            out.layout, out.packed = RASE_LAYOUT_R16, &pv[0]
+            out.group_bytes = (cols // 32) * R16_TRAITS[qtype].blk_bytes
             self._keep.append(packed)
             self.packed_bytes += packed.shape[0]
         return 0
@@ -757,18 +750,18 @@ cdef class BenchMatrix:
         cdef int kblk = 256 if self.act == ACT_Q8_K else blck
         if cols == 0 or cols % kblk or w.shape[0] < 1 or w.shape[1] != (cols // blck) * size:
             raise ValueError(f"w (rows, {(cols // blck) * size}) for cols a multiple of {kblk} required")
-        if DOT_TRAITS[qtype].dotn[0] == NULL and not R8_TRAITS[qtype].blk_bytes:
+        if DOT_TRAITS[qtype].dotn[0] == NULL and not R16_TRAITS[qtype].blk_bytes:
             raise ValueError(f"ggml type {qtype} has no matmul kernel")
         self.path = rase_isa if isa is None else _isa_id(isa)
         self.w = w
         self.mat.data, self.mat.type, self.mat.rows, self.mat.cols = &w[0, 0], qtype, w.shape[0], cols
         self.mat.row_bytes, self.mat.layout, self.mat.packed, self.mat.group_bytes = w.shape[1], 0, NULL, 0
         cdef const uint8_t[::1] pv
-        if R8_TRAITS[qtype].blk_bytes:
+        if R16_TRAITS[qtype].blk_bytes:
             self.packed = repack(qtype, w, cols, n_threads)
             pv = self.packed
-            self.mat.layout, self.mat.packed = RASE_LAYOUT_R8, &pv[0]
-            self.mat.group_bytes = (cols // 32) * R8_TRAITS[qtype].blk_bytes
+            self.mat.layout, self.mat.packed = RASE_LAYOUT_R16, &pv[0]
+            self.mat.group_bytes = (cols // 32) * R16_TRAITS[qtype].blk_bytes
 
     @property
     def nbytes(self):

@@ -199,10 +199,10 @@ def test_the_repacked_types_are_the_32_element_block_types():
 
 
 @pytest.mark.parametrize("qtype", REPACKED, ids=lambda t: t.name)
-@pytest.mark.parametrize("rows,n", [(1, 32), (7, 64), (8, 96), (9, 32), (37, 256)])
+@pytest.mark.parametrize("rows,n", [(1, 32), (7, 64), (8, 96), (9, 32), (16, 64), (17, 32), (37, 256)])
 def test_repacked_matmul_is_the_same_on_every_isa_bit_for_bit(qtype, rows, n):
     """One definition per type: the scalar reference, the AVX2 kernel and the AVX-512 VNNI one
-    (where the CPU has it) give the same bits for every shape (partial groups of 8 rows, every
+    (where the CPU has it) give the same bits for every shape (partial groups of 16 rows, every
     tile of 1..4 tokens), and agree with numpy."""
     raw, deq = _matrix(qtype, rows, n, seed=rows * n)
     x = np.random.default_rng(rows).standard_normal((9, n)).astype(np.float32)
