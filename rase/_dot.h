@@ -812,6 +812,86 @@ RASE_TARGET_AVX512 static RASE_INLINE void dotn_f16_512_body(int64_t n, const vo
 }
 RASE_DOTN512(dotn_f16_512)
 
+// F16 rows [r0, r1) x T tokens on AVX-512, blocked so that a panel of 1024 columns of 4 tokens'
+// activations stays in L1 while pairs of rows stream past it; each (row, token) keeps the two
+// zmm chains of dotn_f16_512 (parked in acc between panels) and its tails at the row's end:
+// the same bits as dotn_f16_512 and vec_dot_f16_f32_avx2.
+#define RASE_F16_PANEL 1024
+RASE_TARGET_AVX512 static RASE_INLINE void rase_f16_panel_512(const int R, const int nt, int64_t i0, int64_t i1,
+                                                            const uint16_t *const *x, const float *const *y, __m512 *acc) {
+    __m512 z[2][4][2];
+    for (int r = 0; r < R; ++r)
+        for (int t = 0; t < nt; ++t) z[r][t][0] = acc[(r * 4 + t) * 2], z[r][t][1] = acc[(r * 4 + t) * 2 + 1];
+    for (int64_t i = i0; i < i1; i += 32) {
+        __m512 w[2][2];
+        for (int r = 0; r < R; ++r) {
+            RASE_PREFETCH_AHEAD(x[r] + i, 64);
+            w[r][0] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(x[r] + i)));
+            w[r][1] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(x[r] + i + 16)));
+        }
+        for (int t = 0; t < nt; ++t) {
+            const __m512 y0 = _mm512_loadu_ps(y[t] + i), y1 = _mm512_loadu_ps(y[t] + i + 16);
+            for (int r = 0; r < R; ++r) {
+                z[r][t][0] = _mm512_fmadd_ps(w[r][0], y0, z[r][t][0]);
+                z[r][t][1] = _mm512_fmadd_ps(w[r][1], y1, z[r][t][1]);
+            }
+        }
+    }
+    for (int r = 0; r < R; ++r)
+        for (int t = 0; t < nt; ++t) acc[(r * 4 + t) * 2] = z[r][t][0], acc[(r * 4 + t) * 2 + 1] = z[r][t][1];
+}
+
+RASE_TARGET_AVX512 static void rase_f16_rows_512(int64_t n, const uint8_t *data, int64_t row_bytes, int64_t r0,
+                                                 int64_t r1, const uint8_t *A, size_t as, int T, float *Y, int64_t ys) {
+    const int64_t nfull = n / 32 * 32;
+    for (int t0 = 0; t0 < T; t0 += 4) {
+        const int nt = T - t0 < 4 ? T - t0 : 4;
+        const float *y[4];
+        for (int t = 0; t < nt; ++t) y[t] = (const float *)(A + (size_t)(t0 + t) * as);
+        __m512 acc[32][4][2];  // (row of the chunk, token) chains, parked between panels
+        const int64_t nr = r1 - r0 < 32 ? r1 - r0 : 32;
+        for (int64_t rb = r0; rb < r1; rb += 32) {
+            const int64_t re = rb + nr < r1 ? rb + nr : r1;
+            for (int64_t r = rb; r < re; ++r)
+                for (int t = 0; t < nt; ++t) acc[r - rb][t][0] = acc[r - rb][t][1] = _mm512_setzero_ps();
+            for (int64_t i0 = 0; i0 < nfull; i0 += RASE_F16_PANEL) {
+                const int64_t i1 = i0 + RASE_F16_PANEL < nfull ? i0 + RASE_F16_PANEL : nfull;
+                for (int64_t r = rb; r < re; r += 2) {
+                    const uint16_t *x[2] = {(const uint16_t *)(data + r * row_bytes),
+                                            (const uint16_t *)(data + (r + 1 < re ? r + 1 : r) * row_bytes)};
+                    const int R = r + 1 < re ? 2 : 1;
+                    __m512 *a = &acc[r - rb][0][0];  // rows r, r + 1 are adjacent: 4 tokens x 2 apart
+                    switch (nt * 2 + R) {  // R and nt as constants
+                        case 3: rase_f16_panel_512(1, 1, i0, i1, x, y, a); break;
+                        case 4: rase_f16_panel_512(2, 1, i0, i1, x, y, a); break;
+                        case 5: rase_f16_panel_512(1, 2, i0, i1, x, y, a); break;
+                        case 6: rase_f16_panel_512(2, 2, i0, i1, x, y, a); break;
+                        case 7: rase_f16_panel_512(1, 3, i0, i1, x, y, a); break;
+                        case 8: rase_f16_panel_512(2, 3, i0, i1, x, y, a); break;
+                        case 9: rase_f16_panel_512(1, 4, i0, i1, x, y, a); break;
+                        default: rase_f16_panel_512(2, 4, i0, i1, x, y, a); break;
+                    }
+                }
+            }
+            for (int64_t r = rb; r < re; ++r) {  // tails and the horizontal sum, as dotn_f16_512
+                const uint16_t *x = (const uint16_t *)(data + r * row_bytes);
+                for (int t = 0; t < nt; ++t) {
+                    const __m512 z0 = acc[r - rb][t][0], z1 = acc[r - rb][t][1];
+                    __m256 a0 = _mm512_castps512_ps256(z0), a2 = _mm512_castps512_ps256(z1);
+                    const __m256 a1 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(z0), 1));
+                    const __m256 a3 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(z1), 1));
+                    int64_t j = nfull;
+                    for (; j + 8 <= n; j += 8)
+                        a0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + j))), _mm256_loadu_ps(y[t] + j), a0);
+                    float s = rase_avx2_hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+                    for (; j < n; ++j) s += rase_fp16_to_fp32(x[j]) * y[t][j];
+                    Y[(int64_t)(t0 + t) * ys + r] = s;
+                }
+            }
+        }
+    }
+}
+
 // -- float weights: the row stays in L1 across tokens
 #define RASE_FLOAT_DOTN(NAME, SINGLE)                                                          \
     RASE_TARGET_AVX2 static void NAME(int64_t n, const void *w, const void *a, size_t astride, \
@@ -844,14 +924,20 @@ RASE_REF_DOTN(dotn_q4_k_ref, vec_dot_q4_k_q8_k_ref)
 RASE_REF_DOTN(dotn_q5_k_ref, vec_dot_q5_k_q8_k_ref)
 RASE_REF_DOTN(dotn_q6_k_ref, vec_dot_q6_k_q8_k_ref)
 
+// Y[t * ys + r] for rows [r0, r1) of a plain matrix (rows row_bytes apart) and T tokens of A
+typedef void (*rase_rows_fn)(int64_t n, const uint8_t *data, int64_t row_bytes, int64_t r0, int64_t r1,
+                             const uint8_t *A, size_t as, int T, float *Y, int64_t ys);
+
 typedef struct {
     int act;                             // ACT_* the weights pair with
     rase_dotn_fn dotn[RASE_ISA_COUNT];   // [scalar reference, AVX2, AVX-512] or 0; up to RASE_NT tokens
+    rase_rows_fn rows[RASE_ISA_COUNT];   // optional, for several tokens: rows blocked over a panel
 } rase_dot_traits;
 
 static const rase_dot_traits DOT_TRAITS[RASE_GGML_TYPE_COUNT] = {
     [0] = {ACT_F32, {dotn_f32_ref, RASE_AVX2_DOT(dotn_f32_avx2)}},
-    [1] = {ACT_F32, {dotn_f16_ref, RASE_AVX2_DOT(dotn_f16_avx2), RASE_AVX2_DOT(dotn_f16_512)}},
+    [1] = {ACT_F32, {dotn_f16_ref, RASE_AVX2_DOT(dotn_f16_avx2), RASE_AVX2_DOT(dotn_f16_512)},
+           {0, 0, RASE_AVX2_DOT(rase_f16_rows_512)}},
     // the 32-element block types run repacked (_repack.h): only their activation format here
     [2] = {ACT_Q8_0},
     [3] = {ACT_Q8_1},

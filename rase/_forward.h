@@ -376,6 +376,11 @@ static void rase_mm_rows(const rase_model *m, const rase_mat *w, const uint8_t *
         rase_r16_rows(m->isa, w->type, w->packed, w->group_bytes, w->cols, A, as, T, Y, w->rows, r0, r1);
         return;
     }
+    const rase_rows_fn rows = DOT_TRAITS[w->type].rows[m->isa];
+    if (rows && T > 1) {  // the same bits as dotn, with the activations reused across rows
+        rows(w->cols, w->data, w->row_bytes, r0, r1, A, as, T, Y, w->rows);
+        return;
+    }
     const rase_dotn_fn dotn = rase_dotn_for(w->type, m->isa);
     float out[RASE_NT];
     for (int64_t r = r0; r < r1; ++r) {
