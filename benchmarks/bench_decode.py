@@ -1,7 +1,8 @@
 """rase vs llama.cpp on the same GGUF, same threads, interleaved: decode (tg128), prefill
-(pp512), time to first token, load time and peak RSS, with the ratios. Each measurement runs
-in a fresh process, alternating engines round by round, because this kind of machine is shared
-and noisy.
+(pp512), time to first token (the first 8-token prompt after load), load time and peak RSS,
+with the ratios. Each measurement runs in a fresh process, alternating engines round by round,
+because this kind of machine is shared and noisy; inside one, each test runs as llama-bench
+runs it: a warm-up, then the mean rate of 3 runs.
 
     python benchmarks/bench_decode.py [MODEL.gguf ...] [--threads 2] [--rounds 3]
         [--llama-bench PATH ...]           # llama.cpp's llama-bench (portable and/or native builds)
@@ -25,6 +26,7 @@ import sys
 import time
 
 PP, TG = 512, 128
+REPS = 3  # timed runs per test after a warm-up, as llama-bench -r 3
 
 
 def _prompt(n: int, vocab: int) -> list[int]:
@@ -40,18 +42,26 @@ def worker_rase(path: str, threads: int) -> dict:
     dec = load_gguf_decoder(None, path, n_ctx=PP + TG + 16, n_threads=threads)
     load = time.perf_counter() - t0
     ids = _prompt(PP, dec.vocab_size)
-    dec.prefill(ids[:16])  # warm-up: page the weights in, like llama.cpp's first eval
     t0 = time.perf_counter()
-    dec.prefill(ids)
-    pp = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    dec.prefill(ids[:8])
+    dec.prefill(ids[:8])  # the first call after load: what a user waits for
     ttft = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    for tok in ids[8:8 + TG]:
-        dec.decode(tok)
-    tg = time.perf_counter() - t0
-    return dict(load=load, pp=PP / pp, tg=TG / tg, ttft=ttft)
+
+    def tg_once() -> float:
+        dec.prefill(ids[:8])
+        t0 = time.perf_counter()
+        for tok in ids[8:8 + TG]:
+            dec.decode(tok)
+        return TG / (time.perf_counter() - t0)
+
+    def pp_once() -> float:
+        t0 = time.perf_counter()
+        dec.prefill(ids)
+        return PP / (time.perf_counter() - t0)
+
+    # llama-bench's procedure: one warm-up run of each test, then the mean rate of REPS runs
+    pp_once(), tg_once()
+    return dict(load=load, pp=statistics.mean(pp_once() for _ in range(REPS)),
+                tg=statistics.mean(tg_once() for _ in range(REPS)), ttft=ttft)
 
 
 def worker_llama(path: str, threads: int) -> dict:
@@ -62,20 +72,27 @@ def worker_llama(path: str, threads: int) -> dict:
                           n_threads_batch=threads, n_batch=PP, n_ubatch=PP, verbose=False)
     load = time.perf_counter() - t0
     ids = _prompt(PP, llm.n_vocab())
-    llm.eval(ids[:16])
-    llm.reset()
-    t0 = time.perf_counter()
-    llm.eval(ids)
-    pp = time.perf_counter() - t0
-    llm.reset()
     t0 = time.perf_counter()
     llm.eval(ids[:8])
     ttft = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    for tok in ids[8:8 + TG]:
-        llm.eval([tok])
-    tg = time.perf_counter() - t0
-    return dict(load=load, pp=PP / pp, tg=TG / tg, ttft=ttft)
+
+    def tg_once() -> float:
+        llm.reset()
+        llm.eval(ids[:8])
+        t0 = time.perf_counter()
+        for tok in ids[8:8 + TG]:
+            llm.eval([tok])
+        return TG / (time.perf_counter() - t0)
+
+    def pp_once() -> float:
+        llm.reset()
+        t0 = time.perf_counter()
+        llm.eval(ids)
+        return PP / (time.perf_counter() - t0)
+
+    pp_once(), tg_once()
+    return dict(load=load, pp=statistics.mean(pp_once() for _ in range(REPS)),
+                tg=statistics.mean(tg_once() for _ in range(REPS)), ttft=ttft)
 
 
 def _run_worker(python: str, engine: str, path: str, threads: int) -> dict | None:

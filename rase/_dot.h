@@ -817,13 +817,20 @@ RASE_DOTN512(dotn_f16_512)
 // zmm chains of dotn_f16_512 (parked in acc between panels) and its tails at the row's end:
 // the same bits as dotn_f16_512 and vec_dot_f16_f32_avx2.
 #define RASE_F16_PANEL 1024
+#ifndef RASE_F16_RP
+#define RASE_F16_RP 2  // rows per pass over a panel
+#endif
+#ifndef RASE_F16_TT
+#define RASE_F16_TT 6  // tokens per tile
+#endif
 RASE_TARGET_AVX512 static RASE_INLINE void rase_f16_panel_512(const int R, const int nt, int64_t i0, int64_t i1,
                                                             const uint16_t *const *x, const float *const *y, __m512 *acc) {
-    __m512 z[2][4][2];
+    __m512 z[RASE_F16_RP][RASE_F16_TT][2];
     for (int r = 0; r < R; ++r)
-        for (int t = 0; t < nt; ++t) z[r][t][0] = acc[(r * 4 + t) * 2], z[r][t][1] = acc[(r * 4 + t) * 2 + 1];
+        for (int t = 0; t < nt; ++t)
+            z[r][t][0] = acc[(r * RASE_F16_TT + t) * 2], z[r][t][1] = acc[(r * RASE_F16_TT + t) * 2 + 1];
     for (int64_t i = i0; i < i1; i += 32) {
-        __m512 w[2][2];
+        __m512 w[RASE_F16_RP][2];
         for (int r = 0; r < R; ++r) {
             RASE_PREFETCH_AHEAD(x[r] + i, 64);
             w[r][0] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(x[r] + i)));
@@ -838,38 +845,46 @@ RASE_TARGET_AVX512 static RASE_INLINE void rase_f16_panel_512(const int R, const
         }
     }
     for (int r = 0; r < R; ++r)
-        for (int t = 0; t < nt; ++t) acc[(r * 4 + t) * 2] = z[r][t][0], acc[(r * 4 + t) * 2 + 1] = z[r][t][1];
+        for (int t = 0; t < nt; ++t)
+            acc[(r * RASE_F16_TT + t) * 2] = z[r][t][0], acc[(r * RASE_F16_TT + t) * 2 + 1] = z[r][t][1];
 }
+
+// (R, nt) as constants for the panel loop
+#define RASE_F16_NT(R, nt)                                                                    \
+    switch (nt) {                                                                             \
+        case 1: rase_f16_panel_512(R, 1, i0, i1, x, y, a); break;                             \
+        case 2: rase_f16_panel_512(R, 2, i0, i1, x, y, a); break;                             \
+        case 3: rase_f16_panel_512(R, 3, i0, i1, x, y, a); break;                             \
+        case 4: rase_f16_panel_512(R, 4, i0, i1, x, y, a); break;                             \
+        case 5: rase_f16_panel_512(R, 5, i0, i1, x, y, a); break;                             \
+        default: rase_f16_panel_512(R, 6, i0, i1, x, y, a); break;                            \
+    }
+_Static_assert(RASE_F16_TT <= 6 && RASE_F16_RP <= 3, "RASE_F16_NT / the R switch cover these");
 
 RASE_TARGET_AVX512 static void rase_f16_rows_512(int64_t n, const uint8_t *data, int64_t row_bytes, int64_t r0,
                                                  int64_t r1, const uint8_t *A, size_t as, int T, float *Y, int64_t ys) {
     const int64_t nfull = n / 32 * 32;
-    for (int t0 = 0; t0 < T; t0 += 4) {
-        const int nt = T - t0 < 4 ? T - t0 : 4;
-        const float *y[4];
+    for (int t0 = 0; t0 < T; t0 += RASE_F16_TT) {
+        const int nt = T - t0 < RASE_F16_TT ? T - t0 : RASE_F16_TT;
+        const float *y[RASE_F16_TT];
         for (int t = 0; t < nt; ++t) y[t] = (const float *)(A + (size_t)(t0 + t) * as);
-        __m512 acc[32][4][2];  // (row of the chunk, token) chains, parked between panels
-        const int64_t nr = r1 - r0 < 32 ? r1 - r0 : 32;
+        __m512 acc[32][RASE_F16_TT][2];  // (row of the chunk, token) chains, parked between panels
         for (int64_t rb = r0; rb < r1; rb += 32) {
-            const int64_t re = rb + nr < r1 ? rb + nr : r1;
+            const int64_t re = rb + 32 < r1 ? rb + 32 : r1;
             for (int64_t r = rb; r < re; ++r)
                 for (int t = 0; t < nt; ++t) acc[r - rb][t][0] = acc[r - rb][t][1] = _mm512_setzero_ps();
             for (int64_t i0 = 0; i0 < nfull; i0 += RASE_F16_PANEL) {
                 const int64_t i1 = i0 + RASE_F16_PANEL < nfull ? i0 + RASE_F16_PANEL : nfull;
-                for (int64_t r = rb; r < re; r += 2) {
-                    const uint16_t *x[2] = {(const uint16_t *)(data + r * row_bytes),
-                                            (const uint16_t *)(data + (r + 1 < re ? r + 1 : r) * row_bytes)};
-                    const int R = r + 1 < re ? 2 : 1;
-                    __m512 *a = &acc[r - rb][0][0];  // rows r, r + 1 are adjacent: 4 tokens x 2 apart
-                    switch (nt * 2 + R) {  // R and nt as constants
-                        case 3: rase_f16_panel_512(1, 1, i0, i1, x, y, a); break;
-                        case 4: rase_f16_panel_512(2, 1, i0, i1, x, y, a); break;
-                        case 5: rase_f16_panel_512(1, 2, i0, i1, x, y, a); break;
-                        case 6: rase_f16_panel_512(2, 2, i0, i1, x, y, a); break;
-                        case 7: rase_f16_panel_512(1, 3, i0, i1, x, y, a); break;
-                        case 8: rase_f16_panel_512(2, 3, i0, i1, x, y, a); break;
-                        case 9: rase_f16_panel_512(1, 4, i0, i1, x, y, a); break;
-                        default: rase_f16_panel_512(2, 4, i0, i1, x, y, a); break;
+                for (int64_t r = rb; r < re; r += RASE_F16_RP) {
+                    const int R = re - r < RASE_F16_RP ? (int)(re - r) : RASE_F16_RP;
+                    const uint16_t *x[RASE_F16_RP];
+                    for (int k = 0; k < RASE_F16_RP; ++k)
+                        x[k] = (const uint16_t *)(data + (r + (k < R ? k : 0)) * row_bytes);
+                    __m512 *a = &acc[r - rb][0][0];  // rows r.. are adjacent in acc
+                    switch (R) {
+                        case 1: RASE_F16_NT(1, nt) break;
+                        case 2: RASE_F16_NT(2, nt) break;
+                        default: RASE_F16_NT(RASE_F16_RP, nt) break;
                     }
                 }
             }
