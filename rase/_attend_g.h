@@ -15,6 +15,11 @@ RASE_ATTN_TARGET static inline __attribute__((always_inline)) void RASE_ATTN_NAM
         for (int j = j1; j < n; ++j) s[j] = -INFINITY;
         mx[h] = -INFINITY;
     }
+    // Scores: per key and query the 8-lane sum x of the four chains, then x's horizontal sum
+    // (rase_avx2_reduce4's order), 8 keys at a time through rase_avx2_reduce8x (the same adds)
+    __m256 xs[RASE_ATTN_G][8], mxv[RASE_ATTN_G];
+    for (int h = 0; h < G; ++h) mxv[h] = _mm256_set1_ps(-INFINITY);
+    int nx = 0, jx = j0;  // keys waiting in xs, the first of them
     for (int b = j0 / RASE_KV_BLOCK; b * RASE_KV_BLOCK < j1; ++b) {  // block by block through the table
         const uint16_t *k = kv->k;
         RASE_ROWS(k, b, j0, j1, lo, hi);
@@ -28,10 +33,10 @@ RASE_ATTN_TARGET static inline __attribute__((always_inline)) void RASE_ATTN_NAM
                     for (int h = 0; h < G; ++h)
                         acc[h][c2] = _mm512_fmadd_ps(kf, _mm512_loadu_ps(scratch + h * qstride + qoff + i + 16 * c2), acc[h][c2]);
                 }
-            for (int h = 0; h < G; ++h) {
-                float *s = scratch + h * qstride;
-                s[j] = rase_avx2_reduce4(_mm512_castps512_ps256(acc[h][0]), rase_512_hi(acc[h][0]),
-                                         _mm512_castps512_ps256(acc[h][1]), rase_512_hi(acc[h][1])) * scale;
+            for (int h = 0; h < G; ++h) {  // (a0 + a2) + (a1 + a3)
+                const __m512 z = _mm512_add_ps(acc[h][0], acc[h][1]);
+                xs[h][nx] = _mm256_add_ps(_mm512_castps512_ps256(z), rase_512_hi(z));
+            }
 #else
             __m256 acc[RASE_ATTN_G][4];
             for (int h = 0; h < G; ++h)
@@ -42,12 +47,28 @@ RASE_ATTN_TARGET static inline __attribute__((always_inline)) void RASE_ATTN_NAM
                     for (int h = 0; h < G; ++h)
                         acc[h][c] = _mm256_fmadd_ps(kf, _mm256_loadu_ps(scratch + h * qstride + qoff + i + 8 * c), acc[h][c]);
                 }
-            for (int h = 0; h < G; ++h) {
-                float *s = scratch + h * qstride;
-                s[j] = rase_avx2_reduce4(acc[h][0], acc[h][1], acc[h][2], acc[h][3]) * scale;
+            for (int h = 0; h < G; ++h)
+                xs[h][nx] = _mm256_add_ps(_mm256_add_ps(acc[h][0], acc[h][2]), _mm256_add_ps(acc[h][1], acc[h][3]));
 #endif
-                if (s[j] > mx[h]) mx[h] = s[j];
+            if (++nx == 8) {
+                for (int h = 0; h < G; ++h) {
+                    const __m256 r = _mm256_mul_ps(rase_avx2_reduce8x(xs[h]), _mm256_set1_ps(scale));
+                    _mm256_storeu_ps(scratch + h * qstride + jx, r);
+                    mxv[h] = _mm256_max_ps(r, mxv[h]);  // a NaN score is never the max, as below
+                }
+                nx = 0, jx = j + 1;
             }
+        }
+    }
+    for (int h = 0; h < G; ++h) {
+        float *s = scratch + h * qstride;
+        float m8[8];
+        _mm256_storeu_ps(m8, mxv[h]);
+        for (int l = 0; l < 8; ++l)
+            if (m8[l] > mx[h]) mx[h] = m8[l];
+        for (int q = 0; q < nx; ++q) {
+            s[jx + q] = rase_avx2_reduce_x(xs[h][q]) * scale;
+            if (s[jx + q] > mx[h]) mx[h] = s[jx + q];
         }
     }
     for (int h = 0; h < G; ++h) {

@@ -180,11 +180,27 @@ RASE_TARGET_AVX2 static inline float rase_avx2_hsum(__m256 v) {
 }
 
 // ggml_vec_dot_f16's reduction of 4 accumulators: (a0 + a2) + (a1 + a3), halves, two hadds
-RASE_TARGET_AVX2 static inline float rase_avx2_reduce4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
-    const __m256 x = _mm256_add_ps(_mm256_add_ps(a0, a2), _mm256_add_ps(a1, a3));
+// the horizontal sum of x: (x0 + x4) + (x1 + x5), (x2 + x6) + (x3 + x7), then those two
+RASE_TARGET_AVX2 static inline float rase_avx2_reduce_x(__m256 x) {
     const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
     const __m128 t1 = _mm_hadd_ps(t0, t0);
     return _mm_cvtss_f32(_mm_hadd_ps(t1, t1));
+}
+
+RASE_TARGET_AVX2 static inline float rase_avx2_reduce4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
+    return rase_avx2_reduce_x(_mm256_add_ps(_mm256_add_ps(a0, a2), _mm256_add_ps(a1, a3)));
+}
+
+// lane k = rase_avx2_reduce_x(x[k]) for 8 vectors at once (the same adds in the same order)
+RASE_TARGET_AVX2 static inline __m256 rase_avx2_reduce8x(const __m256 *x) {
+    __m256 u[4];  // u[p] = [lo + hi of x[2p] | lo + hi of x[2p + 1]]
+    for (int p = 0; p < 4; ++p)
+        u[p] = _mm256_add_ps(_mm256_permute2f128_ps(x[2 * p], x[2 * p + 1], 0x20),
+                             _mm256_permute2f128_ps(x[2 * p], x[2 * p + 1], 0x31));
+    // hadd pairs within each 128-bit lane: [k0 01, k0 23, k2 01, k2 23 | k1 01, k1 23, k3 01, k3 23]
+    const __m256 h01 = _mm256_hadd_ps(u[0], u[1]), h23 = _mm256_hadd_ps(u[2], u[3]);
+    const __m256 r = _mm256_hadd_ps(h01, h23);  // [k0, k2, k4, k6 | k1, k3, k5, k7]
+    return _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 #endif
 
