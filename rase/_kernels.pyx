@@ -233,34 +233,32 @@ cdef class Weights:
     def __cinit__(self):
         self.layers = NULL
 
-    def __init__(self, dict hp, dict tensors, list layers, int n_threads=1, on_packed=None):
-        """hp: hyper-parameters (n_ctx = positions one sequence may reach); tensors: tok_embd,
-        output (matrices), output_norm (vector); layers: one dict per layer with the _MATS
-        matrices, _NORMS vectors (None = absent), window and rope_slot. A matrix is
-        (data uint8, ggml type, rows, cols). Matrices of the repacked types are copied into
-        the 16-row layout (n_threads at a time); on_packed(data, start, end, copied) is called
-        before (copied=False) and after bytes [start, end) of a matrix's data are copied (after
-        that they are not read again)."""
+    def __init__(self, plan, int n_threads=1, on_packed=None):
+        """plan: a rase.models.base.ForwardPlan (hyper-parameters, n_ctx = positions one
+        sequence may reach, tok_embd/output Matrix, output_norm, one LayerPlan per layer).
+        Matrices of the repacked types are copied into the 16-row layout (n_threads at a time);
+        on_packed(data, start, end, copied) is called before (copied=False) and after bytes
+        [start, end) of a matrix's data are copied (after that they are not read again)."""
         self._keep = []
         self._threads, self._on_packed = n_threads, on_packed
         cdef rase_hparams *h = &self.w.hp
-        h.n_layer, h.n_embd, h.n_head = hp["n_layer"], hp["n_embd"], hp["n_head"]
-        h.n_head_kv, h.head_dim, h.n_ff = hp["n_head_kv"], hp["head_dim"], hp["n_ff"]
-        h.n_vocab, h.n_ctx, h.n_rot = hp["n_vocab"], hp["n_ctx"], hp["n_rot"]
-        h.rope_neox, h.gelu = hp["rope_neox"], hp["gelu"]
-        h.attn_prescale = hp.get("attn_prescale", 0)
-        h.eps, h.embd_scale, h.attn_scale = hp["eps"], hp["embd_scale"], hp["attn_scale"]
+        h.n_layer, h.n_embd, h.n_head = plan.n_layer, plan.n_embd, plan.n_head
+        h.n_head_kv, h.head_dim, h.n_ff = plan.n_head_kv, plan.head_dim, plan.n_ff
+        h.n_vocab, h.n_ctx, h.n_rot = plan.n_vocab, plan.n_ctx, plan.n_rot
+        h.rope_neox, h.gelu, h.attn_prescale = bool(plan.rope_neox), bool(plan.gelu), bool(plan.attn_prescale)
+        h.eps, h.embd_scale, h.attn_scale = plan.eps, plan.embd_scale, plan.attn_scale
         for s in range(2):
-            h.rope_base[s] = hp["rope_base"][s]
-            h.rope_freq_scale[s] = hp["rope_freq_scale"][s]
+            h.rope_base[s] = plan.rope_base[s]
+            h.rope_freq_scale[s] = plan.rope_freq_scale[s]
         if min(h.n_layer, h.n_embd, h.n_head, h.n_head_kv, h.head_dim, h.n_ff, h.n_vocab,
                h.n_ctx) <= 0 or h.n_head % h.n_head_kv:
             raise ValueError("invalid hyper-parameters")
         if h.n_rot <= 0 or h.n_rot > h.head_dim or h.n_rot % 2:
             raise ValueError(f"rope dimension {h.n_rot} invalid for head_dim {h.head_dim}")
-        self._mat(&self.w.tok_embd, tensors["tok_embd"], h.n_vocab, h.n_embd, "token_embd")
-        self._mat(&self.w.output, tensors["output"], h.n_vocab, h.n_embd, "output")
-        self.w.output_norm = self._vec(tensors["output_norm"], h.n_embd, "output_norm")
+        self._mat(&self.w.tok_embd, plan.tok_embd, h.n_vocab, h.n_embd, "token_embd")
+        self._mat(&self.w.output, plan.output, h.n_vocab, h.n_embd, "output")
+        self.w.output_norm = self._vec(plan.output_norm, h.n_embd, "output_norm")
+        layers = plan.layers
         if len(layers) != h.n_layer:
             raise ValueError(f"{len(layers)} layer plans for {h.n_layer} layers")
         self.layers = <rase_layer *>calloc(h.n_layer, sizeof(rase_layer))
@@ -272,7 +270,7 @@ cdef class Weights:
         if rase_weights_init(&self.w) != 0:
             raise MemoryError()
 
-    cdef int _layer(self, rase_layer *L, int il, dict spec) except -1:
+    cdef int _layer(self, rase_layer *L, int il, object spec) except -1:
         cdef rase_hparams *h = &self.w.hp
         nq, nkv = h.n_head * h.head_dim, h.n_head_kv * h.head_dim
         shapes = {"wq": (nq, h.n_embd), "wk": (nkv, h.n_embd), "wv": (nkv, h.n_embd),
@@ -285,21 +283,22 @@ cdef class Weights:
         mats[:] = [&L.wq, &L.wk, &L.wv, &L.wo, &L.wgate, &L.wup, &L.wdown]
         norms[:] = [&L.attn_norm, &L.ffn_norm, &L.q_norm, &L.k_norm, &L.post_attn_norm, &L.post_ffn_norm]
         for j, name in enumerate(_MATS):
-            self._mat(mats[j], spec[name], shapes[name][0], shapes[name][1], f"blk.{il}.{name}")
+            self._mat(mats[j], getattr(spec, name), shapes[name][0], shapes[name][1], f"blk.{il}.{name}")
         for j, name in enumerate(_NORMS):
-            if spec.get(name) is None:
+            vec = getattr(spec, name)
+            if vec is None:
                 if name in ("attn_norm", "ffn_norm"):
                     raise ValueError(f"layer {il} needs {name}")
                 norms[j][0] = NULL
             else:
-                norms[j][0] = self._vec(spec[name], lens[name], f"blk.{il}.{name}")
-        L.window, L.rope_slot = spec.get("window", 0), spec.get("rope_slot", 0)
+                norms[j][0] = self._vec(vec, lens[name], f"blk.{il}.{name}")
+        L.window, L.rope_slot = spec.window, spec.rope_slot
         if L.rope_slot not in (0, 1) or (L.rope_slot == 1 and h.rope_base[1] <= 0) or L.window < 0:
             raise ValueError(f"layer {il}: bad window/rope slot")
         return 0
 
-    cdef int _mat(self, rase_mat *out, tuple spec, int64_t rows, int64_t cols, str name) except -1:
-        data, qtype, r, c = spec
+    cdef int _mat(self, rase_mat *out, object m, int64_t rows, int64_t cols, str name) except -1:
+        data, qtype, r, c = m.data, m.ggml_type, m.rows, m.cols
         if (r, c) != (rows, cols):
             raise ValueError(f"{name}: shape ({r}, {c}), expected ({rows}, {cols})")
         _check_type(qtype)

@@ -50,7 +50,7 @@ def load_plan(path: str | os.PathLike[str], architecture: str | None = None,
     if ctx < 1:
         raise InvalidGenerationConfig(f"n_ctx must be positive, got {n_ctx}")
     spec = ARCHITECTURES[arch].spec(g, hp)
-    hpd, tensors, layers = build_plan(g, hp, spec, ctx)
+    forward = build_plan(g, hp, spec, ctx)
     by_address = {t.data.ctypes.data: t for t in g.tensors.values()}
 
     def packed(data, start: int, end: int, copied: bool) -> None:
@@ -61,7 +61,7 @@ def load_plan(path: str | os.PathLike[str], architecture: str | None = None,
             (g.release if copied else g.populate)(t, start, end)
 
     try:
-        weights = _kernels.Weights(hpd, tensors, layers, default_threads(), packed)
+        weights = _kernels.Weights(forward, default_threads(), packed)
     except ValueError as exc:
         raise CorruptModelFile(g.path, str(exc)) from None
     eos = g.get("tokenizer.ggml.eos_token_id")

@@ -51,7 +51,61 @@ class ModelSpec:
     attn_prescale: bool = False  # scale Q before the QK product (gemma) instead of the scores
 
 
-# plan key -> GGUF tensor name suffix under blk.{i}.
+@dataclass(frozen=True)
+class Matrix:
+    """One weight matrix as the C forward takes it: rows of ggml blocks in the mmap."""
+    data: np.ndarray           # uint8, rows * row_bytes
+    ggml_type: int
+    rows: int
+    cols: int
+
+
+@dataclass(frozen=True)
+class LayerPlan:
+    wq: Matrix
+    wk: Matrix
+    wv: Matrix
+    wo: Matrix
+    wgate: Matrix
+    wup: Matrix
+    wdown: Matrix
+    attn_norm: np.ndarray      # float32 vectors; None = the layer has no such norm
+    ffn_norm: np.ndarray
+    q_norm: np.ndarray | None = None
+    k_norm: np.ndarray | None = None
+    post_attn_norm: np.ndarray | None = None
+    post_ffn_norm: np.ndarray | None = None
+    window: int = 0
+    rope_slot: int = 0
+
+
+@dataclass(frozen=True)
+class ForwardPlan:
+    """Everything _kernels.Weights copies into the C model (rase_hparams, rase_weights)."""
+    n_layer: int
+    n_embd: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int
+    n_ff: int
+    n_vocab: int
+    n_ctx: int                 # positions one sequence may reach
+    n_rot: int
+    rope_neox: bool
+    gelu: bool
+    attn_prescale: bool
+    eps: float
+    embd_scale: float
+    attn_scale: float
+    rope_base: tuple[float, float]        # per rope slot (slot 1 unused when 0)
+    rope_freq_scale: tuple[float, float]
+    tok_embd: Matrix
+    output: Matrix
+    output_norm: np.ndarray
+    layers: tuple[LayerPlan, ...]
+
+
+# plan field -> GGUF tensor name suffix under blk.{i}.
 LAYER_TENSORS = {
     "wq": "attn_q", "wk": "attn_k", "wv": "attn_v", "wo": "attn_output",
     "wgate": "ffn_gate", "wup": "ffn_up", "wdown": "ffn_down",
@@ -96,10 +150,10 @@ def read_hparams(g: GGUFFile) -> HParams:
     return hp
 
 
-def _matrix(t: TensorInfo) -> tuple:
+def _matrix(t: TensorInfo) -> Matrix:
     if len(t.ne) != 2:
         raise CorruptModelFile("", f"tensor {t.name!r} should be a matrix, has shape {t.shape}")
-    return (t.data, t.ggml_type, int(t.ne[1]), int(t.ne[0]))
+    return Matrix(t.data, t.ggml_type, int(t.ne[1]), int(t.ne[0]))
 
 
 def _vector(t: TensorInfo) -> np.ndarray:
@@ -118,35 +172,32 @@ def check_tensors(g: GGUFFile, spec: ModelSpec) -> None:
             f"{g.architecture} forward (biases, mixture-of-experts and extra layers are not supported)")
 
 
-def build_plan(g: GGUFFile, hp: HParams, spec: ModelSpec, n_ctx: int) -> tuple[dict, dict, list]:
-    """(hp dict, global tensors, per-layer dicts) for _kernels.Forward; weights stay in the mmap."""
+def build_plan(g: GGUFFile, hp: HParams, spec: ModelSpec, n_ctx: int) -> ForwardPlan:
+    """The typed plan for _kernels.Weights; weights stay in the mmap."""
     check_tensors(g, spec)
-    rope = list(spec.rope) + [(0.0, 1.0)] * (2 - len(spec.rope))
-    hpd = dict(
-        n_layer=hp.n_layer, n_embd=hp.n_embd, n_head=hp.n_head, n_head_kv=hp.n_head_kv,
-        head_dim=hp.head_dim, n_ff=hp.n_ff, n_vocab=hp.n_vocab, n_ctx=n_ctx, n_rot=hp.n_rot,
-        rope_neox=int(spec.rope_neox), gelu=int(spec.gelu), attn_prescale=int(spec.attn_prescale),
-        eps=hp.eps,
-        embd_scale=spec.embd_scale,
-        attn_scale=spec.attn_scale if spec.attn_scale is not None else 1.0 / math.sqrt(hp.head_dim),
-        rope_base=[r[0] for r in rope], rope_freq_scale=[r[1] for r in rope],
-    )
-    embd = g.tensor("token_embd.weight")
-    output = g.tensors.get("output.weight", embd)  # tied when absent
-    tensors = {"tok_embd": _matrix(embd), "output": _matrix(output),
-               "output_norm": _vector(g.tensor("output_norm.weight"))}
     if "rope_freqs.weight" in g.tensors:
         raise UnsupportedArchitecture(
             g.architecture or "?", reason="per-dimension RoPE frequency factors (Llama 3.1 "
             "rope_freqs) are not implemented yet")
+    rope = list(spec.rope) + [(0.0, 1.0)] * (2 - len(spec.rope))
+    embd = g.tensor("token_embd.weight")
+    output = g.tensors.get("output.weight", embd)  # tied when absent
     layers = []
     for il, ls in enumerate(spec.layers):
         need = ["wq", "wk", "wv", "wo", "wgate", "wup", "wdown", "attn_norm", "ffn_norm"]
         need += ["q_norm", "k_norm"] if ls.qk_norm else []
         need += ["post_attn_norm", "post_ffn_norm"] if ls.post_norms else []
-        layer: dict = {"window": ls.window, "rope_slot": ls.rope_slot}
+        parts = {}
         for key in need:
             t = g.tensor(f"blk.{il}.{LAYER_TENSORS[key]}.weight")
-            layer[key] = _matrix(t) if key.startswith("w") else _vector(t)
-        layers.append(layer)
-    return hpd, tensors, layers
+            parts[key] = _matrix(t) if key.startswith("w") else _vector(t)
+        layers.append(LayerPlan(**parts, window=ls.window, rope_slot=ls.rope_slot))
+    return ForwardPlan(
+        n_layer=hp.n_layer, n_embd=hp.n_embd, n_head=hp.n_head, n_head_kv=hp.n_head_kv,
+        head_dim=hp.head_dim, n_ff=hp.n_ff, n_vocab=hp.n_vocab, n_ctx=n_ctx, n_rot=hp.n_rot,
+        rope_neox=spec.rope_neox, gelu=spec.gelu, attn_prescale=spec.attn_prescale, eps=hp.eps,
+        embd_scale=spec.embd_scale,
+        attn_scale=spec.attn_scale if spec.attn_scale is not None else 1.0 / math.sqrt(hp.head_dim),
+        rope_base=(rope[0][0], rope[1][0]), rope_freq_scale=(rope[0][1], rope[1][1]),
+        tok_embd=_matrix(embd), output=_matrix(output),
+        output_norm=_vector(g.tensor("output_norm.weight")), layers=tuple(layers))
