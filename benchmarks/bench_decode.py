@@ -35,6 +35,29 @@ def _prompt(n: int, vocab: int) -> list[int]:
     return np.random.default_rng(0).integers(100, min(vocab, 20000), n).tolist()
 
 
+def _rates(reset, prefill, decode, ids: list[int]) -> dict:
+    """llama-bench's procedure for one engine: a warm-up run of each test, then the mean rate
+    of REPS runs. reset() starts a new sequence, prefill(tokens) evaluates a prompt after it,
+    decode(token) evaluates one more token."""
+    def pp_once() -> float:
+        reset()
+        t0 = time.perf_counter()
+        prefill(ids)
+        return PP / (time.perf_counter() - t0)
+
+    def tg_once() -> float:
+        reset()
+        prefill(ids[:8])
+        t0 = time.perf_counter()
+        for tok in ids[8:8 + TG]:
+            decode(tok)
+        return TG / (time.perf_counter() - t0)
+
+    pp_once(), tg_once()
+    return dict(pp=statistics.mean(pp_once() for _ in range(REPS)),
+                tg=statistics.mean(tg_once() for _ in range(REPS)))
+
+
 def worker_rase(path: str, threads: int) -> dict:
     from rase.decoder import load_gguf_decoder
 
@@ -45,23 +68,8 @@ def worker_rase(path: str, threads: int) -> dict:
     t0 = time.perf_counter()
     dec.prefill(ids[:8])  # the first call after load: what a user waits for
     ttft = time.perf_counter() - t0
-
-    def tg_once() -> float:
-        dec.prefill(ids[:8])
-        t0 = time.perf_counter()
-        for tok in ids[8:8 + TG]:
-            dec.decode(tok)
-        return TG / (time.perf_counter() - t0)
-
-    def pp_once() -> float:
-        t0 = time.perf_counter()
-        dec.prefill(ids)
-        return PP / (time.perf_counter() - t0)
-
-    # llama-bench's procedure: one warm-up run of each test, then the mean rate of REPS runs
-    pp_once(), tg_once()
-    return dict(load=load, pp=statistics.mean(pp_once() for _ in range(REPS)),
-                tg=statistics.mean(tg_once() for _ in range(REPS)), ttft=ttft)
+    # prefill starts a new sequence at position 0: nothing to reset
+    return dict(load=load, ttft=ttft, **_rates(lambda: None, dec.prefill, dec.decode, ids))
 
 
 def worker_llama(path: str, threads: int) -> dict:
@@ -75,24 +83,7 @@ def worker_llama(path: str, threads: int) -> dict:
     t0 = time.perf_counter()
     llm.eval(ids[:8])
     ttft = time.perf_counter() - t0
-
-    def tg_once() -> float:
-        llm.reset()
-        llm.eval(ids[:8])
-        t0 = time.perf_counter()
-        for tok in ids[8:8 + TG]:
-            llm.eval([tok])
-        return TG / (time.perf_counter() - t0)
-
-    def pp_once() -> float:
-        llm.reset()
-        t0 = time.perf_counter()
-        llm.eval(ids)
-        return PP / (time.perf_counter() - t0)
-
-    pp_once(), tg_once()
-    return dict(load=load, pp=statistics.mean(pp_once() for _ in range(REPS)),
-                tg=statistics.mean(tg_once() for _ in range(REPS)), ttft=ttft)
+    return dict(load=load, ttft=ttft, **_rates(llm.reset, llm.eval, lambda tok: llm.eval([tok]), ids))
 
 
 def _run_worker(python: str, engine: str, path: str, threads: int) -> dict | None:

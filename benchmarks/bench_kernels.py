@@ -78,7 +78,6 @@ def test_decode_matvec(benchmark, qtype, read_bandwidth):
     benchmark.extra_info.update(gb_per_s=round(gbs, 2), read_bandwidth_share=round(share, 3))
     print(f"\n  decode {qtype.name:5} {m.nbytes / 2**20:6.0f} MiB  {gbs:6.1f} GB/s = {share:5.1%} of "
           f"{read_bandwidth / 1e9:.1f} GB/s read ({THREADS} threads)")
-    assert gbs > 0
 
 
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
@@ -92,4 +91,3 @@ def test_prefill_gemm(benchmark, qtype):
     benchmark.extra_info.update(gops=round(gops, 1))
     print(f"\n  prefill {qtype.name:5} {PREFILL_ROWS} x {COLS} x {PREFILL_T} tokens  {gops:6.1f} GOPS "
           f"({THREADS} threads)")
-    assert gops > 0

@@ -366,10 +366,10 @@ RASE_TARGET_AVX2 static float vec_dot_bf16_f32_avx2(int64_t n, const void *w, co
 #define RASE_SUMM (*summ_)
 #define RASE_ACT(T, t, b) ((const T *)((const char *)a + (size_t)(t) * astride) + (b))
 
-// Instantiate NAME(n, w, a, astride, nt, out) from BODY(nt) specialised for nt = 1..4.
-#define RASE_DOTN(NAME)                                                                       \
-    RASE_TARGET_AVX2 static void NAME(int64_t n, const void *w, const void *a, size_t astride, \
-                                      int nt, float *out) {                                   \
+// Instantiate NAME(n, w, a, astride, nt, out) for TARGET from NAME##_body specialised for
+// nt = 1..RASE_NT (AVX2 kernels: RASE_DOTN, AVX-512 ones: RASE_DOTN512).
+#define RASE_DOTN_FOR(NAME, TARGET)                                                           \
+    TARGET static void NAME(int64_t n, const void *w, const void *a, size_t astride, int nt, float *out) { \
         switch (nt) {                                                                         \
             case 1: NAME##_body(n, w, a, astride, 1, out); break;                             \
             case 2: NAME##_body(n, w, a, astride, 2, out); break;                             \
@@ -381,6 +381,8 @@ RASE_TARGET_AVX2 static float vec_dot_bf16_f32_avx2(int64_t n, const void *w, co
             default: NAME##_body(n, w, a, astride, 8, out); break;                            \
         }                                                                                     \
     }
+_Static_assert(RASE_NT == 8, "RASE_DOTN_FOR specialises nt = 1..8");
+#define RASE_DOTN(NAME) RASE_DOTN_FOR(NAME, RASE_TARGET_AVX2)
 
 // -- K-quants: per 256-block the weights are unpacked to 8 vectors of unsigned values with
 // per-16 integer scales; the per-block integer sum folds scales in with madd.
@@ -561,20 +563,7 @@ RASE_DOTN(dotn_q6_k_avx2)
 
 // -- AVX-512 (BW, VNNI): two 32-element vectors of a K block per zmm; the integer sums are
 // the same exact integers as the AVX2 bodies, so the float steps after them give the same bits.
-#define RASE_DOTN512(NAME)                                                                    \
-    RASE_TARGET_AVX512 static void NAME(int64_t n, const void *w, const void *a, size_t astride, \
-                                        int nt, float *out) {                                 \
-        switch (nt) {                                                                         \
-            case 1: NAME##_body(n, w, a, astride, 1, out); break;                             \
-            case 2: NAME##_body(n, w, a, astride, 2, out); break;                             \
-            case 3: NAME##_body(n, w, a, astride, 3, out); break;                             \
-            case 4: NAME##_body(n, w, a, astride, 4, out); break;                             \
-            case 5: NAME##_body(n, w, a, astride, 5, out); break;                             \
-            case 6: NAME##_body(n, w, a, astride, 6, out); break;                             \
-            case 7: NAME##_body(n, w, a, astride, 7, out); break;                             \
-            default: NAME##_body(n, w, a, astride, 8, out); break;                            \
-        }                                                                                     \
-    }
+#define RASE_DOTN512(NAME) RASE_DOTN_FOR(NAME, RASE_TARGET_AVX512)
 
 // zmm of 32 i16: lanes 0-15 scale s16[a], 16-31 s16[b] (or per 8: a, a+1, a+2, a+3 with quad)
 RASE_TARGET_AVX512 static RASE_INLINE __m512i rase_k512_scales(__m256i s16, int a, int quad) {
