@@ -228,19 +228,23 @@ cdef class Weights:
     cdef list _keep  # owners of every buffer the plan points into
     cdef readonly int64_t packed_bytes  # private copies made at load (repacked weights)
     cdef int _threads
+    cdef int _isa    # the kernel path every Forward over this plan runs, fixed here at load
     cdef object _on_packed
 
     def __cinit__(self):
         self.layers = NULL
 
-    def __init__(self, plan, int n_threads=1, on_packed=None):
+    def __init__(self, plan, int n_threads=1, on_packed=None, isa=None):
         """plan: a rase.models.base.ForwardPlan (hyper-parameters, n_ctx = positions one
         sequence may reach, tok_embd/output Matrix, output_norm, one LayerPlan per layer).
+        isa: the kernel path (an isa_names() entry; default: the one selected now), fixed for
+        the plan's life: set_isa later changes new plans only.
         Matrices of the repacked types are copied into the 16-row layout (n_threads at a time);
         on_packed(data, start, end, copied) is called before (copied=False) and after bytes
         [start, end) of a matrix's data are copied (after that they are not read again)."""
         self._keep = []
         self._threads, self._on_packed = n_threads, on_packed
+        self._isa = rase_isa if isa is None else _isa_id(isa)
         cdef rase_hparams *h = &self.w.hp
         h.n_layer, h.n_embd, h.n_head = plan.n_layer, plan.n_embd, plan.n_head
         h.n_head_kv, h.head_dim, h.n_ff = plan.n_head_kv, plan.head_dim, plan.n_ff
@@ -349,6 +353,10 @@ cdef class Weights:
         return self.w.hp.n_vocab
 
     @property
+    def isa(self):
+        return RASE_ISA_NAMES[self._isa].decode()
+
+    @property
     def kv_bytes_per_token(self):
         """f16 K and V of one position, all layers."""
         return 2 * 2 * self.w.hp.n_layer * self.w.hp.n_head_kv * self.w.hp.head_dim
@@ -431,6 +439,7 @@ cdef class Forward:
         self.m.w = &weights.w
         self.m.kv = &self.kv
         self.m.s = &self.s
+        self.m.isa = weights._isa
         if rase_kv_pool_alloc(&self.kv, &weights.w.hp, n_blocks) != 0:
             raise MemoryError(f"cannot allocate a KV pool of {n_blocks} blocks")
         if rase_scratch_alloc(&self.s, &weights.w.hp, max_rows, n_threads) != 0:
@@ -514,7 +523,6 @@ cdef class Forward:
         b.out_rows, b.n_out, b.logits = out_rows, n_out, &lv[0, 0]
         try:
             self._set_trace(trace, T)
-            self.m.isa = rase_isa
             with nogil:
                 rase_step(&self.m, &b, NULL, NULL)
         finally:
@@ -555,7 +563,6 @@ cdef class Forward:
         b.n_out = n_out
         b.logits = &lv[0, 0]
         self._set_trace(trace, n)
-        self.m.isa = rase_isa
         with nogil:
             rase_step(&self.m, &b, refs, tp)
         self.m.trace = NULL

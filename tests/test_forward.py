@@ -50,6 +50,23 @@ def test_forward_matches_numpy_spec(tiny_models, arch, qtype, isa):
         _kernels.set_isa(previous)
 
 
+def test_the_isa_is_fixed_in_the_plan_at_load(tiny_models):
+    """A plan runs the kernel path selected when it was loaded; set_isa afterwards changes new
+    plans only (a serving model never switches kernels between two steps)."""
+    path = tiny_models("llama", QuantType.Q4_K)
+    previous = _kernels.get_isa()
+    _kernels.set_isa("scalar")
+    try:
+        scalar = load_gguf_decoder(None, path)
+        want = scalar.prefill(TOKENS, all_logits=True)
+        _kernels.set_isa(_kernels.isa_best())
+        assert scalar.plan.weights.isa == "scalar"
+        assert np.array_equal(scalar.prefill(TOKENS, all_logits=True), want)
+        assert load_gguf_decoder(None, path).plan.weights.isa == _kernels.isa_best()
+    finally:
+        _kernels.set_isa(previous)
+
+
 @pytest.mark.parametrize("arch", ARCHS)
 def test_thread_count_does_not_change_logits(tiny_models, arch):
     path = tiny_models(arch, QuantType.Q4_K)
