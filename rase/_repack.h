@@ -68,11 +68,11 @@ static inline int rase_r16_nib(int type) { return type == 2 || type == 3; }
 static inline int rase_r16_has_min(int type) { return type == 3 || type == 7; }
 
 // Group g of a (rows x n) plain matrix (rows `row_bytes` apart) into dst (n / 32 blocks).
-static void rase_r16_repack_group(int type, const uint8_t *src, int64_t row_bytes, int64_t rows, int64_t n,
+static inline __attribute__((always_inline)) void rase_r16_repack_group(int type, const uint8_t *src, int64_t row_bytes, int64_t rows, int64_t n,
                                   int64_t g, uint8_t *dst, size_t blk_bytes) {
     const int src_blk = type == 8 ? 34 : type == 2 ? 18 : type == 3 ? 20 : type == 6 ? 22 : 24;
     const int has_min = rase_r16_has_min(type), qoff = has_min ? 64 : 32;
-    memset(dst, 0, (size_t)(n / 32) * blk_bytes);
+    if ((g + 1) * RASE_R16 > rows) memset(dst, 0, (size_t)(n / 32) * blk_bytes);  // a full group writes every byte
     for (int r = 0; r < RASE_R16 && g * RASE_R16 + r < rows; ++r) {
         const uint8_t *row = src + (g * RASE_R16 + r) * row_bytes;
         for (int64_t b = 0; b < n / 32; ++b) {
@@ -408,14 +408,24 @@ static inline size_t rase_r16_bytes(int type, int64_t rows, int64_t n) {
     return (size_t)((rows + RASE_R16 - 1) / RASE_R16) * (size_t)(n / 32) * R16_TRAITS[type].blk_bytes;
 }
 
-// groups [g0, g1) of the matrix, split over n_threads (at load, outside any forward)
+// groups [g0, g1) of the matrix, split over n_threads (at load, outside any forward); one loop
+// per type so each is compiled with its type a constant
+#define RASE_R16_REPACK_LOOP(T)                                                                        \
+    _Pragma("omp parallel for num_threads(n_threads) schedule(static) if (g1 - g0 >= 64)")             \
+    for (int64_t g = g0; g < g1; ++g)                                                                  \
+        rase_r16_repack_group(T, src, row_bytes, rows, n, g, dst + g * group, R16_TRAITS[T].blk_bytes)
+
 static void rase_r16_repack(int type, const uint8_t *src, int64_t row_bytes, int64_t rows, int64_t n, uint8_t *dst,
                             int64_t g0, int64_t g1, int n_threads) {
     const size_t group = (size_t)(n / 32) * R16_TRAITS[type].blk_bytes;
     (void)n_threads;
-#pragma omp parallel for num_threads(n_threads) schedule(static) if (g1 - g0 >= 64)
-    for (int64_t g = g0; g < g1; ++g)
-        rase_r16_repack_group(type, src, row_bytes, rows, n, g, dst + g * group, R16_TRAITS[type].blk_bytes);
+    switch (type) {
+        case 2: RASE_R16_REPACK_LOOP(2); break;
+        case 3: RASE_R16_REPACK_LOOP(3); break;
+        case 6: RASE_R16_REPACK_LOOP(6); break;
+        case 7: RASE_R16_REPACK_LOOP(7); break;
+        default: RASE_R16_REPACK_LOOP(8); break;
+    }
 }
 
 #endif  // RASE_REPACK_H
