@@ -95,6 +95,7 @@ RASE_ATTN_TARGET static inline __attribute__((always_inline)) void RASE_ATTN_NAM
 #  define RASE_PV_LOAD(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
 #  define RASE_PV_FMA(v, p, acc) _mm512_fmadd_ps(v, _mm512_set1_ps(p), acc)
 #  define RASE_PV_STORE _mm512_storeu_ps
+#  define RASE_PV_REGS 24  // of 32 zmm
 #else
 #  define RASE_PV_VEC __m256
 #  define RASE_PV_W 8
@@ -102,31 +103,49 @@ RASE_ATTN_TARGET static inline __attribute__((always_inline)) void RASE_ATTN_NAM
 #  define RASE_PV_LOAD(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
 #  define RASE_PV_FMA(v, p, acc) _mm256_fmadd_ps(v, _mm256_set1_ps(p), acc)
 #  define RASE_PV_STORE _mm256_storeu_ps
+#  define RASE_PV_REGS 12  // of 16 ymm
 #endif
+    // IC register-blocked chunks of the head per pass: each V row is read once per pass, not
+    // once per chunk (the chains are unchanged: slot k, element i, over the blocks in order)
+    const int nchunk = hd / RASE_PV_W;
+    const int IC = G * SG * 4 <= RASE_PV_REGS && nchunk % 4 == 0 ? 4 : G * SG * 2 <= RASE_PV_REGS && nchunk % 2 == 0 ? 2 : 1;
+#define RASE_PV_PASS(ICC)                                                                              \
+    {                                                                                                  \
+        RASE_PV_VEC acc[RASE_ATTN_G][4][ICC];                                                          \
+        for (int h = 0; h < G; ++h)                                                                    \
+            for (int k = 0; k < SG; ++k)                                                               \
+                for (int c = 0; c < ICC; ++c) acc[h][k][c] = RASE_PV_ZERO();                           \
+        for (int b = b0; b < b1; ++b) {                                                                \
+            const uint16_t *v = kv->v + (int64_t)kv->table[b] * kv->block_stride + i;                 \
+            for (int k = 0; k < SG; ++k) {                                                             \
+                const int j = b * RASE_KV_BLOCK + s0 + k;                                              \
+                if (j < j0 || j >= j1) continue;                                                       \
+                const uint16_t *vr = v + (int64_t)(s0 + k) * kv->row_stride;                           \
+                for (int c = 0; c < ICC; ++c) {                                                        \
+                    const RASE_PV_VEC vf = RASE_PV_LOAD(vr + c * RASE_PV_W);                           \
+                    for (int h = 0; h < G; ++h) acc[h][k][c] = RASE_PV_FMA(vf, scratch[h * qstride + j], acc[h][k][c]); \
+                }                                                                                      \
+            }                                                                                          \
+        }                                                                                              \
+        for (int h = 0; h < G; ++h)                                                                    \
+            for (int k = 0; k < SG; ++k)                                                               \
+                for (int c = 0; c < ICC; ++c)                                                          \
+                    RASE_PV_STORE(scratch + h * qstride + poff + (int64_t)(s0 + k) * hd + i + c * RASE_PV_W, acc[h][k][c]); \
+    }
     for (int s0 = 0; s0 < 32; s0 += SG)
-        for (int i = 0; i < hd; i += RASE_PV_W) {
-            RASE_PV_VEC acc[RASE_ATTN_G][4];
-            for (int h = 0; h < G; ++h)
-                for (int k = 0; k < SG; ++k) acc[h][k] = RASE_PV_ZERO();
-            for (int b = b0; b < b1; ++b) {
-                const uint16_t *v = kv->v + (int64_t)kv->table[b] * kv->block_stride + i;
-                for (int k = 0; k < SG; ++k) {
-                    const int j = b * RASE_KV_BLOCK + s0 + k;
-                    if (j < j0 || j >= j1) continue;
-                    const RASE_PV_VEC vf = RASE_PV_LOAD(v + (int64_t)(s0 + k) * kv->row_stride);
-                    for (int h = 0; h < G; ++h) acc[h][k] = RASE_PV_FMA(vf, scratch[h * qstride + j], acc[h][k]);
-                }
-            }
-            for (int h = 0; h < G; ++h)
-                for (int k = 0; k < SG; ++k)
-                    RASE_PV_STORE(scratch + h * qstride + poff + (int64_t)(s0 + k) * hd + i, acc[h][k]);
+        for (int i = 0; i < hd; i += RASE_PV_W * IC) {
+            if (IC == 4) RASE_PV_PASS(4)
+            else if (IC == 2) RASE_PV_PASS(2)
+            else RASE_PV_PASS(1)
         }
+#undef RASE_PV_PASS
 #undef RASE_PV_VEC
 #undef RASE_PV_W
 #undef RASE_PV_ZERO
 #undef RASE_PV_LOAD
 #undef RASE_PV_FMA
 #undef RASE_PV_STORE
+#undef RASE_PV_REGS
     for (int h = 0; h < G; ++h) {
         const float *part = scratch + h * qstride + poff;
         for (int i = 0; i < hd; i += 8) {  // lane l of accumulator c holds slot 8c + l; reduce as ggml
