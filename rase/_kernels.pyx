@@ -230,11 +230,13 @@ cdef class Weights:
     cdef int _threads
     cdef int _isa    # the kernel path every Forward over this plan runs, fixed here at load
     cdef object _on_packed
+    cdef dict _cached     # name -> packed bytes given at load (a cache), or None
+    cdef readonly dict repacked  # name -> packed bytes this load made (for the cache)
 
     def __cinit__(self):
         self.layers = NULL
 
-    def __init__(self, plan, int n_threads=1, on_packed=None, isa=None):
+    def __init__(self, plan, int n_threads=1, on_packed=None, isa=None, packed=None):
         """plan: a rase.models.base.ForwardPlan (hyper-parameters, n_ctx = positions one
         sequence may reach, tok_embd/output Matrix, output_norm, one LayerPlan per layer).
         isa: the kernel path (an isa_names() entry; default: the one selected now), fixed for
@@ -245,6 +247,7 @@ cdef class Weights:
         self._keep = []
         self._threads, self._on_packed = n_threads, on_packed
         self._isa = rase_isa if isa is None else _isa_id(isa)
+        self._cached, self.repacked = packed, {}
         cdef rase_hparams *h = &self.w.hp
         h.n_layer, h.n_embd, h.n_head = plan.n_layer, plan.n_embd, plan.n_head
         h.n_head_kv, h.head_dim, h.n_ff = plan.n_head_kv, plan.head_dim, plan.n_ff
@@ -322,9 +325,12 @@ cdef class Weights:
         self._keep.append(data)
         cdef const uint8_t[::1] pv
         if R16_TRAITS[qtype].blk_bytes and name != "token_embd":  # the embedding is read row by row
-            chunk = None if self._on_packed is None else (
-                lambda r0, r1, copied: self._on_packed(data, r0 * row_bytes, r1 * row_bytes, copied))
-            packed = repack(qtype, _np.asarray(view).reshape(rows, row_bytes), cols, self._threads, chunk)
+            packed = None if self._cached is None else self._cached.get(name)
+            if packed is None or packed.nbytes != rase_r16_bytes(qtype, rows, cols) or packed.ctypes.data % 64:
+                chunk = None if self._on_packed is None else (
+                    lambda r0, r1, copied: self._on_packed(data, r0 * row_bytes, r1 * row_bytes, copied))
+                packed = repack(qtype, _np.asarray(view).reshape(rows, row_bytes), cols, self._threads, chunk)
+                self.repacked[name] = packed
             pv = packed
             out.layout, out.packed = RASE_LAYOUT_R16, &pv[0]
             out.group_bytes = (cols // 32) * R16_TRAITS[qtype].blk_bytes

@@ -7,6 +7,7 @@ from pathlib import Path
 SIMD_ENV = "RASE_SIMD"  # "scalar" | "avx2" | "avx512" | unset (= best the CPU supports)
 THREADS_ENV = "RASE_NUM_THREADS"
 STORE_ENV = "RASE_STORE"
+PACK_CACHE_ENV = "RASE_PACK_CACHE"  # unset: the user cache dir; "0"/"off": no cache; else a directory
 
 
 def simd_request() -> str | None:
@@ -20,6 +21,17 @@ def default_store() -> Path:
         return Path(os.environ[STORE_ENV]).expanduser()
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(base) / "rase"
+
+
+def pack_cache_dir() -> Path | None:
+    """Where repacked weights are kept (rase/pack_cache.py), or None when disabled."""
+    value = os.environ.get(PACK_CACHE_ENV, "").strip()
+    if value.lower() in ("0", "off", "false", "no"):
+        return None
+    if value:
+        return Path(value).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "rase" / "packed"
 
 
 def physical_cores() -> int:

@@ -1,5 +1,7 @@
 """GGUF file -> the C plan of one model, built once at load and shared by everything that runs
-it (the single-stream decoder, the model's worker thread). Weights stay in the mmap."""
+it (the single-stream decoder, the model's worker thread). Weights stay in the mmap, except the
+repacked types' 16-row copies: mapped from pack_cache when an earlier load wrote them, else made
+here (and written for the next load)."""
 from __future__ import annotations
 
 import os
@@ -11,6 +13,7 @@ from .errors import CorruptModelFile, InvalidGenerationConfig, UnsupportedArchit
 from .gguf import GGUFFile
 from .models import ARCHITECTURES, resolve
 from .models.base import HParams, build_plan, read_hparams
+from .pack_cache import PackCache
 
 DEFAULT_MAX_CTX = 4096   # positions per sequence when the caller does not say (KV pages fill lazily)
 KV_BLOCK = _kernels.KV_BLOCK
@@ -60,10 +63,12 @@ def load_plan(path: str | os.PathLike[str], architecture: str | None = None,
         if t is not None:
             (g.release if copied else g.populate)(t, start, end)
 
+    cache = PackCache(g.path)
     try:
-        weights = _kernels.Weights(forward, default_threads(), packed)
+        weights = _kernels.Weights(forward, default_threads(), packed, packed=cache.load())
     except ValueError as exc:
         raise CorruptModelFile(g.path, str(exc)) from None
+    cache.save_in_background(weights.repacked)  # later loads map it instead of repacking
     eos = g.get("tokenizer.ggml.eos_token_id")
     eos = eos if g.metadata_types.get("tokenizer.ggml.eos_token_id") == 4 else None
     return ModelPlan(g, arch, hp, ctx, weights, eos)

@@ -2,13 +2,21 @@
 outside the repo in $RASE_TEST_MODELS or ~/.cache/rase/test-models)."""
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sysconfig
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from rase import sources
+
+# repacked weights (rase/pack_cache.py) go to a directory of this run, not the user's cache
+if "RASE_PACK_CACHE" not in os.environ:
+    os.environ["RASE_PACK_CACHE"] = _PACK_DIR = tempfile.mkdtemp(prefix="rase-test-pack-")
+    atexit.register(shutil.rmtree, _PACK_DIR, True)
 
 
 def models_dir() -> Path:

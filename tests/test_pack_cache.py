@@ -1,0 +1,96 @@
+"""Repacked weights on disk (rase/pack_cache.py): a later load maps them and gets the same
+logits; any change to the model file or to the cache file is a miss, never wrong weights."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from rase import QuantType
+from rase.decoder import load_gguf_decoder
+from rase.pack_cache import PackCache
+from rase.plan import load_plan
+
+TOKENS = [1, 5, 9, 33, 77, 100, 3, 4]
+
+
+def _wait_for_saves() -> None:
+    import threading
+
+    for t in threading.enumerate():
+        if t.name == "rase-pack-cache":
+            t.join()
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    d = tmp_path / "packed"
+    monkeypatch.setenv("RASE_PACK_CACHE", str(d))
+    return d
+
+
+def _logits(path) -> np.ndarray:
+    return load_gguf_decoder(None, path).prefill(TOKENS, all_logits=True)
+
+
+@pytest.mark.parametrize("qtype", [QuantType.Q8_0, QuantType.Q4_0, QuantType.Q4_1, QuantType.Q5_0])
+def test_a_second_load_maps_the_packed_weights_and_gives_the_same_logits(tmp_path, cache_dir, tiny_models, qtype):
+    path = tmp_path / "m.gguf"
+    path.write_bytes(tiny_models("qwen3", qtype).read_bytes())
+    first = load_plan(path)
+    assert first.weights.repacked  # a miss: repacked here
+    want = _logits(path)
+    _wait_for_saves()
+    assert list(cache_dir.glob("*.r16")) and list(cache_dir.glob("*.ok"))
+    again = load_plan(path)
+    assert again.weights.repacked == {}  # every packed matrix came from the file
+    assert np.array_equal(_logits(path), want)
+
+
+def test_a_changed_model_file_or_cache_file_is_a_miss(tmp_path, cache_dir, tiny_models):
+    path = tmp_path / "m.gguf"
+    path.write_bytes(tiny_models("llama", QuantType.Q8_0).read_bytes())
+    want = _logits(path)
+    _wait_for_saves()
+    [r16] = cache_dir.glob("*.r16")
+    data = bytearray(r16.read_bytes())
+    data[-100:] = b"\x7f" * 100  # tampered weights: the file's size/mtime no longer match
+    r16.write_bytes(bytes(data))
+    assert PackCache(path).load() is None
+    assert load_plan(path).weights.repacked and np.array_equal(_logits(path), want)
+    _wait_for_saves()
+    os.utime(path, ns=(1, 1))  # the model file changed: another key
+    assert PackCache(path).load() is None
+
+
+def test_a_cache_file_with_a_bad_header_is_a_miss_not_a_crash(tmp_path, cache_dir, tiny_models):
+    path = tmp_path / "m.gguf"
+    path.write_bytes(tiny_models("llama", QuantType.Q4_0).read_bytes())
+    load_plan(path)
+    _wait_for_saves()
+    cache = PackCache(path)
+    for body in (b"", b"RASEPK01" + b"\xff" * 8, b"RASEPK01" + (5).to_bytes(8, "little") + b"{bad}",
+                 b"NOTMAGIC" + b"\0" * 100):
+        cache.path.write_bytes(body)
+        st = os.stat(cache.path)  # a stamp that matches: only the contents are wrong
+        cache.path.with_suffix(".ok").write_text(json.dumps([st.st_size, st.st_mtime_ns, st.st_ino]))
+        assert PackCache(path).load() is None
+    header = json.dumps({"key": cache.key, "entries": [["output", 4096, 1 << 40]]}).encode()
+    cache.path.write_bytes(b"RASEPK01" + len(header).to_bytes(8, "little") + header)
+    st = os.stat(cache.path)
+    cache.path.with_suffix(".ok").write_text(json.dumps([st.st_size, st.st_mtime_ns, st.st_ino]))
+    assert PackCache(path).load() is None  # an entry past the end of the file
+
+
+def test_disabled_or_unwritable_caches_still_load(tmp_path, monkeypatch, tiny_models):
+    path = tiny_models("gemma3", QuantType.Q8_0)
+    monkeypatch.setenv("RASE_PACK_CACHE", "off")
+    assert not PackCache(path).enabled and load_plan(path).weights.repacked
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    monkeypatch.setenv("RASE_PACK_CACHE", str(blocked / "sub"))
+    assert load_plan(path).weights.repacked
+    _wait_for_saves()
+    assert blocked.read_text() == "not a directory"
