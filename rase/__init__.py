@@ -9,7 +9,7 @@ from . import _kernels
 from .config import simd_request
 from .errors import (
     BackendUnavailable, Cancelled, ChatTemplateError, ContextOverflow, CorruptModelFile, HubDownloadError,
-    IntegrityMismatch, InvalidGenerationConfig, InvalidLogits, InvalidModelId, ManifestError,
+    IntegrityMismatch, InvalidGenerationConfig, InvalidGrammar, InvalidLogits, InvalidModelId, ManifestError,
     MissingDependency, ModelFileNotFound,
     ModelNotFound, RaseError, TokenizerError, UnsupportedArchitecture, UnsupportedFormat,
     UnsupportedQuantType,
@@ -71,7 +71,7 @@ def __getattr__(name: str):
 
 __all__ = [
     "BackendUnavailable", "Cancelled", "ChatTemplateError", "ContextOverflow", "CorruptModelFile", "GGUFFile",
-    "HubDownloadError", "IntegrityMismatch", "InvalidGenerationConfig", "InvalidLogits",
+    "HubDownloadError", "IntegrityMismatch", "InvalidGenerationConfig", "InvalidGrammar", "InvalidLogits",
     "InvalidModelId", "ManifestError", "MissingDependency", "ModelFileNotFound", "ModelNotFound", "QuantType", "RaseError",
     "TensorInfo", "TokenizerError", "UnsupportedArchitecture", "UnsupportedFormat",
     "UnsupportedQuantType", "__version__", "build_info", "dequantize", *_API,

@@ -98,6 +98,7 @@ typedef struct {  // one row's sampler state (owned by its request)
     rase_rng *rng;
     rase_cand *work;           // (n_vocab,)
     const int32_t *counts;     // (n_vocab,) or NULL
+    const uint32_t *allow;     // (ceil(n_vocab / 32),) the grammar's bitmask, or NULL
 } rase_sampler_ref;
 
 typedef struct {
@@ -605,8 +606,8 @@ static void rase_embed(rase_model *m, const rase_batch *b, int ith, int nth) {
 
 // One step. The caller checks: 1 <= n <= max_rows; n_out <= max_rows; tokens < n_vocab;
 // 0 <= pos < n_ctx; every (seq, pos) row has a block in its table; out_rows in [0, n).
-// samplers (n_out) or NULL: when given, tokens[j] = the token sampled from logits row j (-1 if
-// those logits are not finite), rows split across threads (each sampler has its own RNG).
+// samplers (n_out) or NULL: when given, tokens[j] = the token sampled from logits row j (or
+// rase_sample's RASE_SAMPLE_INVALID / RASE_SAMPLE_NONE), rows split across threads (each sampler has its own RNG).
 static void rase_step(rase_model *m, const rase_batch *b, const rase_sampler_ref *samplers, int32_t *tokens) {
     const int E = m->w->hp.n_embd, V = m->w->hp.n_vocab;
 #pragma omp parallel num_threads(m->s->n_threads)
@@ -640,7 +641,7 @@ static void rase_step(rase_model *m, const rase_batch *b, const rase_sampler_ref
             rase_sync(m, ith);
             for (int j = ith; j < b->n_out; j += nth) {
                 const rase_sampler_ref *r = &samplers[j];
-                tokens[j] = rase_sample(b->logits + (int64_t)j * V, V, r->counts, r->p, r->rng, r->work);
+                tokens[j] = rase_sample(b->logits + (int64_t)j * V, V, r->counts, r->p, r->rng, r->work, r->allow);
             }
         }
     }

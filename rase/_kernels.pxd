@@ -1,5 +1,5 @@
 # rase/_kernels.pxd: the C boundary of rase._kernels, declared once (every header it calls into).
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 
 cdef extern from "_simd.h" nogil:
     int RASE_ISA_SCALAR
@@ -88,8 +88,10 @@ cdef extern from "_sample.h" nogil:
         float logit
         int32_t id
     void rase_rng_seed(rase_rng *r, uint64_t seed)
+    int RASE_SAMPLE_INVALID
+    int RASE_SAMPLE_NONE
     int32_t rase_sample(const float *logits, int32_t n, const int32_t *counts, const rase_sampling *p,
-                        rase_rng *rng, rase_cand *work)
+                        rase_rng *rng, rase_cand *work, const uint32_t *allow)
 
 cdef extern from "_forward.h" nogil:
     int RASE_KV_BLOCK
@@ -139,6 +141,7 @@ cdef extern from "_forward.h" nogil:
         rase_rng *rng
         rase_cand *work
         const int32_t *counts
+        const uint32_t *allow
     ctypedef struct rase_model:
         const rase_weights *w
         rase_kv_pool *kv

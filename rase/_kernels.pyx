@@ -4,7 +4,7 @@
 Every public function is a `def` shim: it checks types and shapes with the GIL held, then enters
 a `noexcept nogil` C core that never touches Python objects.
 """
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc
 
 
@@ -368,15 +368,21 @@ cdef class Weights:
         return 2 * 2 * self.w.hp.n_layer * self.w.hp.n_head_kv * self.w.hp.head_dim
 
 
+SAMPLE_INVALID = RASE_SAMPLE_INVALID  # sample()/step() token: the logits are not finite
+SAMPLE_NONE = RASE_SAMPLE_NONE        # the mask allowed no token
+
+
 cdef class Sampler:
     """Samples token ids from logits rows with an explicit seeded RNG; counts of the tokens
-    accepted so far feed the repeat/presence/frequency penalties. The GIL is released while it
-    runs (alone, or inside Forward.step)."""
+    accepted so far feed the repeat/presence/frequency penalties; an optional bitmask (a
+    grammar's allowed tokens) restricts the candidates. The GIL is released while it runs
+    (alone, or inside Forward.step)."""
     cdef rase_sampling p
     cdef rase_rng rng
     cdef rase_cand *work
     cdef int32_t n
     cdef object counts  # int32 (n,)
+    cdef object _mask   # int32 (ceil(n / 32),) or None: the allowed tokens of the next draw
 
     def __cinit__(self):
         self.work = NULL
@@ -395,6 +401,7 @@ cdef class Sampler:
         if self.work == NULL:
             raise MemoryError()
         self.counts = _np.zeros(n_vocab, dtype=_np.int32)
+        self._mask = None
 
     def __dealloc__(self):
         free(self.work)
@@ -403,21 +410,53 @@ cdef class Sampler:
         cdef int32_t[::1] cv = self.counts
         return &cv[0]
 
+    cdef const uint32_t *allow_ptr(self):
+        cdef int32_t[::1] mv
+        if self._mask is None:
+            return NULL
+        mv = self._mask
+        return <const uint32_t *>&mv[0]
+
+    @property
+    def mask_words(self):
+        return (self.n + 31) // 32
+
+    @property
+    def mask(self):
+        """The bitmask the next draws use (bit i of word i // 32: token i allowed), or None."""
+        return self._mask
+
+    @mask.setter
+    def mask(self, value):
+        if value is not None and not (isinstance(value, _np.ndarray) and value.dtype == _np.int32
+                                      and value.shape == (self.mask_words,) and value.flags.c_contiguous):
+            raise ValueError(f"mask must be a C-contiguous int32 array of {self.mask_words} words, or None")
+        self._mask = value
+
     def accept(self, int token):
         """Record a token as part of the history the penalties see (prompt or generated)."""
         if 0 <= token < self.n:
             self.counts[token] += 1
 
-    def sample(self, logits):
-        """One token id from a (n_vocab,) float32 row; -1 if the logits are not finite."""
+    def sample(self, logits, allow=None):
+        """One token id from a (n_vocab,) float32 row: SAMPLE_INVALID if the logits are not
+        finite, SAMPLE_NONE if nothing is allowed. allow: a bitmask for this draw (default:
+        the sampler's mask)."""
         row = _np.ascontiguousarray(logits, dtype=_np.float32)
         if row.ndim != 1 or row.shape[0] != self.n:
             raise ValueError(f"logits must be ({self.n},) float32")
+        saved = self._mask
+        if allow is not None:
+            self.mask = allow
         cdef const float[::1] lv = row
         cdef const int32_t *cp = self.counts_ptr()
+        cdef const uint32_t *ap = self.allow_ptr()
         cdef int32_t out
-        with nogil:
-            out = rase_sample(&lv[0], self.n, cp, &self.p, &self.rng, self.work)
+        try:
+            with nogil:
+                out = rase_sample(&lv[0], self.n, cp, &self.p, &self.rng, self.work, ap)
+        finally:
+            self._mask = saved
         return out
 
 
@@ -623,6 +662,7 @@ cdef class Forward:
             self._refs[j].rng = &sp.rng
             self._refs[j].work = sp.work
             self._refs[j].counts = sp.counts_ptr()
+            self._refs[j].allow = sp.allow_ptr()
         return self._refs
 
     cdef int _set_trace(self, trace, int n) except -1:

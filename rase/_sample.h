@@ -81,12 +81,22 @@ static inline float rase_penalized(const float *logits, const int32_t *counts, c
     return l;
 }
 
-// Returns the sampled id, or -1 if the logits are unusable (NaN/inf after the penalties).
-// logits (n) are only read; counts (n) = occurrences so far (or NULL); work holds n candidates.
+#define RASE_SAMPLE_INVALID (-1)  // a logit is NaN/inf after the penalties
+#define RASE_SAMPLE_NONE (-2)     // the mask allows no token
+
+// token i allowed by the bitmask (ceil(n / 32) words, llguidance's layout; NULL: every token)
+static inline int rase_allowed(const uint32_t *allow, int32_t i) {
+    return !allow || (allow[i >> 5] >> (i & 31)) & 1u;
+}
+
+// Returns the sampled id, RASE_SAMPLE_INVALID or RASE_SAMPLE_NONE. logits (n) are only read;
+// counts (n) = occurrences so far (or NULL); work holds n candidates; allow: the grammar's
+// bitmask or NULL. Masked ids are never candidates: top-k, top-p, min-p and the draw see the
+// allowed ids only (k = min(top_k, allowed)); with allow NULL the bits are those of no mask.
 // One pass applies the penalties, checks finiteness and keeps the top_k best (a heap), so the
 // cost is ~n compares, not a copy and selection of the whole vocabulary.
 static int32_t rase_sample(const float *logits, int32_t n, const int32_t *counts, const rase_sampling *p,
-                           rase_rng *rng, rase_cand *work) {
+                           rase_rng *rng, rase_cand *work, const uint32_t *allow) {
     const int penalize = counts && (p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f ||
                                     p->frequency_penalty != 0.0f);
     if (p->temperature == 0.0f) {  // greedy: the first maximum
@@ -94,17 +104,18 @@ static int32_t rase_sample(const float *logits, int32_t n, const int32_t *counts
         float bl = -INFINITY;
         for (int32_t i = 0; i < n; ++i) {
             const float l = rase_penalized(logits, counts, p, penalize, i);
-            if (!isfinite(l)) return -1;
-            if (best < 0 || l > bl) { best = i; bl = l; }
+            if (!isfinite(l)) return RASE_SAMPLE_INVALID;
+            if (rase_allowed(allow, i) && (best < 0 || l > bl)) { best = i; bl = l; }
         }
-        return best;
+        return best < 0 ? RASE_SAMPLE_NONE : best;
     }
     // top-k: the k first candidates in rase_cand_before order, then sorted
     const int32_t k = p->top_k > 0 && p->top_k < n ? p->top_k : n;
     int32_t m = 0;
     for (int32_t i = 0; i < n; ++i) {
         const rase_cand c = {rase_penalized(logits, counts, p, penalize, i), i};
-        if (!isfinite(c.logit)) return -1;
+        if (!isfinite(c.logit)) return RASE_SAMPLE_INVALID;
+        if (!rase_allowed(allow, i)) continue;
         if (m < k) {
             work[m++] = c;
             if (m == k)
@@ -114,6 +125,7 @@ static int32_t rase_sample(const float *logits, int32_t n, const int32_t *counts
             rase_heap_down(work, k, 0);
         }
     }
+    if (m == 0) return RASE_SAMPLE_NONE;
     qsort(work, (size_t)m, sizeof(rase_cand), rase_cand_desc);
     // temperature and softmax (in double for the sums)
     const double t = p->temperature, peak = work[0].logit / t;
@@ -123,7 +135,7 @@ static int32_t rase_sample(const float *logits, int32_t n, const int32_t *counts
         work[i].logit = (float)w;
         total += w;
     }
-    if (!(total > 0.0) || !isfinite(total)) return -1;
+    if (!(total > 0.0) || !isfinite(total)) return RASE_SAMPLE_INVALID;
     // top-p: the smallest prefix whose mass reaches p; min-p: relative to the most likely
     int32_t keep = m;
     if (p->top_p < 1.0f) {

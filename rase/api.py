@@ -18,11 +18,13 @@ from typing import AsyncIterator, Callable, Iterator, Sequence
 from . import __version__  # noqa: F401
 from .channel import RequestHandle
 from .config import default_store
-from .errors import BackendUnavailable, InvalidGenerationConfig
+from .errors import BackendUnavailable, InvalidGenerationConfig, InvalidGrammar
 from .generation import GenerationConfig
 from .registry import ModelRegistry
 from .request import Completion
 from .session import DEVICES, SessionCache, load_session
+from .structured import grammar_spec
+from .tools import ToolSpec, ToolText, tool_constraint, tool_spec
 from .textgen import run_text, stop_tokens_with_eos
 from .textstate import TextState
 
@@ -107,25 +109,40 @@ class Engine:
     # -------------------------------------------------------------- submission
 
     def _submit(self, model: str, ids_of: Callable, stop: Sequence[str] | str | None, think: str,
-                gen: dict) -> RequestHandle:
+                gen: dict, structure: dict, tools: ToolSpec | None = None) -> RequestHandle:
         config = _config(dict(gen))
+        spec = grammar_spec(**structure)  # a malformed format fails before the model loads
+        if spec is not None and tools is not None:
+            raise InvalidGrammar("tools and a response_format/grammar/regex cannot be combined", "tools")
         stops = [stop] if isinstance(stop, str) else list(stop or [])
         session = self.session(model)
+        constraint = None if spec is None else session.grammar_vocab().constraint(spec)
+        text = TextState.for_tokenizer(session.tokenizer, stop=stops, think=think)
+        if tools is not None:
+            constraint, fmt = tool_constraint(session, tools)
+            text = ToolText(text, fmt)
         ids = ids_of(session)
         config = dataclasses.replace(config, stop_tokens=stop_tokens_with_eos(config, session.plan.eos_token))
-        text = TextState.for_tokenizer(session.tokenizer, stop=stops, think=think)
-        return session.worker.submit(ids, config, text)
+        return session.worker.submit(ids, config, text, constraint)
 
     def submit_chat(self, model: str, messages: list[dict], *, stop=None, think: str = "keep",
+                    response_format: dict | None = None, grammar: str | None = None, regex: str | None = None,
+                    tools: list[dict] | None = None, tool_choice=None, parallel_tool_calls: bool | None = None,
                     **gen) -> RequestHandle:
         """Queue a chat request (the model's chat template renders it; EOS stops); the handle
-        iterates text deltas and ends with a Completion."""
-        return self._submit(model, lambda s: s.render_chat(messages), stop, think, gen)
+        iterates text deltas (and tools.ToolCallDelta items when tools are called) and ends with
+        a Completion. response_format (OpenAI's: json_object, json_schema), grammar (Lark or
+        GBNF) or regex constrain the answer token by token; tools / tool_choice /
+        parallel_tool_calls are OpenAI's (calls in Completion.tool_calls)."""
+        spec = tool_spec(tools, tool_choice, parallel_tool_calls)
+        return self._submit(model, lambda s: s.render_chat(messages, spec), stop, think, gen,
+                            dict(response_format=response_format, grammar=grammar, regex=regex), spec)
 
-    def submit_complete(self, model: str, prompt: str, *, stop=None, **gen) -> RequestHandle:
+    def submit_complete(self, model: str, prompt: str, *, stop=None, response_format: dict | None = None,
+                        grammar: str | None = None, regex: str | None = None, **gen) -> RequestHandle:
         """Queue a plain completion (the prompt gets the model's automatic special tokens)."""
         return self._submit(model, lambda s: s.tokenizer.encode(prompt, add_special_tokens=True, parse_special=False),
-                            stop, "keep", gen)
+                            stop, "keep", gen, dict(response_format=response_format, grammar=grammar, regex=regex))
 
     # -------------------------------------------------------------- blocking
 
@@ -143,7 +160,7 @@ class Engine:
                     break
                 if handle.cancelled:
                     continue  # drain to the end; nothing more reaches the caller
-                if delta:
+                if isinstance(delta, str) and delta:
                     shown.append(delta)
                 if cancelled() or (delta and on_delta is not None and on_delta(delta) is False):
                     handle.cancel()

@@ -6,6 +6,7 @@ default -> ChatTemplateError (plain completion still works).
 """
 from __future__ import annotations
 
+import json
 from typing import Callable, Mapping, Sequence
 
 from .errors import ChatTemplateError, InvalidGenerationConfig
@@ -25,14 +26,63 @@ def message_text(content) -> str:
 
 
 def _check(messages: Sequence[Message]) -> list[tuple[str, str]]:
+    return [(m["role"], m["content"]) for m in normalize_messages(messages)]
+
+
+def _tool_call(call, where: str) -> dict:
+    f = call.get("function") if isinstance(call, Mapping) else None
+    if not isinstance(f, Mapping) or not isinstance(f.get("name"), str):
+        raise InvalidGenerationConfig(f"{where}: a tool call needs function.name and function.arguments")
+    args = f.get("arguments", "{}")
+    if isinstance(args, str):  # OpenAI sends a JSON string; templates expect the object
+        try:
+            args = json.loads(args)
+        except json.JSONDecodeError:
+            args = None
+    if not isinstance(args, dict):
+        raise InvalidGenerationConfig(f"{where}: function.arguments must be a JSON object")
+    return {"id": call.get("id"), "type": "function", "function": {"name": f["name"], "arguments": args}}
+
+
+def normalize_messages(messages: Sequence[Message]) -> list[dict]:
+    """Messages as templates expect them: content text ("" for null), developer -> system,
+    assistant tool_calls with their arguments as objects, tool results with their call id."""
     if not messages:
         raise InvalidGenerationConfig("chat messages must not be empty")
     out = []
-    for m in messages:
+    for i, m in enumerate(messages):
         role = m.get("role") if isinstance(m, Mapping) else None
-        if not isinstance(role, str) or "content" not in m:
+        if not isinstance(role, str) or "content" not in m and not m.get("tool_calls"):
             raise InvalidGenerationConfig(f"each message needs a string 'role' and a 'content': {m!r}")
-        out.append((role, message_text(m["content"])))
+        content = m.get("content")
+        msg = {"role": "system" if role == "developer" else role,  # an assistant's may be null (tool calls)
+               "content": "" if content is None and role == "assistant" else message_text(content)}
+        if m.get("tool_calls"):
+            if role != "assistant" or not isinstance(m["tool_calls"], list):
+                raise InvalidGenerationConfig(f"messages[{i}]: only assistant messages carry a list of tool_calls")
+            msg["tool_calls"] = [_tool_call(c, f"messages[{i}].tool_calls[{j}]") for j, c in enumerate(m["tool_calls"])]
+        if role == "tool":
+            msg["tool_call_id"] = m.get("tool_call_id")
+            if m.get("name") is not None:
+                msg["name"] = m["name"]
+        out.append(msg)
+    return out
+
+
+def generic_tool_messages(messages: Sequence[Message]) -> list[dict]:
+    """Tool turns as plain text, for templates that know no tools (llama.cpp's generic format):
+    an assistant's calls become the JSON it would have answered, a tool result a user turn."""
+    out = []
+    for m in normalize_messages(messages):
+        if m.get("tool_calls"):
+            calls = [{"name": c["function"]["name"], "arguments": c["function"]["arguments"]} for c in m["tool_calls"]]
+            body = {"tool_call": calls[0]} if len(calls) == 1 else {"tool_calls": calls}
+            out.append({"role": "assistant", "content": json.dumps(body, ensure_ascii=False)})
+        elif m["role"] == "tool":
+            result = {"tool_call_id": m.get("tool_call_id"), "content": m["content"]}
+            out.append({"role": "user", "content": json.dumps({"tool_response": result}, ensure_ascii=False)})
+        else:
+            out.append({"role": m["role"], "content": m["content"]})
     return out
 
 
@@ -102,16 +152,21 @@ class JinjaTemplate:
 
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
         env.globals["raise_exception"] = raise_exception
+        # as transformers renders: no key sorting, no HTML escaping (tool schemas look as in training)
+        env.filters["tojson"] = lambda x, ensure_ascii=False, indent=None, separators=None, sort_keys=False: \
+            json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
         try:
             self.template = env.from_string(source)
         except TemplateError as exc:
             raise ChatTemplateError(f"the model's chat template does not parse: {exc}") from None
         self.bos_token, self.eos_token = bos_token, eos_token
+        self.source = source
+        self.renders_tools = "tools" in source  # the template itself lays out a tools list
 
     def render(self, messages: Sequence[Message], add_generation_prompt: bool = True, **extra) -> str:
         from jinja2 import TemplateError
 
-        msgs = [{"role": r, "content": c} for r, c in _check(messages)]
+        msgs = normalize_messages(messages)
         try:
             return self.template.render(messages=msgs, add_generation_prompt=add_generation_prompt,
                                         bos_token=self.bos_token, eos_token=self.eos_token, **extra)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from . import _kernels
-from .errors import Cancelled, ContextOverflow, InvalidGenerationConfig, InvalidLogits
+from .errors import Cancelled, ContextOverflow, InvalidGenerationConfig, InvalidGrammar, InvalidLogits
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,7 @@ class GenerationStopReason(enum.Enum):
     STOP_STRING = "stop_string"  # the caller's text check asked to stop
     MAX_TOKENS = "max_tokens"
     CANCELLED = "cancelled"
+    GRAMMAR = "grammar"          # the request's grammar is complete: nothing may follow
 
     @property
     def finish_reason(self) -> str:
@@ -77,11 +78,22 @@ def make_sampler(config: GenerationConfig, n_vocab: int) -> _kernels.Sampler:
                             config.frequency_penalty, config.seed)
 
 
+def sampled(token: int) -> int:
+    """A sampler's answer as a token id, or the error it stands for."""
+    if token == _kernels.SAMPLE_NONE:
+        raise InvalidGrammar("the grammar allows no token here (it cannot be continued)")
+    if token < 0:
+        raise InvalidLogits("model returned invalid logits (NaN or inf)")
+    return token
+
+
 def generate_with(decoder, prompt: Sequence[int], config: GenerationConfig,
                   cancelled: Callable[[], bool] = lambda: False,
-                  on_token: OnToken = lambda token: True) -> GenerationResult:
+                  on_token: OnToken = lambda token: True, constraint=None) -> GenerationResult:
     """Prefill the prompt and sample up to max_tokens. A stop token ends generation (it is in
-    the result; on_token is not called for it). No forward pass runs after the last token."""
+    the result; on_token is not called for it). constraint (structured.Constraint): only the
+    tokens its grammar allows are drawn, and generation ends when the grammar is complete.
+    No forward pass runs after the last token."""
     config.validate()
     n_ctx = getattr(decoder, "n_ctx", None)
     if n_ctx is not None and len(prompt) + config.max_tokens > n_ctx:  # refuse before any work
@@ -102,17 +114,20 @@ def generate_with(decoder, prompt: Sequence[int], config: GenerationConfig,
         if cancelled():
             result.stop_reason = GenerationStopReason.CANCELLED
             return result
-        token = sampler.sample(logits)
-        if token < 0:
-            raise InvalidLogits("model returned invalid logits")
+        token = sampled(sampler.sample(logits, None if constraint is None else constraint.fill()))
         result.tokens.append(token)
         sampler.accept(token)
+        if constraint is not None:
+            constraint.advance(token)
         if token in stops:
             result.stop_reason = GenerationStopReason.STOP_TOKEN
             return result
         verdict = on_token(token)
         if verdict is False or isinstance(verdict, GenerationStopReason):
             result.stop_reason = verdict if verdict is not False else GenerationStopReason.CANCELLED
+            return result
+        if constraint is not None and constraint.complete:
+            result.stop_reason = GenerationStopReason.GRAMMAR
             return result
         if i + 1 < config.max_tokens:
             logits = decoder.decode(token)

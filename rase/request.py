@@ -27,20 +27,22 @@ class State(enum.Enum):
 @dataclass
 class Completion:
     text: str
-    finish_reason: str          # "stop" | "length" | "cancelled"
+    finish_reason: str          # "stop" | "length" | "tool_calls" | "cancelled"
     prompt_tokens: int
     completion_tokens: int
     reasoning: str = ""
     cached_tokens: int = 0      # prompt tokens whose K/V came from the prefix cache
     timings: dict = field(default_factory=dict)
+    tool_calls: list = field(default_factory=list)  # tools.ToolCall (finish_reason "tool_calls")
 
 
 @dataclass(eq=False)
 class Request:
     prompt: list[int]
     config: GenerationConfig     # stop_tokens include the model's EOS when it stops on it
-    text: Any                    # TextState-like: feed(token) -> Delta, finish(), text, reasoning
+    text: Any                    # TextState-like: feed(token) -> Delta, finish(), pending_calls(), text, reasoning
     sampler: Any = None          # _kernels.Sampler (opaque to the scheduler)
+    constraint: Any = None       # structured.Constraint: the grammar its tokens must follow, or None
     id: int = field(default_factory=lambda: next(_IDS))
     state: State = State.WAITING
     tokens: list[int] = field(default_factory=list)
@@ -87,5 +89,8 @@ class Request:
         timings = dict(prompt_n=len(self.prompt) - self.cached_tokens, cached_n=self.cached_tokens,
                        ttft_ms=round(prompt_s * 1e3, 3), predicted_n=self.generated,
                        predicted_per_second=round((self.generated - 1) / gen_s, 2) if gen_s > 0 else None)
+        calls = list(getattr(self.text, "calls", ()))
+        if calls and reason != "cancelled":
+            reason = "tool_calls"
         return Completion(self.text.text, reason, len(self.prompt), self.generated, self.text.reasoning,
-                          self.cached_tokens, timings)
+                          self.cached_tokens, timings, calls)

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import InvalidLogits
-from .generation import GenerationStopReason
+from .errors import RaseError
+from .generation import GenerationStopReason, sampled
 from .kv_cache import KVCache
 from .request import Request, State
 
@@ -26,6 +26,7 @@ class Event:
     request: Request
     text: str = ""
     done: bool = False
+    calls: tuple = ()   # tool-call deltas, after the text
 
 
 @dataclass
@@ -72,13 +73,14 @@ class Scheduler:
         return bool(self.waiting or self.running)
 
     def _finish(self, req: Request, reason: GenerationStopReason | None, error: BaseException | None = None,
-                text: str = "") -> Event:
+                text: str = "", calls: tuple = ()) -> Event:
         if req.state is State.RUNNING:
             self.kv.release(req)
             self.running.remove(req)
         req.state = State.DONE
         req.stop_reason, req.error = reason, error
-        return Event(req, text + req.text.finish(), True)
+        text += req.text.finish()
+        return Event(req, text, True, calls + req.text.pending_calls())
 
     def _sweep_cancelled(self) -> None:
         for req in [r for r in self.waiting if r.cancel_requested]:
@@ -152,6 +154,9 @@ class Scheduler:
         tables = np.zeros((len(seqs), width), np.int32)
         for i, r in enumerate(seqs):
             tables[i, :len(r.table)] = r.table
+        for req in out:  # the grammar's mask for the token each out row samples
+            if req.constraint is not None:
+                req.sampler.mask = req.constraint.fill()
         return StepPlan(np.array(rows, np.int32).reshape(-1, 3), tables, np.array(out_rows, np.int32),
                         out, seqs, counts, len(decode), n_prefill, [r.sampler for r in out])
 
@@ -168,8 +173,12 @@ class Scheduler:
             self.kv.commit(req)
         events, self.events = self.events, []
         for req, token in zip(plan.out, [int(t) for t in tokens]):
-            if token < 0:
-                events.append(self._finish(req, None, InvalidLogits("model returned invalid logits (NaN or inf)")))
+            try:
+                token = sampled(token)
+                if req.constraint is not None:
+                    req.constraint.advance(token)
+            except RaseError as exc:
+                events.append(self._finish(req, None, exc))
                 continue
             req.tokens.append(token)
             req.generated += 1
@@ -181,8 +190,11 @@ class Scheduler:
                 events.append(self._finish(req, GenerationStopReason.STOP_TOKEN))
                 continue
             delta = req.text.feed(token)
-            stop = delta.stop or (GenerationStopReason.MAX_TOKENS if req.generated >= req.config.max_tokens else None)
-            events.append(self._finish(req, stop, text=delta.text) if stop else Event(req, delta.text))
+            stop = delta.stop or (GenerationStopReason.GRAMMAR if req.constraint is not None and req.constraint.complete
+                                  else GenerationStopReason.MAX_TOKENS if req.generated >= req.config.max_tokens
+                                  else None)
+            events.append(self._finish(req, stop, text=delta.text, calls=delta.calls) if stop
+                          else Event(req, delta.text, calls=delta.calls))
         return events
 
     def drain_events(self) -> list[Event]:

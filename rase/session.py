@@ -53,6 +53,7 @@ class Session:
     n_threads: int | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)  # for direct use of .decoder
     _decoder: GGUFDecoder | None = None
+    _grammar_vocab: object = None
     _init_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
@@ -64,12 +65,56 @@ class Session:
                 self._decoder = GGUFDecoder(self.plan, n_threads=self.n_threads)
             return self._decoder
 
-    def render_chat(self, messages) -> list[int]:
-        """Chat messages -> prompt ids (the template writes the special tokens itself)."""
+    def grammar_vocab(self):
+        """The vocabulary for constrained decoding (structured.GrammarVocab), built on first use."""
+        from .structured import GrammarVocab
+
+        with self._init_lock:
+            if self._grammar_vocab is None:
+                self._grammar_vocab = GrammarVocab(self.tokenizer, self.plan.vocab_size, [self.plan.eos_token])
+            return self._grammar_vocab
+
+    def _renderer(self):
         from .chat import select_template
 
-        render = select_template(self.manifest.chat_template, self.plan.gguf, self.plan.architecture)
-        return self.tokenizer.encode(render(messages), add_special_tokens=False, parse_special=True)
+        return select_template(self.manifest.chat_template, self.plan.gguf, self.plan.architecture)
+
+    def tool_format(self) -> str:
+        """"hermes" when the model's own template lays out tools and <tool_call> is one of its
+        tokens (Qwen2.5/3, Hermes); else "generic" (tools.py)."""
+        from .chat import JinjaTemplate
+
+        jt = getattr(self._renderer(), "__self__", None)
+        if isinstance(jt, JinjaTemplate) and jt.renders_tools and "<tool_call>" in jt.source:
+            ids = self.tokenizer.encode("<tool_call>", add_special_tokens=False, parse_special=True)
+            if len(ids) == 1:
+                return "hermes"
+        return "generic"
+
+    def render_chat(self, messages, tools=None) -> list[int]:
+        """Chat messages -> prompt ids (the template writes the special tokens itself)."""
+        return self.tokenizer.encode(self.chat_prompt(messages, tools), add_special_tokens=False, parse_special=True)
+
+    def chat_prompt(self, messages, tools=None) -> str:
+        """The prompt text of chat messages. tools: a tools.ToolSpec to offer: the template
+        renders them (hermes), or a system message carries them and tool turns become text
+        (generic)."""
+        render = self._renderer()
+        if tools is None:
+            text = render(messages)
+        elif self.tool_format() == "hermes":
+            text = render(messages, tools=tools.offered)
+        else:
+            from .chat import generic_tool_messages
+            from .tools import generic_system_message
+
+            msgs, system = generic_tool_messages(messages), generic_system_message(tools)
+            if msgs[0]["role"] == "system":
+                msgs[0] = {"role": "system", "content": msgs[0]["content"] + "\n\n" + system["content"]}
+            else:
+                msgs.insert(0, system)
+            text = render(msgs)
+        return text
 
     def close(self) -> None:
         if self.worker is not None:

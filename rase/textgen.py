@@ -32,9 +32,10 @@ def stop_tokens_with_eos(config: GenerationConfig, eos_token: int | None, eos: b
 def run_text(decoder, tokenizer, prompt_ids: Sequence[int], config: GenerationConfig,
              stop: Sequence[str] = (), on_delta: Callable[[str], bool | None] | None = None,
              cancelled: Callable[[], bool] = lambda: False, eos: bool = True,
-             think: str = "keep") -> TextResult:
+             think: str = "keep", constraint=None) -> TextResult:
     """Generate from token ids; on_delta(text) gets each safe delta (return False to cancel).
-    eos: add the model's EOS to the stop tokens. think: keep | strip | separate <think> blocks."""
+    eos: add the model's EOS to the stop tokens. think: keep | strip | separate <think> blocks.
+    constraint: a structured.Constraint the output must follow."""
     config = GenerationConfig(**{**config.__dict__,
                                  "stop_tokens": stop_tokens_with_eos(config, decoder.eos_token, eos)})
     state = TextState.for_tokenizer(tokenizer, stop=stop, think=think)
@@ -45,7 +46,7 @@ def run_text(decoder, tokenizer, prompt_ids: Sequence[int], config: GenerationCo
             return False
         return delta.stop or True
 
-    result = generate_with(decoder, prompt_ids, config, cancelled, on_token)
+    result = generate_with(decoder, prompt_ids, config, cancelled, on_token, constraint)
     tail = state.finish()
     if tail and on_delta is not None:
         on_delta(tail)

@@ -20,6 +20,7 @@ from .thinking import ThinkFilter
 class Delta:
     text: str                                # visible text to hand out now ("" if none)
     stop: GenerationStopReason | None = None  # set: this token ends the request
+    calls: tuple = ()                        # tools.ToolCallDelta items completed by this token
 
 
 class TextState:
@@ -55,6 +56,10 @@ class TextState:
         if rest:
             self._parts.append(rest)
         return tail + rest
+
+    def pending_calls(self) -> tuple:
+        """Tool calls not yet handed out (none: plain text; see tools.ToolText)."""
+        return ()
 
     @property
     def text(self) -> str:

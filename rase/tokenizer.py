@@ -39,6 +39,7 @@ class LocalTokenizer:
         self._impl = impl
         self.bos_id, self.eos_id = impl.bos_id, impl.eos_id
         self.n_vocab = impl.n_vocab
+        self.path = getattr(impl, "path", None)  # the tokenizer.json it was read from, if any
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> "LocalTokenizer":
@@ -62,6 +63,11 @@ class LocalTokenizer:
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         return self._impl.decode([int(i) for i in ids], skip_special_tokens)
 
+    def encode_piece(self, text: str) -> list[int]:
+        """Text inside a longer text: no BOS, no SentencePiece space prefix, no special tokens
+        (what a grammar engine tokenizes forced text with)."""
+        return self._impl.encode_piece(text)
+
     def decode_bytes(self, ids: Sequence[int], skip_special_tokens: bool = True) -> bytes:
         """The raw bytes of the tokens (a prefix may end inside a UTF-8 character)."""
         return self._impl.decode_bytes([int(i) for i in ids], skip_special_tokens)
@@ -83,6 +89,7 @@ class _HFFile(_Impl):
             raise TokenizerError(f"cannot load tokenizer {path}: {exc}") from None
         self.n_vocab = self.tok.get_vocab_size(with_added_tokens=True)
         self.bos_id = self.eos_id = None
+        self.path = path
 
     def encode(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
         return self.tok.encode(text, add_special_tokens=add_special).ids
@@ -92,6 +99,9 @@ class _HFFile(_Impl):
 
     def decode_bytes(self, ids: list[int], skip: bool) -> bytes:
         return self.decode(ids, skip).encode("utf-8", "surrogatepass")
+
+    def encode_piece(self, text: str) -> list[int]:
+        return self.tok.encode(text, add_special_tokens=False).ids
 
 
 def _gpt2_fragment_encoder(g):
@@ -202,6 +212,11 @@ class _GGUFVocab(_Impl):
         if add_special and self.add_eos and self.eos_id is not None:
             out.append(int(self.eos_id))
         return out
+
+    def encode_piece(self, text: str) -> list[int]:
+        if self.gpt2_encode is not None:
+            return self.gpt2_encode(text)
+        return self._spm(text.replace(" ", "\u2581"))
 
     def _spm(self, text: str) -> list[int]:
         """llama.cpp's SentencePiece-BPE: merge the best-scoring adjacent pair (ties: leftmost)

@@ -60,9 +60,10 @@ class ModelWorker:
 
     # ---------------------------------------------------------------- any thread
 
-    def submit(self, prompt: list[int], config: GenerationConfig, text) -> RequestHandle:
-        """Queue a request; its handle streams the text. Refused before any work when the
-        prompt plus max_tokens cannot fit one sequence or the whole pool."""
+    def submit(self, prompt: list[int], config: GenerationConfig, text, constraint=None) -> RequestHandle:
+        """Queue a request; its handle streams the text. constraint: a structured.Constraint
+        its tokens must follow (its requests batch with everyone else's). Refused before any
+        work when the prompt plus max_tokens cannot fit one sequence or the whole pool."""
         config.validate()
         if not prompt:
             raise InvalidGenerationConfig("the prompt must contain at least one token")
@@ -76,7 +77,7 @@ class ModelWorker:
             raise ContextOverflow(need, self.kv.n_blocks * _kernels.KV_BLOCK,
                                   " positions in the whole KV pool; raise kv_cache_mb")
         sampler = make_sampler(config, self.plan.vocab_size)
-        req = Request(list(prompt), config, text, sampler)
+        req = Request(list(prompt), config, text, sampler, constraint)
         if req.penalized:
             for t in prompt:
                 sampler.accept(int(t))
@@ -156,6 +157,8 @@ class ModelWorker:
         for ev in events:
             req, handle = ev.request, ev.request.handle
             handle.push(ev.text)
+            for call in ev.calls:
+                handle.push(call)
             if ev.done:
                 self.counters["generated_tokens"] += req.generated
                 if req.error is not None:

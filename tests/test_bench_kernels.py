@@ -43,12 +43,13 @@ def test_read_bandwidth_is_a_rate():
 
 @pytest.mark.parametrize("n", [1000, 2085, 4096])
 def test_f16_rows_blocked_over_panels_give_the_row_by_row_bits(n):
-    """Several tokens of an F16 matrix run rows in pairs over 1024-column panels (AVX-512):
-    every (row, token) keeps its chains and tails, so the bits of the one-row kernel."""
+    """Several tokens of an F16 matrix run rows in pairs over 1024-column panels (AVX-512), and
+    beyond 6 tokens over panels converted to f32 once for up to 48 tokens: every (row, token)
+    keeps its chains and tails, so the bits of the one-row kernel."""
     rng = np.random.default_rng(n)
     w = rng.standard_normal((37, n)).astype(np.float16).view(np.uint8).reshape(37, -1)
     m = _kernels.BenchMatrix(1, w, n)
-    for T in (2, 5, 9):
+    for T in (2, 5, 6, 7, 9, 48, 49, 101):
         x = rng.standard_normal((T, n)).astype(np.float32)
         y, _ = m.matmul(x, 2)
         assert y.tobytes() == _kernels.matmul(1, w, x).tobytes(), T

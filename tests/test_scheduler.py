@@ -29,6 +29,9 @@ class Text:
         self.finished = True
         return ""
 
+    def pending_calls(self):
+        return ()
+
     text = property(lambda self: "".join(self.parts))
     reasoning = ""
 

@@ -2,6 +2,7 @@
 serve` process, plus error shapes, disconnects and mounting inside a host app."""
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -281,3 +282,106 @@ def test_cached_tokens_and_health_through_the_openai_client(server):
         assert key in health, key
     # --kv-cache-mb 64: 64 MiB of 32-position blocks of SmolLM2's 22.5 KiB per position
     assert health["models"]["smollm2"]["kv_blocks_total"] == health["kv_blocks_total"] == (64 << 20) // (32 * 23040)
+
+
+CITY = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 30},
+                                         "country": {"type": "string", "maxLength": 30},
+                                         "population_millions": {"type": "number", "minimum": 0, "maximum": 50}},
+        "required": ["city", "country", "population_millions"], "additionalProperties": False}
+
+
+def test_structured_output_through_the_openai_client(server):
+    import jsonschema
+    from openai import OpenAI
+    from pydantic import BaseModel
+
+    client = OpenAI(base_url=server + "/v1", api_key="unused")
+    ask = [{"role": "user", "content": "Give the capital of France as JSON."}]
+    rf = {"type": "json_schema", "json_schema": {"name": "capital", "schema": CITY, "strict": True}}
+    full = client.chat.completions.create(model="smollm2", messages=ask, response_format=rf, temperature=1.0,
+                                          seed=11, max_tokens=120)
+    answer = json.loads(full.choices[0].message.content)
+    jsonschema.validate(answer, CITY)
+    assert full.choices[0].finish_reason == "stop"
+    chunks = list(client.chat.completions.create(model="smollm2", messages=ask, response_format=rf,
+                                                 temperature=1.0, seed=11, max_tokens=120, stream=True))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == full.choices[0].message.content
+
+    class Capital(BaseModel):  # the SDK's own parse(): a strict schema from a pydantic model
+        city: str
+        country: str
+
+    parsed = client.chat.completions.parse(model="smollm2", messages=ask, response_format=Capital, temperature=0,
+                                           max_tokens=120)
+    assert isinstance(parsed.choices[0].message.parsed, Capital)
+    anyjson = client.chat.completions.create(
+        model="smollm2", messages=[{"role": "user", "content": "Give me a JSON object with the capital of France."}],
+        temperature=0.7, seed=0, max_tokens=120, response_format={"type": "json_object"})
+    assert anyjson.choices[0].finish_reason == "stop", anyjson.choices[0].message.content
+    assert isinstance(json.loads(anyjson.choices[0].message.content), dict)
+    yn = httpx.post(server + "/v1/completions", json={"model": "smollm2", "prompt": "Is Paris in France?",
+                                                      "grammar": 'root ::= ("yes" | "no") "."', "max_tokens": 5},
+                    timeout=60).json()
+    assert yn["choices"][0]["text"] in ("yes.", "no.")
+
+
+@pytest.mark.parametrize("extra,param", [
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object",
+                                                                                         "if": {}}}}},
+     "response_format.json_schema.schema"),
+    ({"response_format": {"type": "xml"}}, "response_format.type"),
+    ({"regex": "[a-"}, "regex"),
+    ({"logprobs": True}, "logprobs"),
+    ({"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "maybe"}, "tool_choice"),
+    ({"logit_bias": {"5": 1}}, "logit_bias"),
+    ({"frobnicate": True}, "frobnicate"),
+])
+def test_unsupported_or_invalid_fields_are_400s_that_name_them(server, extra, param):
+    body = {"model": "smollm2", "messages": [{"role": "user", "content": "x"}], "max_tokens": 3, **extra}
+    r = httpx.post(server + "/v1/chat/completions", json=body, timeout=60)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["type"] == "invalid_request_error" and err["param"] == param and err["message"]
+
+
+def test_response_messages_echoed_back_are_accepted(server):
+    """What clients send back from an earlier answer (null refusal, tool_calls, audio) is fine;
+    a field rase would have to drop is a 400."""
+    history = [{"role": "user", "content": "Hi"},
+               {"role": "assistant", "content": "Hello!", "refusal": None, "tool_calls": None, "audio": None},
+               {"role": "user", "content": "Bye"}]
+    ok = httpx.post(server + "/v1/chat/completions", json={"model": "smollm2", "messages": history, "max_tokens": 3},
+                    timeout=60)
+    assert ok.status_code == 200, ok.text
+    history[1]["name"] = "bot"
+    bad = httpx.post(server + "/v1/chat/completions", json={"model": "smollm2", "messages": history, "max_tokens": 3},
+                     timeout=60)
+    assert bad.status_code == 400 and "name" in bad.json()["error"]["message"]
+
+
+def test_generic_tool_calls_for_a_template_without_tools(server):
+    """SmolLM2's template knows no tools: the tools go into a system message and the answer is
+    one JSON object, constrained from the first token (small models need "required")."""
+    import jsonschema
+    from openai import OpenAI
+
+    weather = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 30}},
+               "required": ["city"], "additionalProperties": False}
+    tools = [{"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city",
+                                               "parameters": weather}}]
+    client = OpenAI(base_url=server + "/v1", api_key="unused")
+    ask = [{"role": "user", "content": "What is the weather in Paris?"}]
+    for seed in range(3):
+        out = client.chat.completions.create(model="smollm2", messages=ask, tools=tools, tool_choice="required",
+                                             temperature=0.7, seed=seed, max_tokens=100)
+        choice = out.choices[0]
+        assert choice.finish_reason == "tool_calls" and choice.message.content is None
+        [call] = choice.message.tool_calls
+        assert call.function.name == "get_weather"
+        jsonschema.validate(json.loads(call.function.arguments), weather)
+    history = ask + [choice.message.model_dump(exclude_none=True),
+                     {"role": "tool", "tool_call_id": call.id, "content": "18 C, cloudy"}]
+    answer = client.chat.completions.create(model="smollm2", messages=history, tools=tools, temperature=0,
+                                            max_tokens=80)
+    assert answer.choices[0].finish_reason in ("stop", "tool_calls", "length")
+    assert answer.choices[0].message.content or answer.choices[0].message.tool_calls

@@ -34,27 +34,30 @@ def quantize(w: np.ndarray, qtype: QuantType, rng: np.random.Generator) -> np.nd
     return gguf.quants.quantize(w, gguf.GGMLQuantizationType(int(qtype)))
 
 
-def _add_tiny_vocab(w, n_vocab: int) -> None:
+def _add_tiny_vocab(w, n_vocab: int, extra: dict[str, int] | None = None, eos: str = "</s>") -> None:
     """A SentencePiece-style vocabulary of n_vocab tokens: <unk> <s> </s>, the word marker, the
-    printable ASCII characters, then letter pairs; enough for sessions to encode ASCII text."""
+    printable ASCII characters, then letter pairs; enough for sessions to encode ASCII text.
+    extra: token text -> ggml token type, appended last (in place of letter pairs)."""
     import itertools
     import string
 
+    extra = extra or {}
     pieces = ["\u2581"] + [chr(c) for c in range(0x21, 0x7F)]
     pairs = ("".join(p) for p in itertools.product(string.ascii_lowercase, repeat=2))
-    pieces += list(itertools.islice(pairs, n_vocab - 3 - len(pieces)))
-    tokens = ["<unk>", "<s>", "</s>", *pieces]
+    pieces += list(itertools.islice(pairs, n_vocab - 3 - len(pieces) - len(extra)))
+    tokens = ["<unk>", "<s>", "</s>", *pieces, *extra]
     assert len(tokens) == n_vocab
     w.add_tokenizer_model("llama")
     w.add_token_list(tokens)
-    w.add_token_scores([0.0, 0.0, 0.0] + [-float(i) for i in range(len(pieces))])
-    w.add_token_types([2, 3, 3] + [1] * len(pieces))
+    w.add_token_scores([0.0, 0.0, 0.0] + [-float(i) for i in range(len(pieces))] + [0.0] * len(extra))
+    w.add_token_types([2, 3, 3] + [1] * len(pieces) + list(extra.values()))
     w.add_unk_token_id(0)
     w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
+    w.add_eos_token_id(tokens.index(eos))
 
 
-def write_tiny_model(path: Path, arch: str, qtype: QuantType, seed: int = 0) -> Path:
+def write_tiny_model(path: Path, arch: str, qtype: QuantType, seed: int = 0, extra_tokens: dict | None = None,
+                     chat_template: str | None = None, eos: str = "</s>") -> Path:
     import gguf
 
     rng = np.random.default_rng(seed)
@@ -74,7 +77,9 @@ def write_tiny_model(path: Path, arch: str, qtype: QuantType, seed: int = 0) -> 
         w.add_value_length(D)
     if arch == "gemma3":
         w.add_sliding_window(WINDOW)
-    _add_tiny_vocab(w, V)
+    _add_tiny_vocab(w, V, extra_tokens, eos)
+    if chat_template is not None:
+        w.add_chat_template(chat_template)
 
     def mat(name: str, rows: int, cols: int, scale: float = 0.08) -> None:
         m = (rng.standard_normal((rows, cols)) * scale).astype(np.float32)

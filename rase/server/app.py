@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.middleware.base import BaseHTTPMiddleware
 
 from ..errors import InvalidGenerationConfig, RaseError
+from ..tools import ToolCallDelta
 from .errors import error_body, status_of
 from .schemas import ChatRequest, CompletionRequest
 
@@ -47,8 +48,10 @@ def create_app(engine, api_key: str | None = None, max_body: int = MAX_BODY) -> 
         kw = req.generation_kwargs()
         if req.max_completion_tokens and "max_tokens" not in kw:
             kw["max_tokens"] = req.max_completion_tokens
-        messages = [m.model_dump() for m in req.messages]
-        return await respond(req, lambda: engine.submit_chat(req.model, messages, stop=req.stop, **kw), chat=True)
+        messages = [m.model_dump(exclude_none=True) for m in req.messages]
+        return await respond(req, lambda: engine.submit_chat(req.model, messages, stop=req.stop, **kw,
+                                                             **req.structure_kwargs(), **req.tool_kwargs()),
+                             chat=True)
 
     @app.post("/v1/completions")
     async def completions(req: CompletionRequest):
@@ -58,7 +61,8 @@ def create_app(engine, api_key: str | None = None, max_body: int = MAX_BODY) -> 
                 raise InvalidGenerationConfig("prompt: exactly one prompt per request is supported")
             prompt = prompt[0]
         return await respond(req, lambda: engine.submit_complete(req.model, prompt, stop=req.stop,
-                                                                 **req.generation_kwargs()), chat=False)
+                                                                 **req.generation_kwargs(), **req.structure_kwargs()),
+                             chat=False)
 
     async def respond(req, submit, chat: bool):
         engine.registry.get(req.model)  # 404 before anything else
@@ -94,13 +98,14 @@ def _install_guards(app: FastAPI, api_key: str | None, max_body: int) -> None:
             return JSONResponse(error_body(f"request body is not valid JSON ({first.get('msg')})",
                                            "invalid_request_error"), 400)
         where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
-        msg = f"{where}: {first.get('msg', 'invalid request')}" if where else "invalid request body"
+        why = "not supported by this server" if first.get("type") == "extra_forbidden" else first.get("msg", "invalid")
+        msg = f"{where}: {why}" if where else "invalid request body"
         return JSONResponse(error_body(msg, "invalid_request_error", param=where or None), 400)
 
     @app.exception_handler(RaseError)
     async def rase_error(request: Request, exc: RaseError):
         status, kind = status_of(exc)
-        return JSONResponse(error_body(str(exc), kind), status)
+        return JSONResponse(error_body(str(exc), kind, param=getattr(exc, "param", None)), status)
 
 
 def _model_card(m) -> dict:
@@ -128,13 +133,20 @@ def _usage(out) -> dict:
 
 
 def _finish(reason: str) -> str:
-    return reason if reason in ("stop", "length") else "stop"
+    return reason if reason in ("stop", "length", "tool_calls") else "stop"
+
+
+def _call(c) -> dict:
+    return {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
 
 
 def _response(reply: _Reply, out) -> dict:
     choice: dict[str, Any] = {"index": 0, "finish_reason": _finish(out.finish_reason), "logprobs": None}
     if reply.chat:
         choice["message"] = {"role": "assistant", "content": out.text}
+        if out.tool_calls:
+            choice["message"] = {"role": "assistant", "content": out.text or None,
+                                 "tool_calls": [_call(c) for c in out.tool_calls]}
     else:
         choice["text"] = out.text
     return {**reply.envelope(stream=False), "choices": [choice], "usage": _usage(out), "timings": out.timings}
@@ -163,7 +175,10 @@ async def _sse(handle, reply: _Reply, include_usage: bool) -> AsyncIterator[str]
             yield _chunk(reply, {"role": "assistant", "content": ""})
         try:
             async for delta in handle:
-                yield _chunk(reply, {"content": delta} if reply.chat else delta)
+                if isinstance(delta, ToolCallDelta):  # id, type and name once per index
+                    yield _chunk(reply, {"tool_calls": [{"index": delta.index, **_call(delta)}]})
+                else:
+                    yield _chunk(reply, {"content": delta} if reply.chat else delta)
             out = await handle.aresult()
         except RaseError as exc:
             status, kind = status_of(exc)

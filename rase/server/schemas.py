@@ -1,22 +1,49 @@
-"""OpenAI request bodies (validated by pydantic; 422s are turned into OpenAI 400s)."""
+"""OpenAI request bodies (validated by pydantic; 422s are turned into OpenAI 400s).
+
+A field the server does not implement is a 400 that names it, never silently dropped: bodies
+forbid unknown keys, and message fields rase does not render must be absent or null.
+"""
 from __future__ import annotations
 
-from typing import Literal, Optional, Union
+from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..chat import message_text
 from ..errors import InvalidGenerationConfig
 
 
+# what clients echo back from a response message (null for a plain answer)
+_NULL_MESSAGE_FIELDS = ("refusal", "function_call", "audio", "annotations")
+
+
 class Message(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="forbid")
     role: str
-    content: str
+    content: Optional[str] = None               # null only for an assistant's tool calls
+    name: Optional[str] = None                  # a tool result's function name
+    tool_calls: Optional[list[dict[str, Any]]] = None
+    tool_call_id: Optional[str] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_unsupported(cls, value):
+        if isinstance(value, dict):
+            set_ = [k for k in _NULL_MESSAGE_FIELDS if value.get(k) not in (None, [], "")]
+            if set_:
+                raise ValueError(f"message field {set_[0]!r} is not supported")
+            if value.get("name") is not None and value.get("role") != "tool":
+                raise ValueError("message field 'name' is not supported (no chat template renders it)")
+            if value.get("content") is None and not (value.get("role") == "assistant" and value.get("tool_calls")):
+                raise ValueError("content is required (it may be null only for an assistant's tool_calls)")
+            value = {k: v for k, v in value.items() if k not in _NULL_MESSAGE_FIELDS}
+        return value
 
     @field_validator("content", mode="before")
     @classmethod
     def _text_parts(cls, value):
+        if value is None:
+            return None
         try:
             return message_text(value)
         except InvalidGenerationConfig as exc:
@@ -28,7 +55,7 @@ class StreamOptions(BaseModel):
 
 
 class _Common(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="forbid")
     model: str
     max_tokens: Optional[int] = Field(default=None, ge=1)
     temperature: Optional[float] = Field(default=None, ge=0.0, le=5.0)
@@ -42,16 +69,29 @@ class _Common(BaseModel):
     presence_penalty: Optional[float] = Field(default=None, ge=-2.0, le=2.0)
     frequency_penalty: Optional[float] = Field(default=None, ge=-2.0, le=2.0)
     n: int = Field(default=1, ge=1, le=1)
+    user: Optional[str] = None  # the caller's end-user id: accepted, recorded nowhere
+    response_format: Optional[dict[str, Any]] = None
+    grammar: Optional[str] = None  # extension (llama-server's): a Lark or GBNF grammar
+    regex: Optional[str] = None    # extension: a regex the whole output matches
 
     def generation_kwargs(self) -> dict:
         return {k: getattr(self, k) for k in ("max_tokens", "temperature", "top_p", "top_k", "min_p",
                                               "seed", "presence_penalty", "frequency_penalty")
                 if getattr(self, k) is not None}
 
+    def structure_kwargs(self) -> dict:
+        return {k: getattr(self, k) for k in ("response_format", "grammar", "regex")}
+
 
 class ChatRequest(_Common):
     messages: list[Message] = Field(min_length=1)
     max_completion_tokens: Optional[int] = Field(default=None, ge=1)
+    tools: Optional[list[Any]] = None
+    tool_choice: Optional[Union[str, dict[str, Any]]] = None
+    parallel_tool_calls: Optional[bool] = None
+
+    def tool_kwargs(self) -> dict:
+        return {k: getattr(self, k) for k in ("tools", "tool_choice", "parallel_tool_calls")}
 
 
 class CompletionRequest(_Common):

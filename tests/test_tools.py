@@ -1,0 +1,218 @@
+"""Tool calling: a tiny random-weight model with Qwen3's tool template and vocabulary tokens
+(<tool_call>, <|im_end|>), through the Engine and through the real openai client against
+`rase serve`; SmolLM2 (no tools in its template) through the generic JSON format."""
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import jsonschema
+import pytest
+
+from rase import InvalidGrammar, QuantType
+from rase.api import Engine
+from rase.registry import ModelRegistry
+from rase.tools import ToolCallDelta, parse_generic, parse_hermes, tool_spec
+from tests.conftest import rase_command
+from tests.tinymodels import write_tiny_model
+
+TEMPLATE = (Path(__file__).parent / "fixtures" / "qwen3-tools.jinja").read_text()
+EXTRA = {"<|im_start|>": 3, "<|im_end|>": 3, "<tool_call>": 4, "</tool_call>": 4, "<think>": 4, "</think>": 4,
+         "<0x0A>": 6}
+WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 8},
+                                            "unit": {"enum": ["c", "f"]}},
+           "required": ["city", "unit"], "additionalProperties": False}
+TIME = {"type": "object", "properties": {"zone": {"enum": ["utc", "cet"]}}, "required": ["zone"],
+        "additionalProperties": False}
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather <now>",
+                                           "parameters": WEATHER}},
+         {"type": "function", "function": {"name": "get_time", "parameters": TIME}}]
+SCHEMAS = {"get_weather": WEATHER, "get_time": TIME}
+ASK = [{"role": "user", "content": "weather?"}]
+
+
+@pytest.fixture(scope="module")
+def tool_store(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tools-store")
+    path = write_tiny_model(root / "qwen3-tools.gguf", "qwen3", QuantType.Q8_0, seed=3, extra_tokens=EXTRA,
+                            chat_template=TEMPLATE, eos="<|im_end|>")
+    ModelRegistry(root).import_local("toolbot", path)
+    return root
+
+
+@pytest.fixture(scope="module")
+def engine(tool_store):
+    with Engine(tool_store, n_ctx=2048, max_batch=8) as e:
+        yield e
+
+
+def _valid(call) -> None:
+    jsonschema.validate(json.loads(call.arguments), SCHEMAS[call.name])
+    assert call.id.startswith("call_") and len(call.id) > 10
+
+
+def test_the_template_renders_the_tools_as_written(engine):
+    session = engine.session("toolbot")
+    assert session.tool_format() == "hermes"
+    text = session.chat_prompt(ASK, tool_spec(TOOLS))
+    assert '"description": "Weather <now>"' in text  # tojson: no HTML escaping, keys in order
+    assert text.index('"name": "get_weather"') < text.index('"description"') < text.index('"parameters"')
+    none = session.chat_prompt(ASK, tool_spec(TOOLS, "none"))
+    assert "# Tools" not in none and "# Tools" in text
+
+
+def test_required_and_named_choices_always_give_valid_calls(engine):
+    for seed in range(15):
+        out = engine.chat("toolbot", ASK, tools=TOOLS, tool_choice="required", parallel_tool_calls=False,
+                          temperature=1.0, seed=seed, max_tokens=200)
+        assert out.finish_reason == "tool_calls" and len(out.tool_calls) == 1, out
+        _valid(out.tool_calls[0])
+        named = engine.chat("toolbot", ASK, tools=TOOLS, temperature=1.0, seed=seed, max_tokens=200,
+                            tool_choice={"type": "function", "function": {"name": "get_time"}})
+        assert [c.name for c in named.tool_calls] == ["get_time"] and named.finish_reason == "tool_calls"
+        _valid(named.tool_calls[0])
+
+
+def test_parallel_calls_and_auto(engine):
+    many = engine.chat("toolbot", ASK, tools=TOOLS, tool_choice="required", temperature=1.0, seed=4,
+                       max_tokens=400)
+    assert many.tool_calls and many.finish_reason == "tool_calls"
+    for c in many.tool_calls:
+        _valid(c)
+    assert len({c.id for c in many.tool_calls}) == len(many.tool_calls)
+    kinds = set()
+    for seed in range(12):  # auto: free text, and a call once the model writes <tool_call>
+        out = engine.chat("toolbot", ASK, tools=TOOLS, temperature=1.5, seed=seed, max_tokens=60)
+        for c in out.tool_calls:
+            _valid(c)
+        kinds.add("call" if out.tool_calls else "text")
+    assert "text" in kinds
+
+
+def test_streamed_calls_equal_the_returned_ones(engine):
+    kw = dict(tools=TOOLS, tool_choice="required", temperature=1.0, seed=9, max_tokens=300)
+    out = engine.chat("toolbot", ASK, **kw)
+    items = list(engine.stream_chat("toolbot", ASK, **kw))
+    deltas = [d for d in items if isinstance(d, ToolCallDelta)]
+    assert [(d.index, d.name, d.arguments) for d in deltas] == [(i, c.name, c.arguments)
+                                                                 for i, c in enumerate(out.tool_calls)]
+
+
+def test_tool_turns_in_the_history_render(engine):
+    history = ASK + [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function",
+             "function": {"name": "get_weather", "arguments": '{"city": "Paris", "unit": "c"}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "21 degrees"},
+    ]
+    session = engine.session("toolbot")
+    text = session.chat_prompt(history, tool_spec(TOOLS))
+    assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "c"}}\n</tool_call>' in text
+    assert "<tool_response>\n21 degrees\n</tool_response>" in text
+    out = engine.chat("toolbot", history, tools=TOOLS, tool_choice="required", parallel_tool_calls=False, seed=1,
+                      max_tokens=200)
+    assert out.tool_calls
+    bad = history[:1] + [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": "x", "type": "function", "function": {"name": "get_weather", "arguments": "[1]"}}]}]
+    with pytest.raises(Exception, match="arguments must be a JSON object"):
+        engine.chat("toolbot", bad, tools=TOOLS, max_tokens=5)
+
+
+@pytest.mark.parametrize("kwargs,param", [
+    (dict(tools=[{"type": "custom", "custom": {}}]), "tools[0].type"),
+    (dict(tools=[TOOLS[0], TOOLS[0]]), "tools[1].function.name"),
+    (dict(tools=[{"type": "function", "function": {"name": "bad name"}}]), "tools[0].function.name"),
+    (dict(tools=TOOLS, tool_choice={"type": "function", "function": {"name": "nope"}}), "tool_choice"),
+    (dict(tools=TOOLS, tool_choice="sometimes"), "tool_choice"),
+    (dict(tool_choice="required"), "tool_choice"),
+    (dict(tools=[{"type": "function", "function": {"name": "f", "parameters": {"type": "integer", "minimum": 5,
+                                                                                "maximum": 1}}}]),
+     "tools[0].function.parameters"),
+])
+def test_bad_tool_requests_are_refused_before_generation(engine, kwargs, param):
+    with pytest.raises(InvalidGrammar) as err:
+        engine.chat("toolbot", ASK, max_tokens=5, **kwargs)
+    assert err.value.param == param
+
+
+def test_parsers():
+    content, calls = parse_hermes('Sure.\n<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>')
+    assert content == "Sure." and [(c.name, json.loads(c.arguments)) for c in calls] == [("f", {"a": 1})]
+    assert parse_hermes("no call") == ("no call", [])
+    assert parse_hermes('<tool_call>\n{"name": "f", "argu')[1] == []  # cut: not a call
+    assert parse_generic('{"response": "hi"}') == ("hi", [])
+    _, [call] = parse_generic('{"tool_call": {"name": "g", "arguments": {}}}')
+    assert call.name == "g" and call.arguments == "{}"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def tool_server(tool_store):
+    port = _free_port()
+    proc = subprocess.Popen([*rase_command(), "--store", str(tool_store), "serve", "--port", str(port),
+                             "--threads", "2", "--ctx-size", "2048"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    base = f"http://127.0.0.1:{port}"
+    for _ in range(200):
+        try:
+            if httpx.get(base + "/health", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    else:
+        proc.kill()
+        pytest.fail(f"rase serve did not start: {proc.stderr.read()}")
+    yield base
+    proc.terminate()
+    proc.wait(timeout=10)
+    proc.stderr.close()
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "get_weather"}}])
+def test_openai_client_tool_calls_streamed_and_not(tool_server, choice):
+    from openai import OpenAI
+
+    client = OpenAI(base_url=tool_server + "/v1", api_key="unused")
+    kw = dict(model="toolbot", messages=ASK, tools=TOOLS, tool_choice=choice, parallel_tool_calls=False,
+              temperature=1.0, seed=5, max_tokens=200)
+    full = client.chat.completions.create(**kw)
+    msg = full.choices[0].message
+    assert full.choices[0].finish_reason == "tool_calls" and msg.content is None and len(msg.tool_calls) == 1
+    call = msg.tool_calls[0]
+    assert call.type == "function" and call.id.startswith("call_")
+    jsonschema.validate(json.loads(call.function.arguments), SCHEMAS[call.function.name])
+    if isinstance(choice, dict):
+        assert call.function.name == "get_weather"
+    chunks = list(client.chat.completions.create(**kw, stream=True))
+    parts: dict[int, dict] = {}
+    for ch in chunks:
+        for tc in (ch.choices[0].delta.tool_calls or []) if ch.choices else []:
+            p = parts.setdefault(tc.index, {"id": None, "name": None, "arguments": ""})
+            if tc.id:
+                assert p["id"] is None  # id and name once per index
+                p["id"], p["name"] = tc.id, tc.function.name
+            p["arguments"] += tc.function.arguments or ""
+    assert [(p["name"], p["arguments"]) for p in parts.values()] == [(call.function.name, call.function.arguments)]
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+    history = ASK + [msg.model_dump(exclude_none=True),
+                     {"role": "tool", "tool_call_id": call.id, "content": "sunny"}]
+    follow = client.chat.completions.create(model="toolbot", messages=history, tools=TOOLS, tool_choice="none",
+                                            max_tokens=5)
+    assert follow.choices[0].message.tool_calls is None
+
+
+def test_bad_tool_fields_over_http_are_400s(tool_server):
+    r = httpx.post(tool_server + "/v1/chat/completions", timeout=60, json={
+        "model": "toolbot", "messages": ASK, "tools": TOOLS,
+        "tool_choice": {"type": "function", "function": {"name": "get_time2"}}})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "tool_choice"
+    assert "get_time2" in r.json()["error"]["message"]
