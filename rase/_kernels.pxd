@@ -84,6 +84,7 @@ cdef extern from "_sample.h" nogil:
         float repeat_penalty
         float presence_penalty
         float frequency_penalty
+        const float *bias
     ctypedef struct rase_cand:
         float logit
         int32_t id

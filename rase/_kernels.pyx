@@ -383,15 +383,28 @@ cdef class Sampler:
     cdef int32_t n
     cdef object counts  # int32 (n,)
     cdef object _mask   # int32 (ceil(n / 32),) or None: the allowed tokens of the next draw
+    cdef object _bias   # float32 (n,) or None: added to every row's logits
 
     def __cinit__(self):
         self.work = NULL
 
     def __init__(self, int n_vocab, float temperature, int top_k, float top_p, float min_p,
                  float repeat_penalty, float presence_penalty, float frequency_penalty,
-                 unsigned long long seed):
+                 unsigned long long seed, bias=None):
+        """bias: {token id: value added to its logit} (OpenAI's logit_bias), or None."""
         if n_vocab < 1:
             raise ValueError("vocabulary must not be empty")
+        cdef float[::1] bv
+        self._bias = None
+        self.p.bias = NULL
+        if bias:
+            self._bias = _np.zeros(n_vocab, dtype=_np.float32)
+            for tid, value in bias.items():
+                if not 0 <= tid < n_vocab:
+                    raise ValueError(f"logit_bias token {tid} is outside the vocabulary of {n_vocab}")
+                self._bias[tid] = value
+            bv = self._bias
+            self.p.bias = &bv[0]
         self.n = n_vocab
         self.p.temperature, self.p.top_k, self.p.top_p, self.p.min_p = temperature, top_k, top_p, min_p
         self.p.repeat_penalty = repeat_penalty

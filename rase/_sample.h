@@ -1,6 +1,6 @@
 // rase/_sample.h: token sampling over one logits row, without Python objects.
 //
-// Order (llama.cpp's default chain, minus what is not configured): penalties -> top-k ->
+// Order (llama.cpp's default chain, minus what is not configured): logit bias -> penalties -> top-k ->
 // temperature -> softmax -> top-p -> min-p -> draw. temperature == 0 is greedy (lowest index
 // among equal maxima). The RNG is explicit (xoshiro256**, seeded by splitmix64) so the same
 // seed gives the same tokens.
@@ -43,6 +43,7 @@ typedef struct {
     float repeat_penalty;    // 1: off; divides positive / multiplies negative logits of seen tokens
     float presence_penalty;  // subtracted once from seen tokens
     float frequency_penalty; // subtracted per occurrence
+    const float *bias;       // (n) added to the logits first (OpenAI's logit_bias), or NULL
 } rase_sampling;
 
 typedef struct { float logit; int32_t id; } rase_cand;
@@ -73,7 +74,7 @@ static inline void rase_heap_down(rase_cand *heap, int32_t k, int32_t i) {
 
 static inline float rase_penalized(const float *logits, const int32_t *counts, const rase_sampling *p, int penalize,
                                    int32_t i) {
-    float l = logits[i];
+    float l = p->bias ? logits[i] + p->bias[i] : logits[i];
     if (penalize && counts[i] > 0) {
         if (p->repeat_penalty != 1.0f) l = l > 0 ? l / p->repeat_penalty : l * p->repeat_penalty;
         l = l - p->presence_penalty - p->frequency_penalty * (float)counts[i];

@@ -20,6 +20,7 @@ from .channel import RequestHandle
 from .config import default_store
 from .errors import BackendUnavailable, InvalidGenerationConfig, InvalidGrammar
 from .generation import GenerationConfig
+from .logprobs import MAX_TOP_CHAT, MAX_TOP_COMPLETION
 from .registry import ModelRegistry
 from .request import Completion
 from .session import DEVICES, SessionCache, load_session
@@ -29,8 +30,9 @@ from .textgen import run_text, stop_tokens_with_eos
 from .textstate import TextState
 
 GEN_FIELDS = ("max_tokens", "temperature", "top_k", "seed", "top_p", "min_p", "repeat_penalty",
-              "presence_penalty", "frequency_penalty", "stop_tokens")
+              "presence_penalty", "frequency_penalty", "stop_tokens", "logit_bias")
 COUNTED = ("requests", "generated_tokens", "cancelled", "failed")
+MAX_CHOICES = 8  # OpenAI's n per request, at most
 
 
 def _config(kw: dict) -> GenerationConfig:
@@ -41,6 +43,14 @@ def _config(kw: dict) -> GenerationConfig:
     values = {k: kw[k] for k in kw if kw[k] is not None}
     if "stop_tokens" in values:
         values["stop_tokens"] = tuple(int(t) for t in values["stop_tokens"])
+    if "logit_bias" in values:  # {token id: bias}, as OpenAI's (string keys over JSON)
+        bias = values["logit_bias"]
+        if not isinstance(bias, dict):
+            raise InvalidGenerationConfig("logit_bias must map token ids to numbers")
+        try:
+            values["logit_bias"] = tuple(sorted((int(k), float(v)) for k, v in bias.items()))
+        except (TypeError, ValueError):
+            raise InvalidGenerationConfig("logit_bias must map token ids to numbers") from None
     return GenerationConfig(**values)
 
 
@@ -49,6 +59,16 @@ def _positive(name: str, value, allow_none: bool = True) -> None:
         return
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
         raise InvalidGenerationConfig(f"{name} must be a positive number, got {value!r}")
+
+
+def _top_count(logprobs: bool, top: int | None, most: int) -> int | None:
+    """OpenAI's chat logprobs / top_logprobs -> alternatives per token, or None (off)."""
+    if top is not None:
+        if not logprobs:
+            raise InvalidGenerationConfig("top_logprobs needs logprobs: true", "top_logprobs")
+        if isinstance(top, bool) or not isinstance(top, int) or not 0 <= top <= most:
+            raise InvalidGenerationConfig(f"top_logprobs must be an integer in 0..{most}", "top_logprobs")
+    return (top or 0) if logprobs else None
 
 
 def _add_counts(counts: dict, lock: threading.Lock, session) -> None:
@@ -109,7 +129,8 @@ class Engine:
     # -------------------------------------------------------------- submission
 
     def _submit(self, model: str, ids_of: Callable, stop: Sequence[str] | str | None, think: str,
-                gen: dict, structure: dict, tools: ToolSpec | None = None) -> RequestHandle:
+                gen: dict, structure: dict, tools: ToolSpec | None = None, logprobs: int | None = None,
+                after: RequestHandle | None = None) -> RequestHandle:
         config = _config(dict(gen))
         spec = grammar_spec(**structure)  # a malformed format fails before the model loads
         if spec is not None and tools is not None:
@@ -123,26 +144,59 @@ class Engine:
             text = ToolText(text, fmt)
         ids = ids_of(session)
         config = dataclasses.replace(config, stop_tokens=stop_tokens_with_eos(config, session.plan.eos_token))
-        return session.worker.submit(ids, config, text, constraint)
+        return session.worker.submit(ids, config, text, constraint, logprobs, after)
 
     def submit_chat(self, model: str, messages: list[dict], *, stop=None, think: str = "keep",
                     response_format: dict | None = None, grammar: str | None = None, regex: str | None = None,
                     tools: list[dict] | None = None, tool_choice=None, parallel_tool_calls: bool | None = None,
+                    logprobs: bool = False, top_logprobs: int | None = None, after: RequestHandle | None = None,
                     **gen) -> RequestHandle:
         """Queue a chat request (the model's chat template renders it; EOS stops); the handle
         iterates text deltas (and tools.ToolCallDelta items when tools are called) and ends with
         a Completion. response_format (OpenAI's: json_object, json_schema), grammar (Lark or
         GBNF) or regex constrain the answer token by token; tools / tool_choice /
-        parallel_tool_calls are OpenAI's (calls in Completion.tool_calls)."""
+        parallel_tool_calls are OpenAI's (calls in Completion.tool_calls). logprobs /
+        top_logprobs (0-20): each token's log-probability (Completion.logprobs; streamed as
+        logprobs.LogprobDelta items), from the raw logits. after: an earlier request for the
+        same messages whose prompt KV this one reuses (see submit_chat_choices)."""
         spec = tool_spec(tools, tool_choice, parallel_tool_calls)
         return self._submit(model, lambda s: s.render_chat(messages, spec), stop, think, gen,
-                            dict(response_format=response_format, grammar=grammar, regex=regex), spec)
+                            dict(response_format=response_format, grammar=grammar, regex=regex), spec,
+                            _top_count(logprobs, top_logprobs, MAX_TOP_CHAT), after)
 
     def submit_complete(self, model: str, prompt: str, *, stop=None, response_format: dict | None = None,
-                        grammar: str | None = None, regex: str | None = None, **gen) -> RequestHandle:
-        """Queue a plain completion (the prompt gets the model's automatic special tokens)."""
+                        grammar: str | None = None, regex: str | None = None, logprobs: int | None = None,
+                        after: RequestHandle | None = None, **gen) -> RequestHandle:
+        """Queue a plain completion (the prompt gets the model's automatic special tokens).
+        logprobs (0-5): each token's log-probability and that many alternatives."""
+        if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int)
+                                     or not 0 <= logprobs <= MAX_TOP_COMPLETION):
+            raise InvalidGenerationConfig(f"logprobs must be an integer in 0..{MAX_TOP_COMPLETION}", "logprobs")
         return self._submit(model, lambda s: s.tokenizer.encode(prompt, add_special_tokens=True, parse_special=False),
-                            stop, "keep", gen, dict(response_format=response_format, grammar=grammar, regex=regex))
+                            stop, "keep", gen, dict(response_format=response_format, grammar=grammar, regex=regex),
+                            None, logprobs, after)
+
+    def submit_chat_choices(self, model: str, messages: list[dict], n: int, **kw) -> list[RequestHandle]:
+        """n answers to one chat (OpenAI's n), choice i sampled with seed + i; the prompt is
+        computed once (the others start from its KV) and the choices then run batched."""
+        return self._choices(self.submit_chat, model, messages, n, kw)
+
+    def submit_complete_choices(self, model: str, prompt: str, n: int, **kw) -> list[RequestHandle]:
+        return self._choices(self.submit_complete, model, prompt, n, kw)
+
+    def _choices(self, submit: Callable, model: str, what, n: int, kw: dict) -> list[RequestHandle]:
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_CHOICES:
+            raise InvalidGenerationConfig(f"n must be an integer in 1..{MAX_CHOICES}", "n")
+        seed = kw.pop("seed", None) or 0
+        handles: list[RequestHandle] = []
+        try:
+            for i in range(n):
+                handles.append(submit(model, what, seed=seed + i, after=handles[0] if handles else None, **kw))
+        except BaseException:
+            for h in handles:
+                h.cancel()
+            raise
+        return handles
 
     # -------------------------------------------------------------- blocking
 

@@ -28,6 +28,7 @@ class RequestHandle:
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
         self._outcome: tuple[int, object] | None = None
         self.cancelled = False
+        self.request = None  # the worker's Request behind it (opaque to consumers)
 
     # ---------------------------------------------------------------- worker side
 

@@ -81,16 +81,14 @@ class MissingDependency(RaseError):
 class InvalidGenerationConfig(RaseError):
     """A generation parameter is out of range."""
 
-    param: str | None = None  # the request field at fault, when one is (OpenAI's error.param)
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param  # the request field at fault, when one is (OpenAI's error.param)
 
 
 class InvalidGrammar(InvalidGenerationConfig):
     """A response format, JSON schema, regex, Lark grammar or tool definition that cannot be
     enforced; param names the request field."""
-
-    def __init__(self, message: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.param = param
 
 
 class InvalidLogits(RaseError):

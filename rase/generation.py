@@ -26,6 +26,7 @@ class GenerationConfig:
     repeat_penalty: float = 1.0
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, added to its logit), OpenAI's -100..100
 
     def validate(self) -> None:
         bad = InvalidGenerationConfig
@@ -46,6 +47,11 @@ class GenerationConfig:
                 raise bad(f"invalid generation configuration: {name} must be finite")
         if not 0 <= self.seed < 2**64:
             raise bad("invalid generation configuration: seed must be in [0, 2^64)")
+        for tid, value in self.logit_bias:
+            if isinstance(tid, bool) or not isinstance(tid, int) or tid < 0:
+                raise bad(f"invalid generation configuration: logit_bias key {tid!r} is not a token id")
+            if not (math.isfinite(value) and -100.0 <= value <= 100.0):
+                raise bad(f"invalid generation configuration: logit_bias of token {tid} must be in [-100, 100]")
 
 
 class GenerationStopReason(enum.Enum):
@@ -73,9 +79,13 @@ OnToken = Callable[[int], "bool | GenerationStopReason"]
 
 
 def make_sampler(config: GenerationConfig, n_vocab: int) -> _kernels.Sampler:
+    bias = dict(config.logit_bias)
+    bad = [t for t in bias if t >= n_vocab]
+    if bad:
+        raise InvalidGenerationConfig(f"logit_bias token {bad[0]} is outside the vocabulary of {n_vocab}")
     return _kernels.Sampler(n_vocab, config.temperature, config.top_k or 0, config.top_p,
                             config.min_p, config.repeat_penalty, config.presence_penalty,
-                            config.frequency_penalty, config.seed)
+                            config.frequency_penalty, config.seed, bias or None)
 
 
 def sampled(token: int) -> int:

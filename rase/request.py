@@ -34,6 +34,7 @@ class Completion:
     cached_tokens: int = 0      # prompt tokens whose K/V came from the prefix cache
     timings: dict = field(default_factory=dict)
     tool_calls: list = field(default_factory=list)  # tools.ToolCall (finish_reason "tool_calls")
+    logprobs: list | None = None  # logprobs.TokenLogprob per token, when asked
 
 
 @dataclass(eq=False)
@@ -43,6 +44,8 @@ class Request:
     text: Any                    # TextState-like: feed(token) -> Delta, finish(), pending_calls(), text, reasoning
     sampler: Any = None          # _kernels.Sampler (opaque to the scheduler)
     constraint: Any = None       # structured.Constraint: the grammar its tokens must follow, or None
+    logprobs: int | None = None  # None: off; else how many top alternatives each token reports
+    after: Any = None            # a Request whose prompt must be computed first (n > 1: its KV is shared)
     id: int = field(default_factory=lambda: next(_IDS))
     state: State = State.WAITING
     tokens: list[int] = field(default_factory=list)
@@ -60,6 +63,7 @@ class Request:
     submitted: float = field(default_factory=time.monotonic)
     first_token: float | None = None
     last_token: float | None = None
+    logprob_entries: list = field(default_factory=list)  # logprobs.TokenLogprob per shown token
 
     def __post_init__(self) -> None:
         if not self.tokens:
@@ -93,4 +97,5 @@ class Request:
         if calls and reason != "cancelled":
             reason = "tool_calls"
         return Completion(self.text.text, reason, len(self.prompt), self.generated, self.text.reasoning,
-                          self.cached_tokens, timings, calls)
+                          self.cached_tokens, timings, calls,
+                          None if self.logprobs is None else list(self.logprob_entries))

@@ -18,6 +18,7 @@ import numpy as np
 from .errors import RaseError
 from .generation import GenerationStopReason, sampled
 from .kv_cache import KVCache
+from .logprobs import token_logprob
 from .request import Request, State
 
 
@@ -27,6 +28,7 @@ class Event:
     text: str = ""
     done: bool = False
     calls: tuple = ()   # tool-call deltas, after the text
+    logprobs: tuple = ()  # logprobs.TokenLogprob of the token this event carries
 
 
 @dataclass
@@ -92,6 +94,9 @@ class Scheduler:
     def _admit(self) -> None:
         while self.waiting and len(self.running) < self.max_batch:
             req = self.waiting[0]
+            first = req.after
+            if first is not None and first.state is not State.DONE and first.n_computed < len(first.prompt):
+                break  # a sibling choice: admitted once the shared prompt is in the prefix cache
             if not self.kv.admit(req, req.max_positions):
                 break  # FCFS: later requests wait behind it
             self.waiting.popleft()
@@ -160,8 +165,9 @@ class Scheduler:
         return StepPlan(np.array(rows, np.int32).reshape(-1, 3), tables, np.array(out_rows, np.int32),
                         out, seqs, counts, len(decode), n_prefill, [r.sampler for r in out])
 
-    def update(self, plan: StepPlan, tokens, seconds: float, now: float) -> list[Event]:
-        """Fold a step's sampled tokens (one per out row; -1: logits not finite) back."""
+    def update(self, plan: StepPlan, tokens, seconds: float, now: float, logits=None) -> list[Event]:
+        """Fold a step's sampled tokens (one per out row; -1: logits not finite) back; logits
+        (n_out, n_vocab) feed the log-probabilities of the requests that ask for them."""
         self.steps += 1
         if plan.n_prefill == 0:
             self._decode_s.add(seconds)
@@ -172,7 +178,7 @@ class Scheduler:
             req.n_computed += n
             self.kv.commit(req)
         events, self.events = self.events, []
-        for req, token in zip(plan.out, [int(t) for t in tokens]):
+        for j, (req, token) in enumerate(zip(plan.out, [int(t) for t in tokens])):
             try:
                 token = sampled(token)
                 if req.constraint is not None:
@@ -189,12 +195,18 @@ class Scheduler:
             if token in req.stop_tokens:  # kept in tokens, never shown
                 events.append(self._finish(req, GenerationStopReason.STOP_TOKEN))
                 continue
+            lps = ()
+            if req.logprobs is not None and logits is not None:
+                lps = (token_logprob(logits[j], token, req.logprobs, req.text.token_bytes),)
+                req.logprob_entries.extend(lps)
             delta = req.text.feed(token)
             stop = delta.stop or (GenerationStopReason.GRAMMAR if req.constraint is not None and req.constraint.complete
                                   else GenerationStopReason.MAX_TOKENS if req.generated >= req.config.max_tokens
                                   else None)
-            events.append(self._finish(req, stop, text=delta.text, calls=delta.calls) if stop
-                          else Event(req, delta.text, calls=delta.calls))
+            ev = self._finish(req, stop, text=delta.text, calls=delta.calls) if stop else Event(req, delta.text,
+                                                                                                 calls=delta.calls)
+            ev.logprobs = lps
+            events.append(ev)
         return events
 
     def drain_events(self) -> list[Event]:

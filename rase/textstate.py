@@ -25,6 +25,7 @@ class Delta:
 
 class TextState:
     def __init__(self, token_bytes: Callable[[int], bytes], stop: Sequence[str] = (), think: str = "keep") -> None:
+        self.token_bytes = token_bytes
         self._stream = TextStream(token_bytes, stop)
         self._think = ThinkFilter(think)
         self._parts: list[str] = []

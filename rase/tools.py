@@ -309,3 +309,7 @@ class ToolText:
     @property
     def reasoning(self) -> str:
         return self.inner.reasoning
+
+    @property
+    def token_bytes(self):
+        return self.inner.token_bytes

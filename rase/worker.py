@@ -16,6 +16,7 @@ from .config import PROFILE, default_threads
 from .errors import ContextOverflow, InvalidGenerationConfig, RaseError
 from .generation import GenerationConfig, make_sampler
 from .kv_cache import KVCache, blocks_for
+from .logprobs import LogprobDelta
 from .plan import ModelPlan
 from .profiling import profile_add
 from .request import Request
@@ -60,10 +61,13 @@ class ModelWorker:
 
     # ---------------------------------------------------------------- any thread
 
-    def submit(self, prompt: list[int], config: GenerationConfig, text, constraint=None) -> RequestHandle:
+    def submit(self, prompt: list[int], config: GenerationConfig, text, constraint=None,
+               logprobs: int | None = None, after: RequestHandle | None = None) -> RequestHandle:
         """Queue a request; its handle streams the text. constraint: a structured.Constraint
-        its tokens must follow (its requests batch with everyone else's). Refused before any
-        work when the prompt plus max_tokens cannot fit one sequence or the whole pool."""
+        its tokens must follow (its requests batch with everyone else's). after: the handle of
+        an earlier request with the same prompt, computed first so this one reuses its KV (n > 1).
+        Refused before any work when the prompt plus max_tokens cannot fit one sequence or the
+        whole pool."""
         config.validate()
         if not prompt:
             raise InvalidGenerationConfig("the prompt must contain at least one token")
@@ -77,12 +81,13 @@ class ModelWorker:
             raise ContextOverflow(need, self.kv.n_blocks * _kernels.KV_BLOCK,
                                   " positions in the whole KV pool; raise kv_cache_mb")
         sampler = make_sampler(config, self.plan.vocab_size)
-        req = Request(list(prompt), config, text, sampler, constraint)
+        req = Request(list(prompt), config, text, sampler, constraint, logprobs,
+                      None if after is None else after.request)
         if req.penalized:
             for t in prompt:
                 sampler.accept(int(t))
         handle = RequestHandle(on_cancel=lambda: self._cancel(req))
-        req.handle = handle
+        req.handle, handle.request = handle, req
         with self._cond:
             if self._closing:
                 raise RaseError("this model is being unloaded; retry the request")
@@ -141,14 +146,15 @@ class ModelWorker:
                 continue
             t1 = time.perf_counter()
             try:
-                tokens, _ = self.fwd.step(plan.rows, plan.tables, plan.out_rows, plan.samplers)
+                tokens, logits = self.fwd.step(plan.rows, plan.tables, plan.out_rows, plan.samplers)
             except Exception as exc:  # a bug, not bad input (inputs were checked): fail, stay alive
                 self._deliver(self.scheduler.fail_all(RaseError(f"forward step failed: {exc}")))
                 continue
             t2 = time.perf_counter()
             if PROFILE:
                 profile_add(self.fwd, plan.n_prefill > 0, len(plan.rows), int((t2 - t1) * 1e9))
-            self._deliver(self.scheduler.update(plan, tokens if tokens is not None else [], t2 - t1, time.monotonic()))
+            self._deliver(self.scheduler.update(plan, tokens if tokens is not None else [], t2 - t1, time.monotonic(),
+                                                logits))
             self.counters["rows"] += len(plan.rows)
             self.counters["step_s"] += t2 - t1
             self.counters["python_s"] += (time.perf_counter() - t0) - (t2 - t1)
@@ -159,6 +165,8 @@ class ModelWorker:
             handle.push(ev.text)
             for call in ev.calls:
                 handle.push(call)
+            if ev.logprobs:
+                handle.push(LogprobDelta(ev.logprobs))
             if ev.done:
                 self.counters["generated_tokens"] += req.generated
                 if req.error is not None:

@@ -100,7 +100,7 @@ def test_openai_client_end_to_end(server):
     (b'{"model": "smollm2", "messages": [{"role": "user", "content": "x"}], "temperature": "hot"}', 400),
     (b'{"model": "nope", "messages": [{"role": "user", "content": "x"}]}', 404),
     (b'{"model": "smollm2", "messages": []}', 400),
-    (b'{"model": "smollm2", "messages": [{"role": "user", "content": "x"}], "n": 3}', 400),
+    (b'{"model": "smollm2", "messages": [{"role": "user", "content": "x"}], "n": 9}', 400),
     (b'{"model": "smollm2", "messages": [{"role": "user", "content": "x"}], "max_tokens": 100000}', 400),
     (b'{"model": "smollm2", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}', 400),
     (b'{"model": "smollm2", "messages": [{"role": "user", "content": "' + b"x" * (2 << 20) + b'"}]}', 413),
@@ -331,9 +331,10 @@ def test_structured_output_through_the_openai_client(server):
      "response_format.json_schema.schema"),
     ({"response_format": {"type": "xml"}}, "response_format.type"),
     ({"regex": "[a-"}, "regex"),
-    ({"logprobs": True}, "logprobs"),
+    ({"top_logprobs": 3}, "top_logprobs"),
+    ({"logprobs": True, "top_logprobs": 50}, "top_logprobs"),
     ({"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "maybe"}, "tool_choice"),
-    ({"logit_bias": {"5": 1}}, "logit_bias"),
+    ({"logit_bias": {"5": 1000}}, None),
     ({"frobnicate": True}, "frobnicate"),
 ])
 def test_unsupported_or_invalid_fields_are_400s_that_name_them(server, extra, param):
@@ -341,7 +342,9 @@ def test_unsupported_or_invalid_fields_are_400s_that_name_them(server, extra, pa
     r = httpx.post(server + "/v1/chat/completions", json=body, timeout=60)
     assert r.status_code == 400, r.text
     err = r.json()["error"]
-    assert err["type"] == "invalid_request_error" and err["param"] == param and err["message"]
+    assert err["type"] == "invalid_request_error" and err["message"]
+    if param is not None:
+        assert err["param"] == param
 
 
 def test_response_messages_echoed_back_are_accepted(server):
@@ -385,3 +388,42 @@ def test_generic_tool_calls_for_a_template_without_tools(server):
                                             max_tokens=80)
     assert answer.choices[0].finish_reason in ("stop", "tool_calls", "length")
     assert answer.choices[0].message.content or answer.choices[0].message.tool_calls
+
+
+def test_logprobs_through_the_openai_client(server):
+    from openai import OpenAI
+
+    client = OpenAI(base_url=server + "/v1", api_key="unused")
+    kw = dict(model="smollm2", messages=CHAT, temperature=0.8, seed=3, max_tokens=12, logprobs=True, top_logprobs=2)
+    full = client.chat.completions.create(**kw)
+    content = full.choices[0].logprobs.content
+    assert content and all(len(e.top_logprobs) == 2 and e.logprob <= 0 for e in content)
+    assert bytes(b for e in content for b in e.bytes).decode() == full.choices[0].message.content
+    chunks = list(client.chat.completions.create(**kw, stream=True))
+    streamed = [e for c in chunks if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content]
+    assert [(e.token, e.logprob) for e in streamed] == [(e.token, e.logprob) for e in content]
+    comp = client.completions.create(model="smollm2", prompt="The capital of France is", temperature=0,
+                                     max_tokens=3, logprobs=2)
+    lp = comp.choices[0].logprobs
+    assert len(lp.tokens) == 3 and "".join(lp.tokens) == comp.choices[0].text and len(lp.top_logprobs[0]) == 2
+    banned = client.chat.completions.create(model="smollm2", messages=CHAT, temperature=0, max_tokens=3,
+                                            logprobs=True, logit_bias={"504": -100})
+    assert banned.choices[0].logprobs.content[0].token != "The"
+
+
+def test_n_choices_through_the_openai_client(server):
+    from openai import OpenAI
+
+    client = OpenAI(base_url=server + "/v1", api_key="unused")
+    kw = dict(model="smollm2", messages=[{"role": "user", "content": "Name a color."}], temperature=1.0, seed=2,
+              max_tokens=10, n=3)
+    full = client.chat.completions.create(**kw)
+    assert [c.index for c in full.choices] == [0, 1, 2]
+    texts = [c.message.content for c in full.choices]
+    streamed = {0: "", 1: "", 2: ""}
+    for chunk in client.chat.completions.create(**kw, stream=True):
+        for c in chunk.choices:
+            streamed[c.index] += c.delta.content or ""
+    assert [streamed[i] for i in range(3)] == texts
+    assert full.usage.completion_tokens == sum(
+        client.chat.completions.create(**{**kw, "n": 1, "seed": 2 + i}).usage.completion_tokens for i in range(3))

@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.middleware.base import BaseHTTPMiddleware
 
 from ..errors import InvalidGenerationConfig, RaseError
+from ..logprobs import LogprobDelta, chat_logprobs, completion_logprobs
 from ..tools import ToolCallDelta
 from .errors import error_body, status_of
 from .schemas import ChatRequest, CompletionRequest
@@ -49,9 +50,9 @@ def create_app(engine, api_key: str | None = None, max_body: int = MAX_BODY) -> 
         if req.max_completion_tokens and "max_tokens" not in kw:
             kw["max_tokens"] = req.max_completion_tokens
         messages = [m.model_dump(exclude_none=True) for m in req.messages]
-        return await respond(req, lambda: engine.submit_chat(req.model, messages, stop=req.stop, **kw,
-                                                             **req.structure_kwargs(), **req.tool_kwargs()),
-                             chat=True)
+        return await respond(req, lambda: engine.submit_chat_choices(
+            req.model, messages, req.n, stop=req.stop, **kw, **req.structure_kwargs(), **req.tool_kwargs(),
+            **req.logprob_kwargs()), chat=True)
 
     @app.post("/v1/completions")
     async def completions(req: CompletionRequest):
@@ -60,20 +61,24 @@ def create_app(engine, api_key: str | None = None, max_body: int = MAX_BODY) -> 
             if len(prompt) != 1:
                 raise InvalidGenerationConfig("prompt: exactly one prompt per request is supported")
             prompt = prompt[0]
-        return await respond(req, lambda: engine.submit_complete(req.model, prompt, stop=req.stop,
-                                                                 **req.generation_kwargs(), **req.structure_kwargs()),
-                             chat=False)
+        return await respond(req, lambda: engine.submit_complete_choices(
+            req.model, prompt, req.n, stop=req.stop, **req.generation_kwargs(), **req.structure_kwargs(),
+            **req.logprob_kwargs()), chat=False)
 
     async def respond(req, submit, chat: bool):
         engine.registry.get(req.model)  # 404 before anything else
         # loading the model (first use), the template and the tokenizer run off the event loop;
         # errors here (context overflow, bad config) are answered as 4xx before any streaming
-        handle = await asyncio.get_running_loop().run_in_executor(None, submit)
+        handles = await asyncio.get_running_loop().run_in_executor(None, submit)
         reply = _Reply(f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}", int(time.time()), req.model, chat)
         if not req.stream:
-            return _response(reply, await handle.aresult())
+            try:
+                return _response(reply, [await h.aresult() for h in handles])
+            finally:
+                for h in handles:
+                    h.cancel()
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
-        return StreamingResponse(_sse(handle, reply, include_usage), media_type="text/event-stream")
+        return StreamingResponse(_sse(handles, reply, include_usage), media_type="text/event-stream")
 
     return app
 
@@ -126,10 +131,11 @@ class _Reply:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
 
 
-def _usage(out) -> dict:
-    return {"prompt_tokens": out.prompt_tokens, "completion_tokens": out.completion_tokens,
-            "total_tokens": out.prompt_tokens + out.completion_tokens,
-            "prompt_tokens_details": {"cached_tokens": out.cached_tokens}}
+def _usage(outs) -> dict:
+    """One prompt, every choice's completion tokens."""
+    prompt, done = outs[0].prompt_tokens, sum(o.completion_tokens for o in outs)
+    return {"prompt_tokens": prompt, "completion_tokens": done, "total_tokens": prompt + done,
+            "prompt_tokens_details": {"cached_tokens": outs[0].cached_tokens}}
 
 
 def _finish(reason: str) -> str:
@@ -140,8 +146,15 @@ def _call(c) -> dict:
     return {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
 
 
-def _response(reply: _Reply, out) -> dict:
-    choice: dict[str, Any] = {"index": 0, "finish_reason": _finish(out.finish_reason), "logprobs": None}
+def _logprobs(reply: _Reply, entries) -> dict | None:
+    if entries is None:
+        return None
+    return chat_logprobs(entries) if reply.chat else completion_logprobs(entries)
+
+
+def _choice(reply: _Reply, index: int, out) -> dict:
+    choice: dict[str, Any] = {"index": index, "finish_reason": _finish(out.finish_reason),
+                              "logprobs": _logprobs(reply, out.logprobs)}
     if reply.chat:
         choice["message"] = {"role": "assistant", "content": out.text}
         if out.tool_calls:
@@ -149,14 +162,20 @@ def _response(reply: _Reply, out) -> dict:
                                  "tool_calls": [_call(c) for c in out.tool_calls]}
     else:
         choice["text"] = out.text
-    return {**reply.envelope(stream=False), "choices": [choice], "usage": _usage(out), "timings": out.timings}
+    return choice
 
 
-def _chunk(reply: _Reply, delta: dict | str | None, finish: str | None = None, usage: dict | None = None) -> str:
+def _response(reply: _Reply, outs: list) -> dict:
+    return {**reply.envelope(stream=False), "choices": [_choice(reply, i, o) for i, o in enumerate(outs)],
+            "usage": _usage(outs), "timings": outs[0].timings}
+
+
+def _chunk(reply: _Reply, delta: dict | str | None, finish: str | None = None, usage: dict | None = None,
+           logprobs: dict | None = None, index: int = 0) -> str:
     body = reply.envelope(stream=True)
     body["choices"] = []
     if delta is not None or finish is not None:
-        c: dict[str, Any] = {"index": 0, "finish_reason": finish, "logprobs": None}
+        c: dict[str, Any] = {"index": index, "finish_reason": finish, "logprobs": logprobs}
         if reply.chat:
             c["delta"] = delta if isinstance(delta, dict) else {}
         else:
@@ -167,27 +186,37 @@ def _chunk(reply: _Reply, delta: dict | str | None, finish: str | None = None, u
     return f"data: {json.dumps(body)}\n\n"
 
 
-async def _sse(handle, reply: _Reply, include_usage: bool) -> AsyncIterator[str]:
-    """Deltas from the handle as server-sent events. Closing the generator (client gone)
-    cancels the request."""
+async def _sse(handles, reply: _Reply, include_usage: bool) -> AsyncIterator[str]:
+    """Deltas from the handles as server-sent events, choice after choice (each chunk says its
+    index; the choices generate together meanwhile). Closing the generator (client gone)
+    cancels every request."""
     try:
-        if reply.chat:
-            yield _chunk(reply, {"role": "assistant", "content": ""})
-        try:
-            async for delta in handle:
-                if isinstance(delta, ToolCallDelta):  # id, type and name once per index
-                    yield _chunk(reply, {"tool_calls": [{"index": delta.index, **_call(delta)}]})
-                else:
-                    yield _chunk(reply, {"content": delta} if reply.chat else delta)
-            out = await handle.aresult()
-        except RaseError as exc:
-            status, kind = status_of(exc)
-            yield f"data: {json.dumps(error_body(str(exc), kind))}\n\n"
-            yield "data: [DONE]\n\n"
-            return
-        yield _chunk(reply, {} if reply.chat else "", _finish(out.finish_reason))
+        outs = []
+        for i, handle in enumerate(handles):
+            if reply.chat:
+                yield _chunk(reply, {"role": "assistant", "content": ""}, index=i)
+            try:
+                async for delta in handle:
+                    yield _delta_chunk(reply, delta, i)
+                outs.append(await handle.aresult())
+            except RaseError as exc:
+                status, kind = status_of(exc)
+                yield f"data: {json.dumps(error_body(str(exc), kind))}\n\n"
+                yield "data: [DONE]\n\n"
+                return
+            yield _chunk(reply, {} if reply.chat else "", _finish(outs[-1].finish_reason), index=i)
         if include_usage:
-            yield _chunk(reply, None, None, _usage(out))
+            yield _chunk(reply, None, None, _usage(outs))
         yield "data: [DONE]\n\n"
     finally:
-        handle.cancel()
+        for handle in handles:
+            handle.cancel()
+
+
+def _delta_chunk(reply: _Reply, delta, index: int) -> str:
+    if isinstance(delta, ToolCallDelta):  # id, type and name once per index
+        return _chunk(reply, {"tool_calls": [{"index": delta.index, **_call(delta)}]}, index=index)
+    if isinstance(delta, LogprobDelta):
+        return _chunk(reply, {"content": ""} if reply.chat else "", logprobs=_logprobs(reply, delta.entries),
+                      index=index)
+    return _chunk(reply, {"content": delta} if reply.chat else delta, index=index)

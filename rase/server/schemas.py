@@ -68,15 +68,16 @@ class _Common(BaseModel):
     stream_options: Optional[StreamOptions] = None
     presence_penalty: Optional[float] = Field(default=None, ge=-2.0, le=2.0)
     frequency_penalty: Optional[float] = Field(default=None, ge=-2.0, le=2.0)
-    n: int = Field(default=1, ge=1, le=1)
+    n: int = Field(default=1, ge=1, le=8)  # choices; the prompt is computed once
     user: Optional[str] = None  # the caller's end-user id: accepted, recorded nowhere
+    logit_bias: Optional[dict[str, float]] = None
     response_format: Optional[dict[str, Any]] = None
     grammar: Optional[str] = None  # extension (llama-server's): a Lark or GBNF grammar
     regex: Optional[str] = None    # extension: a regex the whole output matches
 
     def generation_kwargs(self) -> dict:
         return {k: getattr(self, k) for k in ("max_tokens", "temperature", "top_p", "top_k", "min_p",
-                                              "seed", "presence_penalty", "frequency_penalty")
+                                              "seed", "presence_penalty", "frequency_penalty", "logit_bias")
                 if getattr(self, k) is not None}
 
     def structure_kwargs(self) -> dict:
@@ -89,10 +90,19 @@ class ChatRequest(_Common):
     tools: Optional[list[Any]] = None
     tool_choice: Optional[Union[str, dict[str, Any]]] = None
     parallel_tool_calls: Optional[bool] = None
+    logprobs: Optional[bool] = None
+    top_logprobs: Optional[int] = None  # 0..20, with logprobs (checked by the engine: a 400 naming it)
 
     def tool_kwargs(self) -> dict:
         return {k: getattr(self, k) for k in ("tools", "tool_choice", "parallel_tool_calls")}
 
+    def logprob_kwargs(self) -> dict:
+        return {"logprobs": bool(self.logprobs), "top_logprobs": self.top_logprobs}
+
 
 class CompletionRequest(_Common):
     prompt: Union[str, list[str]]
+    logprobs: Optional[int] = None  # 0..5 alternatives per token
+
+    def logprob_kwargs(self) -> dict:
+        return {"logprobs": self.logprobs}
