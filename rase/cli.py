@@ -8,11 +8,12 @@ import argparse
 import json
 import sys
 from collections import Counter
+from pathlib import Path
 from typing import Callable
 
 from . import __version__, build_info
 from .config import default_store
-from .errors import ContextOverflow, ManifestError, MissingDependency, ModelNotFound, RaseError
+from .errors import ContextOverflow, InvalidGrammar, ManifestError, MissingDependency, ModelNotFound, RaseError
 from .gguf import GGUFFile
 
 
@@ -209,16 +210,39 @@ def _gen_kwargs(args) -> dict:
                 top_p=args.top_p, seed=args.seed)
 
 
+def _structure_kwargs(args) -> dict:
+    """--json-schema / --grammar / --grammar-file / --regex (llama-cli's flags) as Engine keywords."""
+    out = {}
+    if args.json_schema is not None:
+        try:
+            schema = json.loads(args.json_schema)
+        except json.JSONDecodeError as exc:
+            raise InvalidGrammar(f"--json-schema is not JSON: {exc}", "json_schema") from None
+        out["response_format"] = {"type": "json_schema", "json_schema": {"name": "cli", "schema": schema}}
+    grammar = args.grammar
+    if args.grammar_file is not None:
+        try:
+            grammar = Path(args.grammar_file).read_text()
+        except OSError as exc:
+            raise InvalidGrammar(f"cannot read --grammar-file: {exc}", "grammar") from None
+    if grammar is not None:
+        out["grammar"] = grammar
+    if args.regex is not None:
+        out["regex"] = args.regex
+    return out
+
+
 def cmd_run(args) -> int:
     from .api import Engine
 
     engine = Engine(args.store or default_store(), n_ctx=args.ctx_size)
     emit = lambda d: print(d, end="", flush=True)
     if args.raw:
-        out = engine.complete(args.id, args.prompt, on_delta=emit, stop=args.stop, **_gen_kwargs(args))
+        out = engine.complete(args.id, args.prompt, on_delta=emit, stop=args.stop, **_gen_kwargs(args),
+                              **_structure_kwargs(args))
     else:
         out = engine.chat(args.id, [{"role": "user", "content": args.prompt}], on_delta=emit, stop=args.stop,
-                          **_gen_kwargs(args))
+                          **_gen_kwargs(args), **_structure_kwargs(args))
     print(f"\n[{out.completion_tokens} tokens, finish_reason={out.finish_reason}]", file=sys.stderr)
     return 0
 
@@ -289,7 +313,6 @@ def cmd_serve(args) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from pathlib import Path
 
     store_help = "model store folder (default: $RASE_STORE or ~/.local/share/rase)"
     p = argparse.ArgumentParser(prog="rase", description="Embeddable local LLM runtime (GGUF, CPU).")
@@ -377,6 +400,10 @@ def _add_generation_commands(sub, leaf) -> None:
     s.add_argument("prompt")
     s.add_argument("--raw", action="store_true", help="plain completion, no chat template")
     s.add_argument("--stop", action="append", default=[])
+    s.add_argument("-j", "--json-schema", metavar="JSON", help="answer with JSON valid for this schema")
+    s.add_argument("--grammar", metavar="TEXT", help="answer within this Lark or GBNF grammar")
+    s.add_argument("--grammar-file", metavar="FILE", help="the grammar from a file")
+    s.add_argument("--regex", metavar="PATTERN", help="answer matching this regular expression")
     generation(s)
     s = leaf(sub, "chat", cmd_chat, "interactive multi-turn chat")
     s.add_argument("id")

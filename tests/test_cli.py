@@ -1,6 +1,7 @@
 """The `rase` command through its real entry points (console script and python -m rase)."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -137,6 +138,14 @@ def test_model_lifecycle_and_run_through_the_cli(tmp_path):
     run = rase("run", "smollm2", "What is the capital of France? Answer in one sentence.",
                "--temperature", "0", "--max-tokens", "24")
     assert "Paris" in run.stdout and "finish_reason=stop" in run.stderr
+    schema = '{"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}}, "required": ["city"]}'
+    js = rase("run", "smollm2", "The capital of France, as JSON.", "--json-schema", schema, "--max-tokens", "40")
+    assert isinstance(json.loads(js.stdout)["city"], str) and "finish_reason=stop" in js.stderr
+    yn = rase("run", "smollm2", "Is Paris in France?", "--grammar", 'root ::= "yes" | "no"', "--raw")
+    assert yn.stdout in ("yes", "no")
+    bad = subprocess.run([*exe, "run", "smollm2", "x", "--regex", "[a-"], env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert bad.returncode == 1 and bad.stderr.startswith("error:") and "regex" in bad.stderr
     chat = subprocess.run([*exe, "chat", "smollm2", "--temperature", "0", "--max-tokens", "24"], env=env,
                           input="What is the capital of France? Answer in one sentence.\nAnd its river?\n\n",
                           capture_output=True, text=True, timeout=600)
