@@ -267,9 +267,10 @@ RASE_R16_KERNEL_AVX2(r16_q5_1_avx2, 7, r16_q5_1)
 
 // ---------------------------------------------------------------- AVX-512 VNNI
 // One zmm per slice holds all 16 rows, so the activation slice is a plain 4-byte broadcast.
-// Signed weights become unsigned u = w + 128 (Q8_0, Q5_0: the sign bit flipped; Q4_0: the
-// nibble + 120) and each slice's dot starts from -128 * the slice's activation sum: the exact
-// integer of the sign trick, then the same FMA per slice and the same hsum as the reference.
+// Signed weights become unsigned: u = w + 128 (Q8_0, Q5_0: the sign bit flipped) with each
+// slice's dot starting from -128 * the slice's activation sum, or Q4_0's nibble u = w + 8 as
+// stored, starting from -8 * that sum: the exact integer sum of the reference either way, then
+// the same FMA per slice and the same hsum.
 // Tiles of up to 2 tokens keep the 8 unpacked weight registers live beside 16 accumulators.
 #define RASE_R16_TILE_512 2
 
@@ -284,13 +285,13 @@ static inline int32_t rase_ld32(const void *p) {
                                                            size_t astride, const int nt, float *y, \
                                                            int64_t ys, int nr) {              \
         enum { HAS_MIN = TYPE == 3 || TYPE == 7, NIB = TYPE == 2 || TYPE == 3, FLIP = TYPE == 8 || TYPE == 6, \
-               SIGNED = !HAS_MIN };                                                           \
+               SIGNED = !HAS_MIN, OFF_SHIFT = TYPE == 2 ? 3 : 7 };                            \
         __m512 acc[RASE_R16_TILE_512][8], summ[RASE_R16_TILE_512];                            \
         for (int t = 0; t < nt; ++t) {                                                        \
             summ[t] = _mm512_setzero_ps();                                                    \
             for (int sl = 0; sl < 8; ++sl) acc[t][sl] = _mm512_setzero_ps();                  \
         }                                                                                     \
-        const __m512i m4 = _mm512_set1_epi8(0xF), flip = _mm512_set1_epi8((char)0x80), o120 = _mm512_set1_epi8(120); \
+        const __m512i m4 = _mm512_set1_epi8(0xF), flip = _mm512_set1_epi8((char)0x80);         \
         const __m256i ones = _mm256_set1_epi8(1);                                             \
         const RT *blk = (const RT *)w;                                                        \
         for (int64_t b = 0; b < n / 32; ++b) {                                                \
@@ -301,7 +302,6 @@ static inline int32_t rase_ld32(const void *p) {
                     const __m512i raw = _mm512_loadu_si512((const void *)blk[b].q[k]);        \
                     u[k] = _mm512_and_si512(raw, m4);                                         \
                     u[k + 4] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);               \
-                    if (TYPE == 2) { u[k] = _mm512_add_epi8(u[k], o120); u[k + 4] = _mm512_add_epi8(u[k + 4], o120); } \
                 }                                                                             \
             } else {                                                                          \
                 for (int k = 0; k < 8; ++k) {                                                 \
@@ -330,7 +330,7 @@ static inline int32_t rase_ld32(const void *p) {
                 if (SIGNED)                                                                   \
                     _mm256_store_si256((__m256i *)nb, _mm256_sub_epi32(_mm256_setzero_si256(), \
                         _mm256_slli_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), ones,   \
-                                                              _mm256_loadu_si256((const __m256i *)yq)), 7))); \
+                                                              _mm256_loadu_si256((const __m256i *)yq)), OFF_SHIFT))); \
                 __asm__("" : "+r"(nbp), "+r"(yb));                                            \
                 const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(dy));                   \
                 for (int sl = 0; sl < 8; ++sl) {                                              \
