@@ -232,6 +232,7 @@ cdef class Weights:
     cdef object _on_packed
     cdef dict _cached     # name -> packed bytes given at load (a cache), or None
     cdef readonly dict repacked  # name -> packed bytes this load made (for the cache)
+    cdef readonly list streamed  # data of the matrices read in place, whole, every forward
 
     def __cinit__(self):
         self.layers = NULL
@@ -247,7 +248,7 @@ cdef class Weights:
         self._keep = []
         self._threads, self._on_packed = n_threads, on_packed
         self._isa = rase_isa if isa is None else _isa_id(isa)
-        self._cached, self.repacked = packed, {}
+        self._cached, self.repacked, self.streamed = packed, {}, []
         cdef rase_hparams *h = &self.w.hp
         h.n_layer, h.n_embd, h.n_head = plan.n_layer, plan.n_embd, plan.n_head
         h.n_head_kv, h.head_dim, h.n_ff = plan.n_head_kv, plan.head_dim, plan.n_ff
@@ -336,6 +337,8 @@ cdef class Weights:
             out.group_bytes = (cols // 32) * R16_TRAITS[qtype].blk_bytes
             self._keep.append(packed)
             self.packed_bytes += packed.shape[0]
+        elif name != "token_embd":
+            self.streamed.append(data)
         return 0
 
     cdef const float *_vec(self, object arr, int64_t n, str name) except NULL:

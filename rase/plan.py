@@ -69,6 +69,10 @@ def load_plan(path: str | os.PathLike[str], architecture: str | None = None,
     except ValueError as exc:
         raise CorruptModelFile(g.path, str(exc)) from None
     cache.save_in_background(weights.repacked)  # later loads map it instead of repacking
+    for data in weights.streamed:  # mapped now, in one call each, as llama.cpp's MAP_POPULATE does
+        t = by_address.get(data.ctypes.data)
+        if t is not None:
+            g.populate(t)
     eos = g.get("tokenizer.ggml.eos_token_id")
     eos = eos if g.metadata_types.get("tokenizer.ggml.eos_token_id") == 4 else None
     return ModelPlan(g, arch, hp, ctx, weights, eos)
