@@ -41,7 +41,7 @@ def test_read_bandwidth_is_a_rate():
     assert _kernels.bench_read_bandwidth(np.ones(1 << 20, np.uint8), 2, 2) > 1e8
 
 
-@pytest.mark.parametrize("n", [1000, 2085, 4096])
+@pytest.mark.parametrize("n", [576, 1000, 2085, 4096, 40])
 def test_f16_rows_blocked_over_panels_give_the_row_by_row_bits(n):
     """Several tokens of an F16 matrix run rows in pairs over 1024-column panels (AVX-512), and
     beyond 6 tokens over panels converted to f32 once for up to 48 tokens: every (row, token)
