@@ -260,6 +260,28 @@ class Engine:
         async for d in self.submit_complete(model, prompt, **kw):
             yield d
 
+    # -------------------------------------------------------------- tokens
+
+    def tokenize(self, model: str, text: str, *, add_special: bool = False, parse_special: bool = True,
+                 with_pieces: bool = False) -> list:
+        """The model's token ids for text (llama.cpp's tokenizer on a GGUF vocabulary);
+        with_pieces: (id, bytes of the piece) pairs. add_special: the model's BOS/EOS;
+        parse_special: special-token text (<|im_end|>) becomes its token."""
+        if not isinstance(text, str):
+            raise InvalidGenerationConfig("content must be a string", "content")
+        tok = self.session(model).tokenizer
+        ids = tok.encode(text, add_special_tokens=add_special, parse_special=parse_special)
+        return [(i, tok.decode_bytes([i], skip_special_tokens=False)) for i in ids] if with_pieces else ids
+
+    def detokenize(self, model: str, tokens: Sequence[int]) -> str:
+        session = self.session(model)
+        bad = [t for t in tokens if isinstance(t, bool) or not isinstance(t, int)
+               or not 0 <= t < session.tokenizer.n_vocab]
+        if bad:
+            raise InvalidGenerationConfig(f"token {bad[0]!r} is not an id of this model's vocabulary "
+                                          f"(0..{session.tokenizer.n_vocab - 1})", "tokens")
+        return session.tokenizer.decode(list(tokens), skip_special_tokens=False)
+
     def unload(self) -> None:
         """Unload every model (requests already queued still finish)."""
         self.sessions.clear()

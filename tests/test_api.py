@@ -147,3 +147,17 @@ def test_engine_context_size(engine):
     assert small.session("smollm2").decoder.n_ctx == 64 and engine.session("smollm2").decoder.n_ctx == 4096
     with pytest.raises(ContextOverflow, match="context of 64"):
         small.chat("smollm2", CHAT, max_tokens=40)
+
+
+def test_tokenize_and_detokenize(engine):
+    ids = engine.tokenize("smollm2", "The capital of France")
+    assert ids and engine.detokenize("smollm2", ids) == "The capital of France"
+    pieces = engine.tokenize("smollm2", "The capital", with_pieces=True)
+    assert [i for i, _ in pieces] == engine.tokenize("smollm2", "The capital")
+    assert b"".join(p for _, p in pieces) == b"The capital"
+    assert engine.tokenize("smollm2", "<|im_end|>") == [2]
+    assert 2 not in engine.tokenize("smollm2", "<|im_end|>", parse_special=False)
+    from rase import InvalidGenerationConfig
+
+    with pytest.raises(InvalidGenerationConfig):
+        engine.detokenize("smollm2", [-1])

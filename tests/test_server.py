@@ -143,6 +143,9 @@ def test_api_key(store):
     assert client.get("/v1/models").status_code == 401
     assert client.get("/v1/models", headers={"Authorization": "Bearer s3cret"}).status_code == 200
     assert client.get("/health").status_code == 200
+    assert client.post("/tokenize", json={"content": "x"}).status_code == 401
+    ok = client.post("/tokenize", json={"content": "x"}, headers={"Authorization": "Bearer s3cret"})
+    assert ok.status_code == 200 and ok.json()["tokens"]
 
 
 def _serve_in_thread(app):
@@ -427,3 +430,23 @@ def test_n_choices_through_the_openai_client(server):
     assert [streamed[i] for i in range(3)] == texts
     assert full.usage.completion_tokens == sum(
         client.chat.completions.create(**{**kw, "n": 1, "seed": 2 + i}).usage.completion_tokens for i in range(3))
+
+
+def test_tokenize_and_detokenize(server):
+    """llama-server's shapes; the ids are the ones chat prompts are built from."""
+    r = httpx.post(server + "/tokenize", json={"content": "Hello world<|im_end|>"}, timeout=30).json()
+    ids = r["tokens"]
+    assert ids[-1] == 2 and len(ids) == 3  # <|im_end|> parsed as its token (parse_special defaults on)
+    plain = httpx.post(server + "/tokenize", json={"model": "smollm2", "content": "Hello world<|im_end|>",
+                                                   "parse_special": False}, timeout=30).json()["tokens"]
+    assert 2 not in plain and len(plain) > 3
+    pieces = httpx.post(server + "/tokenize", json={"content": "Hé", "with_pieces": True}, timeout=30).json()["tokens"]
+    assert [p["id"] for p in pieces] == httpx.post(server + "/tokenize", json={"content": "Hé"}, timeout=30).json()["tokens"]
+    assert "".join(p["piece"] if isinstance(p["piece"], str) else bytes(p["piece"]).decode("utf-8", "replace")
+                   for p in pieces) == "Hé"
+    back = httpx.post(server + "/detokenize", json={"tokens": ids}, timeout=30).json()
+    assert back == {"content": "Hello world<|im_end|>"}
+    bad = httpx.post(server + "/detokenize", json={"tokens": [10**9]}, timeout=30)
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "tokens"
+    missing = httpx.post(server + "/tokenize", json={"model": "nope", "content": "x"}, timeout=30)
+    assert missing.status_code == 404

@@ -22,9 +22,10 @@ from ..errors import InvalidGenerationConfig, RaseError
 from ..logprobs import LogprobDelta, chat_logprobs, completion_logprobs
 from ..tools import ToolCallDelta
 from .errors import error_body, status_of
-from .schemas import ChatRequest, CompletionRequest
+from .schemas import ChatRequest, CompletionRequest, DetokenizeRequest, TokenizeRequest
 
 MAX_BODY = 1 << 20  # 1 MiB of JSON is far more than any prompt a local model takes
+PROTECTED = ("/tokenize", "/detokenize")  # beside /v1/*: what --api-key guards
 
 
 def create_app(engine, api_key: str | None = None, max_body: int = MAX_BODY) -> FastAPI:
@@ -43,6 +44,28 @@ def create_app(engine, api_key: str | None = None, max_body: int = MAX_BODY) -> 
     @app.get("/v1/models/{model_id}")
     async def model(model_id: str):
         return _model_card(engine.registry.get(model_id))
+
+    def model_of(name: str | None) -> str:
+        if name is not None:
+            return engine.registry.get(name).id  # 404 for an unknown model
+        ids = [m.id for m in engine.registry.list()]
+        if len(ids) != 1:
+            raise InvalidGenerationConfig(f"model is required: the store holds {len(ids)} models", "model")
+        return ids[0]
+
+    @app.post("/tokenize")
+    async def tokenize(req: TokenizeRequest):
+        run = lambda: engine.tokenize(model_of(req.model), req.content, add_special=req.add_special,
+                                      parse_special=req.parse_special, with_pieces=req.with_pieces)
+        out = await asyncio.get_running_loop().run_in_executor(None, run)
+        if req.with_pieces:  # a piece that is not whole UTF-8 is given as its bytes, as llama-server does
+            out = [{"id": i, "piece": _piece(b)} for i, b in out]
+        return {"tokens": out}
+
+    @app.post("/detokenize")
+    async def detokenize(req: DetokenizeRequest):
+        run = lambda: engine.detokenize(model_of(req.model), req.tokens)
+        return {"content": await asyncio.get_running_loop().run_in_executor(None, run)}
 
     @app.post("/v1/chat/completions")
     async def chat(req: ChatRequest):
@@ -91,7 +114,7 @@ def _install_guards(app: FastAPI, api_key: str | None, max_body: int) -> None:
         length = request.headers.get("content-length")
         if length is not None and (not length.isdigit() or int(length) > max_body):
             return JSONResponse(error_body(f"request body over {max_body} bytes", "invalid_request_error"), 413)
-        if api_key and request.url.path.startswith("/v1/"):
+        if api_key and (request.url.path.startswith("/v1/") or request.url.path in PROTECTED):
             if request.headers.get("authorization") != f"Bearer {api_key}":
                 return JSONResponse(error_body("invalid or missing API key", "authentication_error"), 401)
         return await call_next(request)
@@ -111,6 +134,13 @@ def _install_guards(app: FastAPI, api_key: str | None, max_body: int) -> None:
     async def rase_error(request: Request, exc: RaseError):
         status, kind = status_of(exc)
         return JSONResponse(error_body(str(exc), kind, param=getattr(exc, "param", None)), status)
+
+
+def _piece(b: bytes):
+    try:
+        return b.decode("utf-8")
+    except UnicodeDecodeError:
+        return list(b)
 
 
 def _model_card(m) -> dict:

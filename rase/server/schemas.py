@@ -106,3 +106,19 @@ class CompletionRequest(_Common):
 
     def logprob_kwargs(self) -> dict:
         return {"logprobs": self.logprobs}
+
+
+class TokenizeRequest(BaseModel):
+    """llama-server's /tokenize, plus the model (optional when the store holds one)."""
+    model_config = ConfigDict(extra="forbid")
+    model: Optional[str] = None
+    content: str
+    add_special: bool = False
+    parse_special: bool = True
+    with_pieces: bool = False
+
+
+class DetokenizeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    model: Optional[str] = None
+    tokens: list[int]
