@@ -90,8 +90,10 @@ class Request:
             self.stop_reason.finish_reason if self.stop_reason else "stop")
         prompt_s = ((self.first_token or self.submitted) - self.submitted)
         gen_s = (self.last_token - self.first_token) if self.first_token and self.last_token else 0.0
-        timings = dict(prompt_n=len(self.prompt) - self.cached_tokens, cached_n=self.cached_tokens,
-                       ttft_ms=round(prompt_s * 1e3, 3), predicted_n=self.generated,
+        prompt_n = len(self.prompt) - self.cached_tokens
+        timings = dict(prompt_n=prompt_n, cached_n=self.cached_tokens, ttft_ms=round(prompt_s * 1e3, 3),
+                       prompt_per_second=round(prompt_n / prompt_s, 2) if prompt_s > 0 else None,
+                       predicted_n=self.generated, predicted_ms=round(gen_s * 1e3, 3),
                        predicted_per_second=round((self.generated - 1) / gen_s, 2) if gen_s > 0 else None)
         calls = list(getattr(self.text, "calls", ()))
         if calls and reason != "cancelled":

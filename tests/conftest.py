@@ -62,3 +62,19 @@ def tiny_models(tmp_path_factory):
         return cache[key]
 
     return get
+
+
+@pytest.fixture
+def openai_client():
+    """base URL -> an openai.OpenAI client on base/v1, closed after the test (its sockets too)."""
+    from openai import OpenAI
+
+    clients = []
+
+    def make(base: str):
+        clients.append(OpenAI(base_url=base + "/v1", api_key="unused"))
+        return clients[-1]
+
+    yield make
+    for c in clients:
+        c.close()

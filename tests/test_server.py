@@ -61,10 +61,9 @@ def server(store):
 CHAT = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
 
 
-def test_openai_client_end_to_end(server):
-    from openai import OpenAI
+def test_openai_client_end_to_end(server, openai_client):
 
-    client = OpenAI(base_url=server + "/v1", api_key="unused")
+    client = openai_client(server)
     assert [m.id for m in client.models.list().data] == ["smollm2"]
     full = client.chat.completions.create(model="smollm2", messages=CHAT, temperature=0, max_tokens=40)
     text = full.choices[0].message.content
@@ -270,10 +269,9 @@ def test_disconnect_storm_leaves_the_server_whole(store):
     t.join(timeout=10)
 
 
-def test_cached_tokens_and_health_through_the_openai_client(server):
-    from openai import OpenAI
+def test_cached_tokens_and_health_through_the_openai_client(server, openai_client):
 
-    client = OpenAI(base_url=server + "/v1", api_key="unused")
+    client = openai_client(server)
     system = {"role": "system", "content": "You answer in one short sentence. " * 12}
     first = client.chat.completions.create(model="smollm2", messages=[system, CHAT[0]], temperature=0, max_tokens=8)
     again = client.chat.completions.create(model="smollm2", messages=[system, {"role": "user", "content": "Hi!"}],
@@ -293,12 +291,11 @@ CITY = {"type": "object", "properties": {"city": {"type": "string", "maxLength":
         "required": ["city", "country", "population_millions"], "additionalProperties": False}
 
 
-def test_structured_output_through_the_openai_client(server):
+def test_structured_output_through_the_openai_client(server, openai_client):
     import jsonschema
-    from openai import OpenAI
     from pydantic import BaseModel
 
-    client = OpenAI(base_url=server + "/v1", api_key="unused")
+    client = openai_client(server)
     ask = [{"role": "user", "content": "Give the capital of France as JSON."}]
     rf = {"type": "json_schema", "json_schema": {"name": "capital", "schema": CITY, "strict": True}}
     full = client.chat.completions.create(model="smollm2", messages=ask, response_format=rf, temperature=1.0,
@@ -365,17 +362,16 @@ def test_response_messages_echoed_back_are_accepted(server):
     assert bad.status_code == 400 and "name" in bad.json()["error"]["message"]
 
 
-def test_generic_tool_calls_for_a_template_without_tools(server):
+def test_generic_tool_calls_for_a_template_without_tools(server, openai_client):
     """SmolLM2's template knows no tools: the tools go into a system message and the answer is
     one JSON object, constrained from the first token (small models need "required")."""
     import jsonschema
-    from openai import OpenAI
 
     weather = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 30}},
                "required": ["city"], "additionalProperties": False}
     tools = [{"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city",
                                                "parameters": weather}}]
-    client = OpenAI(base_url=server + "/v1", api_key="unused")
+    client = openai_client(server)
     ask = [{"role": "user", "content": "What is the weather in Paris?"}]
     for seed in range(3):
         out = client.chat.completions.create(model="smollm2", messages=ask, tools=tools, tool_choice="required",
@@ -393,10 +389,9 @@ def test_generic_tool_calls_for_a_template_without_tools(server):
     assert answer.choices[0].message.content or answer.choices[0].message.tool_calls
 
 
-def test_logprobs_through_the_openai_client(server):
-    from openai import OpenAI
+def test_logprobs_through_the_openai_client(server, openai_client):
 
-    client = OpenAI(base_url=server + "/v1", api_key="unused")
+    client = openai_client(server)
     kw = dict(model="smollm2", messages=CHAT, temperature=0.8, seed=3, max_tokens=12, logprobs=True, top_logprobs=2)
     full = client.chat.completions.create(**kw)
     content = full.choices[0].logprobs.content
@@ -414,10 +409,9 @@ def test_logprobs_through_the_openai_client(server):
     assert banned.choices[0].logprobs.content[0].token != "The"
 
 
-def test_n_choices_through_the_openai_client(server):
-    from openai import OpenAI
+def test_n_choices_through_the_openai_client(server, openai_client):
 
-    client = OpenAI(base_url=server + "/v1", api_key="unused")
+    client = openai_client(server)
     kw = dict(model="smollm2", messages=[{"role": "user", "content": "Name a color."}], temperature=1.0, seed=2,
               max_tokens=10, n=3)
     full = client.chat.completions.create(**kw)

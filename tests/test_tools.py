@@ -178,10 +178,9 @@ def tool_server(tool_store):
 
 
 @pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "get_weather"}}])
-def test_openai_client_tool_calls_streamed_and_not(tool_server, choice):
-    from openai import OpenAI
+def test_openai_client_tool_calls_streamed_and_not(tool_server, choice, openai_client):
 
-    client = OpenAI(base_url=tool_server + "/v1", api_key="unused")
+    client = openai_client(tool_server)
     kw = dict(model="toolbot", messages=ASK, tools=TOOLS, tool_choice=choice, parallel_tool_calls=False,
               temperature=1.0, seed=5, max_tokens=200)
     full = client.chat.completions.create(**kw)

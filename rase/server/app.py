@@ -15,13 +15,15 @@ from typing import Any, AsyncIterator
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.middleware.base import BaseHTTPMiddleware
 
 from ..errors import InvalidGenerationConfig, RaseError
 from ..logprobs import LogprobDelta, chat_logprobs, completion_logprobs
 from ..tools import ToolCallDelta
 from .errors import error_body, status_of
+from .metrics import CONTENT_TYPE as METRICS_TYPE
+from .metrics import Metrics
 from .schemas import ChatRequest, CompletionRequest, DetokenizeRequest, TokenizeRequest
 
 MAX_BODY = 1 << 20  # 1 MiB of JSON is far more than any prompt a local model takes
@@ -31,7 +33,12 @@ PROTECTED = ("/tokenize", "/detokenize")  # beside /v1/*: what --api-key guards
 def create_app(engine, api_key: str | None = None, max_body: int = MAX_BODY) -> FastAPI:
     app = FastAPI(title="rase", version=__import__("rase").__version__)
     app.state.engine = engine
-    _install_guards(app, api_key, max_body)
+    app.state.metrics = metrics = Metrics(engine)
+    _install_guards(app, api_key, max_body, metrics)
+
+    @app.get("/metrics")
+    async def prometheus():
+        return Response(metrics.render(), media_type=METRICS_TYPE)
 
     @app.get("/health")
     async def health():
@@ -96,21 +103,24 @@ def create_app(engine, api_key: str | None = None, max_body: int = MAX_BODY) -> 
         reply = _Reply(f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}", int(time.time()), req.model, chat)
         if not req.stream:
             try:
-                return _response(reply, [await h.aresult() for h in handles])
+                outs = [await h.aresult() for h in handles]
             finally:
                 for h in handles:
                     h.cancel()
+            metrics.finished(req.model, outs)
+            return _response(reply, outs)
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
-        return StreamingResponse(_sse(handles, reply, include_usage), media_type="text/event-stream")
+        return StreamingResponse(_sse(handles, reply, include_usage, lambda outs: metrics.finished(req.model, outs)),
+                                 media_type="text/event-stream")
 
     return app
 
 
-def _install_guards(app: FastAPI, api_key: str | None, max_body: int) -> None:
-    """Body size and API key before any route; validation and RaseErrors as OpenAI errors."""
+def _install_guards(app: FastAPI, api_key: str | None, max_body: int, metrics: Metrics) -> None:
+    """Body size and API key before any route; validation and RaseErrors as OpenAI errors;
+    every answer counted by route template and status."""
 
-    @app.middleware("http")
-    async def guard(request: Request, call_next):
+    async def checked(request: Request, call_next):
         length = request.headers.get("content-length")
         if length is not None and (not length.isdigit() or int(length) > max_body):
             return JSONResponse(error_body(f"request body over {max_body} bytes", "invalid_request_error"), 413)
@@ -118,6 +128,13 @@ def _install_guards(app: FastAPI, api_key: str | None, max_body: int) -> None:
             if request.headers.get("authorization") != f"Bearer {api_key}":
                 return JSONResponse(error_body("invalid or missing API key", "authentication_error"), 401)
         return await call_next(request)
+
+    @app.middleware("http")
+    async def guard(request: Request, call_next):
+        response = await checked(request, call_next)
+        route = request.scope.get("route")
+        metrics.request(getattr(route, "path", "other"), response.status_code)
+        return response
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError):
@@ -216,7 +233,7 @@ def _chunk(reply: _Reply, delta: dict | str | None, finish: str | None = None, u
     return f"data: {json.dumps(body)}\n\n"
 
 
-async def _sse(handles, reply: _Reply, include_usage: bool) -> AsyncIterator[str]:
+async def _sse(handles, reply: _Reply, include_usage: bool, on_done=lambda outs: None) -> AsyncIterator[str]:
     """Deltas from the handles as server-sent events, choice after choice (each chunk says its
     index; the choices generate together meanwhile). Closing the generator (client gone)
     cancels every request."""
@@ -235,6 +252,7 @@ async def _sse(handles, reply: _Reply, include_usage: bool) -> AsyncIterator[str
                 yield "data: [DONE]\n\n"
                 return
             yield _chunk(reply, {} if reply.chat else "", _finish(outs[-1].finish_reason), index=i)
+        on_done(outs)
         if include_usage:
             yield _chunk(reply, None, None, _usage(outs))
         yield "data: [DONE]\n\n"
