@@ -24,10 +24,11 @@ from ..tools import ToolCallDelta
 from .errors import error_body, status_of
 from .metrics import CONTENT_TYPE as METRICS_TYPE
 from .metrics import Metrics
+from .ollama import router as ollama_router
 from .schemas import ChatRequest, CompletionRequest, DetokenizeRequest, TokenizeRequest
 
 MAX_BODY = 1 << 20  # 1 MiB of JSON is far more than any prompt a local model takes
-PROTECTED = ("/tokenize", "/detokenize")  # beside /v1/*: what --api-key guards
+PROTECTED = ("/tokenize", "/detokenize", "/api/chat", "/api/generate", "/api/show", "/api/tags")  # and /v1/*
 
 
 def create_app(engine, api_key: str | None = None, max_body: int = MAX_BODY) -> FastAPI:
@@ -39,6 +40,8 @@ def create_app(engine, api_key: str | None = None, max_body: int = MAX_BODY) -> 
     @app.get("/metrics")
     async def prometheus():
         return Response(metrics.render(), media_type=METRICS_TYPE)
+
+    app.include_router(ollama_router(engine))
 
     @app.get("/health")
     async def health():

@@ -1,0 +1,193 @@
+"""The Ollama API beside the OpenAI one, on the same engine: /api/version, /api/tags,
+/api/show, /api/chat and /api/generate (NDJSON streaming by default, as Ollama does).
+
+Ollama's `options` map onto rase's sampling fields; an option or field rase cannot honour is a
+400 that names it (never silently dropped). `format` is "json" (any JSON) or a JSON schema.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from datetime import datetime, timezone
+from typing import Any, Optional, Union
+
+from fastapi import APIRouter
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, ConfigDict
+
+from .. import __version__
+from ..errors import InvalidGenerationConfig, RaseError
+from ..logprobs import LogprobDelta
+from ..tools import ToolCallDelta
+from .errors import status_of
+
+# Ollama option -> rase generation keyword
+OPTIONS = {"temperature": "temperature", "top_k": "top_k", "top_p": "top_p", "min_p": "min_p", "seed": "seed",
+           "num_predict": "max_tokens", "repeat_penalty": "repeat_penalty", "presence_penalty": "presence_penalty",
+           "frequency_penalty": "frequency_penalty"}
+
+
+class _Base(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    model: str
+    stream: bool = True
+    format: Optional[Union[str, dict[str, Any]]] = None
+    options: Optional[dict[str, Any]] = None
+    think: Optional[bool] = None
+    keep_alive: Optional[Union[float, str]] = None  # refused unless absent (models stay resident)
+
+
+class ChatBody(_Base):
+    messages: list[dict[str, Any]]
+    tools: Optional[list[dict[str, Any]]] = None
+
+
+class GenerateBody(_Base):
+    prompt: str = ""
+    system: Optional[str] = None
+    raw: bool = False
+
+
+class ShowBody(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # the client also sends `verbose`, which changes nothing here
+    model: str
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat()
+
+
+def _kwargs(body: _Base) -> dict:
+    """The engine keywords for an Ollama request (400 for what cannot be honoured)."""
+    if body.keep_alive is not None:
+        raise InvalidGenerationConfig("keep_alive is not supported: rase keeps a model loaded until it is "
+                                      "unloaded", "keep_alive")
+    opts = dict(body.options or {})
+    stop = opts.pop("stop", None)
+    unknown = sorted(k for k in opts if k not in OPTIONS)
+    if unknown:
+        raise InvalidGenerationConfig(f"options not supported by rase: {', '.join(unknown)} (supported: "
+                                      f"{', '.join(sorted([*OPTIONS, 'stop']))})", f"options.{unknown[0]}")
+    kw = {OPTIONS[k]: v for k, v in opts.items() if v is not None}
+    if kw.get("max_tokens", 1) < 0:  # Ollama's num_predict -1: until the context is full
+        kw.pop("max_tokens")
+    kw["stop"] = stop
+    if body.format == "json":
+        kw["response_format"] = {"type": "json_object"}
+    elif isinstance(body.format, dict):
+        kw["response_format"] = {"type": "json_schema", "json_schema": {"name": "ollama", "schema": body.format}}
+    elif body.format not in (None, ""):
+        raise InvalidGenerationConfig('format must be "json" or a JSON schema', "format")
+    if body.think is not None:
+        kw["think"] = "separate" if body.think else "strip"
+    return kw
+
+
+def _tail(out, started: float) -> dict:
+    t = out.timings
+    ttft = (t.get("ttft_ms") or 0.0) * 1e6
+    return {"done": True, "done_reason": "length" if out.finish_reason == "length" else "stop",
+            "total_duration": int((time.monotonic() - started) * 1e9), "load_duration": 0,
+            "prompt_eval_count": out.prompt_tokens, "prompt_eval_duration": int(ttft),
+            "eval_count": out.completion_tokens, "eval_duration": int((t.get("predicted_ms") or 0.0) * 1e6)}
+
+
+def _message(out, think: bool | None) -> dict:
+    msg: dict[str, Any] = {"role": "assistant", "content": out.text}
+    if think:
+        msg["thinking"] = out.reasoning
+    if out.tool_calls:
+        msg["tool_calls"] = [{"function": {"name": c.name, "arguments": json.loads(c.arguments)}}
+                             for c in out.tool_calls]
+    return msg
+
+
+def router(engine) -> APIRouter:
+    api = APIRouter()
+
+    @api.get("/api/version")
+    async def version():
+        return {"version": __version__}
+
+    @api.get("/api/tags")
+    async def tags():
+        return {"models": [_card(m) for m in engine.registry.list()]}
+
+    @api.post("/api/show")
+    async def show(body: ShowBody):
+        m = engine.registry.get(body.model)
+        arch = m.architecture or ""
+        return {"modelfile": "", "parameters": "", "template": m.chat_template or "", "details": _details(m),
+                "model_info": {"general.architecture": arch, f"{arch}.context_length": m.context_length},
+                "capabilities": ["completion"], "modified_at": _now()}
+
+    @api.post("/api/chat")
+    async def chat(body: ChatBody):
+        kw = _kwargs(body)
+        if body.tools:
+            kw["tools"] = body.tools
+        messages = [{k: v for k, v in m.items() if k != "images" or not v} for m in body.messages]
+        submit = lambda: engine.submit_chat(body.model, messages, **kw)
+        return await _answer(engine, body, submit, chat=True)
+
+    @api.post("/api/generate")
+    async def generate(body: GenerateBody):
+        kw = _kwargs(body)
+        if body.raw:
+            if body.system:
+                raise InvalidGenerationConfig("system does not apply to a raw prompt", "system")
+            submit = lambda: engine.submit_complete(body.model, body.prompt, **{k: v for k, v in kw.items()
+                                                                                if k != "think"})
+        else:  # the model's chat template, as Ollama applies it
+            messages = ([{"role": "system", "content": body.system}] if body.system else []) + \
+                [{"role": "user", "content": body.prompt}]
+            submit = lambda: engine.submit_chat(body.model, messages, **kw)
+        return await _answer(engine, body, submit, chat=False)
+
+    return api
+
+
+async def _answer(engine, body: _Base, submit, chat: bool):
+    engine.registry.get(body.model)  # 404 first
+    started = time.monotonic()
+    handle = await asyncio.get_running_loop().run_in_executor(None, submit)
+    head = {"model": body.model}
+    if not body.stream:
+        out = await handle.aresult()
+        part = {"message": _message(out, body.think)} if chat else {"response": out.text}
+        return {**head, "created_at": _now(), **part, **_tail(out, started)}
+
+    async def lines():
+        try:
+            async for delta in handle:
+                if isinstance(delta, (ToolCallDelta, LogprobDelta)):
+                    continue  # calls come whole in the last line
+                part = {"message": {"role": "assistant", "content": delta}} if chat else {"response": delta}
+                yield json.dumps({**head, "created_at": _now(), **part, "done": False}) + "\n"
+            out = await handle.aresult()
+            last = {"message": {**_message(out, body.think), "content": ""}} if chat else {"response": ""}
+            yield json.dumps({**head, "created_at": _now(), **last, **_tail(out, started)}) + "\n"
+        except RaseError as exc:
+            yield json.dumps({"error": str(exc), "status": status_of(exc)[0]}) + "\n"
+        finally:
+            handle.cancel()
+
+    return StreamingResponse(lines(), media_type="application/x-ndjson")
+
+
+def _details(m) -> dict:
+    arch = m.architecture or ""
+    return {"format": "gguf", "family": arch, "families": [arch] if arch else [], "parameter_size": "",
+            "quantization_level": ""}
+
+
+def _card(m) -> dict:
+    import os
+
+    try:
+        size = os.path.getsize(m.weights)
+    except OSError:
+        size = 0
+    return {"name": m.id, "model": m.id, "modified_at": _now(), "size": size, "digest": m.sha256 or "",
+            "details": _details(m)}
