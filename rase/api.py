@@ -260,7 +260,22 @@ class Engine:
         async for d in self.submit_complete(model, prompt, **kw):
             yield d
 
-    # -------------------------------------------------------------- tokens
+    # -------------------------------------------------------------- embeddings and tokens
+
+    def embed(self, model: str, input: str | Sequence[str], *, pooling: str | None = None,
+              normalize: bool = True) -> tuple[list, int]:
+        """(one float32 vector per input, tokens read): the final hidden state pooled (`mean`,
+        `last`; default: the file's pooling_type, else mean) and L2-normalized, as llama.cpp's
+        embeddings. Runs on the model's single-stream decoder (not the batching worker)."""
+        from .embeddings import default_pooling, embed
+
+        texts = [input] if isinstance(input, str) else list(input)
+        if not texts:
+            raise InvalidGenerationConfig("input must be a string or a non-empty list of strings", "input")
+        session = self.session(model)
+        pooling = pooling or default_pooling(session.plan.gguf, session.plan.architecture)
+        with session.lock:
+            return embed(session.decoder, session.tokenizer, texts, pooling, normalize)
 
     def tokenize(self, model: str, text: str, *, add_special: bool = False, parse_special: bool = True,
                  with_pieces: bool = False) -> list:

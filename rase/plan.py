@@ -27,6 +27,7 @@ class ModelPlan:
     n_ctx: int               # positions one sequence may reach
     weights: _kernels.Weights
     eos_token: int | None    # the manual: only a u32 tokenizer.ggml.eos_token_id counts
+    output_norm: object = None  # float32 (n_embd,): the final norm's weights (embeddings pool after it)
 
     @property
     def vocab_size(self) -> int:
@@ -75,7 +76,7 @@ def load_plan(path: str | os.PathLike[str], architecture: str | None = None,
             g.populate(t)
     eos = g.get("tokenizer.ggml.eos_token_id")
     eos = eos if g.metadata_types.get("tokenizer.ggml.eos_token_id") == 4 else None
-    return ModelPlan(g, arch, hp, ctx, weights, eos)
+    return ModelPlan(g, arch, hp, ctx, weights, eos, forward.output_norm)
 
 
 def blocks_for(positions: int) -> int:

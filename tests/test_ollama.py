@@ -94,3 +94,14 @@ def test_unsupported_options_are_errors_that_name_them(client):
     with pytest.raises(ollama.ResponseError) as err:
         client.chat(model="nope", messages=ASK)
     assert err.value.status_code == 404
+
+
+def test_embed(client):
+    import numpy as np
+
+    out = client.embed(model="smollm2", input=["The capital of France is Paris.", "A cat sleeps."])
+    a, b = (np.asarray(v) for v in out.embeddings)
+    assert a.shape == (576,) and abs(np.linalg.norm(a) - 1) < 1e-5 and 0 < float(a @ b) < 0.999
+    assert out.prompt_eval_count > 4
+    [one] = client.embed(model="smollm2", input="The capital of France is Paris.").embeddings
+    assert np.allclose(one, a)

@@ -7,6 +7,7 @@ handle. A client that disconnects (or a dropped request) cancels generation at t
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import time
 import uuid
@@ -25,10 +26,11 @@ from .errors import error_body, status_of
 from .metrics import CONTENT_TYPE as METRICS_TYPE
 from .metrics import Metrics
 from .ollama import router as ollama_router
-from .schemas import ChatRequest, CompletionRequest, DetokenizeRequest, TokenizeRequest
+from .schemas import ChatRequest, CompletionRequest, DetokenizeRequest, EmbeddingsRequest, TokenizeRequest
 
 MAX_BODY = 1 << 20  # 1 MiB of JSON is far more than any prompt a local model takes
-PROTECTED = ("/tokenize", "/detokenize", "/api/chat", "/api/generate", "/api/show", "/api/tags")  # and /v1/*
+PROTECTED = ("/tokenize", "/detokenize", "/api/chat", "/api/generate", "/api/show", "/api/tags",
+             "/api/embed")  # and /v1/*
 
 
 def create_app(engine, api_key: str | None = None, max_body: int = MAX_BODY) -> FastAPI:
@@ -76,6 +78,20 @@ def create_app(engine, api_key: str | None = None, max_body: int = MAX_BODY) -> 
     async def detokenize(req: DetokenizeRequest):
         run = lambda: engine.detokenize(model_of(req.model), req.tokens)
         return {"content": await asyncio.get_running_loop().run_in_executor(None, run)}
+
+    @app.post("/v1/embeddings")
+    async def embeddings(req: EmbeddingsRequest):
+        if req.dimensions is not None:
+            raise InvalidGenerationConfig("dimensions is not supported: embeddings have the model's own width",
+                                          "dimensions")
+        engine.registry.get(req.model)
+        run = lambda: engine.embed(req.model, req.input)
+        vectors, n_tokens = await asyncio.get_running_loop().run_in_executor(None, run)
+        data = [{"object": "embedding", "index": i,
+                 "embedding": base64.b64encode(v.astype("<f4").tobytes()).decode()
+                 if req.encoding_format == "base64" else v.tolist()} for i, v in enumerate(vectors)]
+        return {"object": "list", "data": data, "model": req.model,
+                "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens}}
 
     @app.post("/v1/chat/completions")
     async def chat(req: ChatRequest):

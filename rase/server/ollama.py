@@ -1,5 +1,6 @@
 """The Ollama API beside the OpenAI one, on the same engine: /api/version, /api/tags,
-/api/show, /api/chat and /api/generate (NDJSON streaming by default, as Ollama does).
+/api/show, /api/chat, /api/generate (NDJSON streaming by default, as Ollama does) and
+/api/embed.
 
 Ollama's `options` map onto rase's sampling fields; an option or field rase cannot honour is a
 400 that names it (never silently dropped). `format` is "json" (any JSON) or a JSON schema.
@@ -47,6 +48,16 @@ class GenerateBody(_Base):
     prompt: str = ""
     system: Optional[str] = None
     raw: bool = False
+
+
+class EmbedBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    model: str
+    input: Union[str, list[str]]
+    truncate: Optional[bool] = None   # inputs longer than the context are refused either way
+    dimensions: Optional[int] = None
+    options: Optional[dict[str, Any]] = None
+    keep_alive: Optional[Union[float, str]] = None
 
 
 class ShowBody(BaseModel):
@@ -121,6 +132,22 @@ def router(engine) -> APIRouter:
         return {"modelfile": "", "parameters": "", "template": m.chat_template or "", "details": _details(m),
                 "model_info": {"general.architecture": arch, f"{arch}.context_length": m.context_length},
                 "capabilities": ["completion"], "modified_at": _now()}
+
+    @api.post("/api/embed")
+    async def embed(body: EmbedBody):
+        for name in ("dimensions", "keep_alive", "options"):
+            if getattr(body, name):
+                raise InvalidGenerationConfig(f"{name} is not supported by rase's /api/embed", name)
+        if body.truncate:
+            raise InvalidGenerationConfig("truncate is not supported: an input longer than the context is "
+                                          "refused", "truncate")
+        engine.registry.get(body.model)
+        started = time.monotonic()
+        vectors, n_tokens = await asyncio.get_running_loop().run_in_executor(
+            None, lambda: engine.embed(body.model, body.input))
+        return {"model": body.model, "embeddings": [v.tolist() for v in vectors],
+                "total_duration": int((time.monotonic() - started) * 1e9), "load_duration": 0,
+                "prompt_eval_count": n_tokens}
 
     @api.post("/api/chat")
     async def chat(body: ChatBody):

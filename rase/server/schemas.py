@@ -122,3 +122,13 @@ class DetokenizeRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     model: Optional[str] = None
     tokens: list[int]
+
+
+class EmbeddingsRequest(BaseModel):
+    """OpenAI's /v1/embeddings (text inputs)."""
+    model_config = ConfigDict(extra="forbid")
+    model: str
+    input: Union[str, list[str]]
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: Optional[int] = None  # refused: the model's own width only
+    user: Optional[str] = None
