@@ -13,7 +13,8 @@ from typing import Callable
 
 from . import __version__, build_info
 from .config import default_store
-from .errors import ContextOverflow, InvalidGrammar, ManifestError, MissingDependency, ModelNotFound, RaseError
+from .errors import (ContextOverflow, InvalidGenerationConfig, InvalidGrammar, ManifestError, MissingDependency,
+                     ModelNotFound, RaseError)
 from .gguf import GGUFFile
 
 
@@ -232,6 +233,31 @@ def _structure_kwargs(args) -> dict:
     return out
 
 
+def cmd_perplexity(args) -> int:
+    """llama-perplexity's procedure over a text file; MODEL is a registered id or a GGUF path."""
+    from .decoder import load_gguf_decoder
+    from .perplexity import perplexity
+    from .registry import ModelRegistry
+    from .tokenizer import LocalTokenizer
+
+    path, tokenizer = Path(args.model), None
+    if not path.is_file():
+        manifest = ModelRegistry(args.store or default_store()).verify(args.model)
+        path = Path(manifest.weights)
+        tokenizer = LocalTokenizer.from_file(manifest.tokenizer) if manifest.tokenizer else None
+    try:
+        text = Path(args.file).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidGenerationConfig(f"cannot read {args.file}: {exc}", "file") from None
+    dec = load_gguf_decoder(None, path, n_ctx=args.ctx)
+    tok = tokenizer or LocalTokenizer.from_gguf(dec.gguf)
+    show = lambda i, n, ppl: print(f"[{i + 1}/{n}] {ppl:.4f}", file=sys.stderr, flush=True)
+    r = perplexity(dec, tok, text, args.ctx, on_chunk=show)
+    print(f"Final estimate: PPL = {r.ppl:.4f} +/- {r.error:.5f}  ({len(r.chunks)} chunks of {args.ctx}, "
+          f"{r.tokens} tokens scored)")
+    return 0
+
+
 def cmd_run(args) -> int:
     from .api import Engine
 
@@ -409,6 +435,10 @@ def _add_generation_commands(sub, leaf) -> None:
     s.add_argument("id")
     s.add_argument("--system")
     generation(s)
+    s = leaf(sub, "perplexity", cmd_perplexity, "llama-perplexity's measure of a model on a text file")
+    s.add_argument("model", help="a registered model id or a GGUF file")
+    s.add_argument("file", help="UTF-8 text")
+    s.add_argument("-c", "--ctx", type=int, default=512, help="tokens per chunk (default 512, as llama-perplexity)")
     s = leaf(sub, "serve", cmd_serve, "OpenAI-compatible HTTP server")
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8080)

@@ -1,0 +1,56 @@
+"""rase perplexity against llama.cpp's llama-perplexity on the same file and text
+(tests/fixtures/perplexity.llamacpp.json)."""
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from rase import InvalidGenerationConfig
+from rase.decoder import load_gguf_decoder
+from rase.perplexity import perplexity
+from rase.tokenizer import LocalTokenizer
+from tests.conftest import rase_command
+
+FIX = Path(__file__).parent / "fixtures"
+REF = json.loads((FIX / "perplexity.llamacpp.json").read_text())
+TEXT = (FIX / "perplexity.txt").read_text()
+
+
+def _ppl(path, n_ctx=128):
+    dec = load_gguf_decoder(None, path, n_ctx=n_ctx)
+    return perplexity(dec, LocalTokenizer.from_gguf(dec.gguf), TEXT, n_ctx)
+
+
+def test_smollm2_equals_llama_perplexity(smollm2_path):
+    """llama.cpp's one-token numerics (-b 1, no flash attention) are rase's: the same PPL, error
+    and running values to the digits llama-perplexity prints; its default (batched, flash
+    attention) run rounds differently, within 0.6% on this short text."""
+    r = _ppl(smollm2_path)
+    ref = REF["smollm2"]
+    assert round(r.ppl, 4) == ref["one-token"]["ppl"] and round(r.error, 5) == ref["one-token"]["error"]
+    assert [round(c, 4) for c in r.chunks] == ref["one-token"]["chunks"] and r.tokens == 2 * 63
+    assert abs(r.ppl / ref["default"]["ppl"] - 1) < 0.006
+
+
+def test_gemma3_is_near_llama_perplexity(gemma3_path):
+    # rase's Gemma3 logits leave llama.cpp's one-token numerics at position 40 of this text
+    # (found with this test; see the closing note), so the bar here is the tolerance, not equality
+    r = _ppl(gemma3_path)
+    assert abs(r.ppl / REF["gemma3"]["one-token"]["ppl"] - 1) < 0.02
+
+
+def test_the_cli_and_its_refusals(smollm2_path, tmp_path):
+    text = tmp_path / "t.txt"
+    text.write_text(TEXT)
+    out = subprocess.run([*rase_command(), "perplexity", str(smollm2_path), str(text), "--ctx", "128"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "Final estimate: PPL = 45.9274 +/- 12.28951" in out.stdout, out.stderr
+    assert "[2/2]" in out.stderr
+    short = subprocess.run([*rase_command(), "perplexity", str(smollm2_path), str(text)], capture_output=True,
+                           text=True, timeout=300)
+    assert short.returncode == 1 and "at least 2 x n_ctx" in short.stderr
+    with pytest.raises(InvalidGenerationConfig):
+        perplexity(load_gguf_decoder(None, smollm2_path, n_ctx=64), None, TEXT, 63)
