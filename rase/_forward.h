@@ -206,9 +206,12 @@ static int rase_scratch_alloc(rase_scratch *s, const rase_hparams *hp, int max_r
 
 static inline float rase_silu(float x) { return x / (1.0f + expf(-x)); }
 
-// ggml's GELU(tanh) in f32; llama.cpp evaluates it through an f16 table (rase_gelu_table)
+// ggml's GELU(tanh) in f32, as compiled into llama.cpp's x86 builds: GCC contracts the inner
+// 1 + a*x*x into an FMA there (its default -ffp-contract=fast; rase builds with it off, so the FMA
+// is written out). It changes one entry of the f16 table (h = 0xBFFF, x = -1.999), which Gemma3
+// meets on real text. llama.cpp evaluates GELU through that table (rase_gelu_table).
 static inline float rase_gelu(float x) {
-    return 0.5f * x * (1.0f + tanhf(0.79788456080286535587989211986876f * x * (1.0f + 0.044715f * x * x)));
+    return 0.5f * x * (1.0f + tanhf(0.79788456080286535587989211986876f * x * fmaf(0.044715f * x, x, 1.0f)));
 }
 
 // table[h] = f16(gelu(f32(h))) for every f16 bit pattern h (ggml_table_gelu_f16)
