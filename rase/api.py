@@ -40,7 +40,8 @@ def _config(kw: dict) -> GenerationConfig:
     if unknown:
         raise InvalidGenerationConfig(f"unknown generation option(s): {', '.join(unknown)}; "
                                       f"supported: {', '.join(GEN_FIELDS)}")
-    values = {k: kw[k] for k in kw if kw[k] is not None}
+    # None means "the default", except top_k=None: no top-k (the whole vocabulary), as in GenerationConfig
+    values = {k: kw[k] for k in kw if kw[k] is not None or k == "top_k"}
     if "stop_tokens" in values:
         values["stop_tokens"] = tuple(int(t) for t in values["stop_tokens"])
     if "logit_bias" in values:  # {token id: bias}, as OpenAI's (string keys over JSON)
