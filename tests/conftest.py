@@ -3,6 +3,7 @@ outside the repo in $RASE_TEST_MODELS or ~/.cache/rase/test-models)."""
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
 import sysconfig
@@ -78,3 +79,36 @@ def openai_client():
     yield make
     for c in clients:
         c.close()
+
+
+@contextlib.contextmanager
+def rase_serve(store, *args: str):
+    """A real `rase serve` process over store on a free port (extra CLI args after the port);
+    yields its base URL once /health answers, terminates it after."""
+    import socket
+    import subprocess
+    import time
+
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([*rase_command(), "--store", str(store), "serve", "--port", str(port), *args],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(200):
+            try:
+                if httpx.get(base + "/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        else:
+            proc.kill()
+            pytest.fail(f"rase serve did not start: {proc.stderr.read()}")
+        yield base
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        proc.stderr.close()

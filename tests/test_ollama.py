@@ -2,15 +2,12 @@
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
-import time
 
 import httpx
 import pytest
 
 from rase.registry import ModelRegistry
-from tests.conftest import rase_command
+from tests.conftest import rase_serve
 
 ASK = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
 
@@ -19,25 +16,8 @@ ASK = [{"role": "user", "content": "What is the capital of France? Answer in one
 def base(tmp_path_factory, smollm2_path):
     root = tmp_path_factory.mktemp("ollama-store")
     ModelRegistry(root).import_local("smollm2", smollm2_path)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([*rase_command(), "--store", str(root), "serve", "--port", str(port), "--threads", "2"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(200):
-        try:
-            if httpx.get(url + "/health", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    else:
-        proc.kill()
-        pytest.fail(f"rase serve did not start: {proc.stderr.read()}")
-    yield url
-    proc.terminate()
-    proc.wait(timeout=10)
-    proc.stderr.close()
+    with rase_serve(root, "--threads", "2") as url:
+        yield url
 
 
 @pytest.fixture

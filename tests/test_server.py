@@ -3,10 +3,7 @@ serve` process, plus error shapes, disconnects and mounting inside a host app.""
 from __future__ import annotations
 
 import json
-import os
 import socket
-import subprocess
-import sys
 import threading
 import time
 
@@ -15,7 +12,7 @@ import pytest
 
 from rase.api import Engine
 from rase.registry import ModelRegistry
-from tests.conftest import rase_command
+from tests.conftest import rase_serve
 
 
 def _free_port() -> int:
@@ -33,29 +30,8 @@ def store(tmp_path_factory, smollm2_path):
 
 @pytest.fixture(scope="module")
 def server(store):
-    port = _free_port()
-    exe = rase_command()
-    proc = subprocess.Popen([*exe, "--store", str(store), "serve", "--port", str(port), "--parallel", "4",
-                             "--kv-cache-mb", "64", "--threads", "2"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    base = f"http://127.0.0.1:{port}"
-    for _ in range(200):
-        try:
-            if httpx.get(base + "/health", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    else:
-        proc.kill()
-        err = proc.stderr.read()
-        proc.stdout.close()
-        proc.stderr.close()
-        pytest.fail(f"rase serve did not start: {err}")
-    yield base
-    proc.terminate()
-    proc.wait(timeout=10)
-    proc.stdout.close()
-    proc.stderr.close()
+    with rase_serve(store, "--parallel", "4", "--kv-cache-mb", "64", "--threads", "2") as base:
+        yield base
 
 
 CHAT = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]

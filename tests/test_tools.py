@@ -4,9 +4,6 @@
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
-import time
 from pathlib import Path
 
 import httpx
@@ -17,7 +14,7 @@ from rase import InvalidGrammar, QuantType
 from rase.api import Engine
 from rase.registry import ModelRegistry
 from rase.tools import ToolCallDelta, parse_generic, parse_hermes, tool_spec
-from tests.conftest import rase_command
+from tests.conftest import rase_serve
 from tests.tinymodels import write_tiny_model
 
 TEMPLATE = (Path(__file__).parent / "fixtures" / "qwen3-tools.jinja").read_text()
@@ -149,32 +146,10 @@ def test_parsers():
     assert call.name == "g" and call.arguments == "{}"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def tool_server(tool_store):
-    port = _free_port()
-    proc = subprocess.Popen([*rase_command(), "--store", str(tool_store), "serve", "--port", str(port),
-                             "--threads", "2", "--ctx-size", "2048"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True)
-    base = f"http://127.0.0.1:{port}"
-    for _ in range(200):
-        try:
-            if httpx.get(base + "/health", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    else:
-        proc.kill()
-        pytest.fail(f"rase serve did not start: {proc.stderr.read()}")
-    yield base
-    proc.terminate()
-    proc.wait(timeout=10)
-    proc.stderr.close()
+    with rase_serve(tool_store, "--threads", "2", "--ctx-size", "2048") as base:
+        yield base
 
 
 @pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "get_weather"}}])
