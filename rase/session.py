@@ -54,6 +54,7 @@ class Session:
     lock: threading.Lock = field(default_factory=threading.Lock)  # for direct use of .decoder
     _decoder: GGUFDecoder | None = None
     _grammar_vocab: object = None
+    _render: object = None
     _init_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
@@ -75,9 +76,13 @@ class Session:
             return self._grammar_vocab
 
     def _renderer(self):
+        """The chat template, parsed once per session (a session's manifest never changes)."""
         from .chat import select_template
 
-        return select_template(self.manifest.chat_template, self.plan.gguf, self.plan.architecture)
+        with self._init_lock:
+            if self._render is None:
+                self._render = select_template(self.manifest.chat_template, self.plan.gguf, self.plan.architecture)
+            return self._render
 
     def tool_format(self) -> str:
         """"hermes" when the model's own template lays out tools and <tool_call> is one of its
