@@ -324,8 +324,8 @@ def _serve(engine, host: str, port: int, api_key: str | None, banner: str = "") 
         raise MissingDependency(f"the server needs the `server` extra ({exc.name} is missing): "
                                 "pip install 'rase[server]'") from None
     app = create_app(engine, api_key=api_key)
-    print(f"serving OpenAI-compatible endpoints on http://{host}:{port}" + (f"\n{banner}" if banner else ""),
-          flush=True)
+    print(f"serving OpenAI-compatible endpoints on http://{host}:{port}/v1, the chat page on "
+          f"http://{host}:{port}/" + (f"\n{banner}" if banner else ""), flush=True)
     uvicorn.run(app, host=host, port=port, log_level="warning")
     return 0
 

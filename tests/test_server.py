@@ -62,6 +62,10 @@ def test_openai_client_end_to_end(server, openai_client):
     parts = list(streamed_cut)
     assert "".join(c.choices[0].delta.content or "" for c in parts if c.choices) == text[:text.index(word)]
     assert parts[-1].usage is not None and parts[-1].usage.completion_tokens > 0
+    # the last chunk of a choice carries llama-server's timings (the chat page shows them)
+    timings = parts[-2].model_extra["timings"]
+    assert parts[-2].choices[0].finish_reason == "stop" and timings["predicted_n"] == parts[-1].usage.completion_tokens
+    assert timings["prompt_n"] + timings["cached_n"] == parts[-1].usage.prompt_tokens and timings["ttft_ms"] > 0
     as_parts = [{"role": "user", "content": [{"type": "text", "text": CHAT[0]["content"][:20]},
                                              {"type": "text", "text": CHAT[0]["content"][20:]}]}]
     same = client.chat.completions.create(model="smollm2", messages=as_parts, temperature=0, max_tokens=40)

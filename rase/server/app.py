@@ -26,6 +26,7 @@ from .errors import error_body, status_of
 from .metrics import CONTENT_TYPE as METRICS_TYPE
 from .metrics import Metrics
 from .ollama import router as ollama_router
+from .web import router as web_router
 from .schemas import ChatRequest, CompletionRequest, DetokenizeRequest, EmbeddingsRequest, TokenizeRequest
 
 MAX_BODY = 1 << 20  # 1 MiB of JSON is far more than any prompt a local model takes
@@ -44,10 +45,11 @@ def create_app(engine, api_key: str | None = None, max_body: int = MAX_BODY) -> 
         return Response(metrics.render(), media_type=METRICS_TYPE)
 
     app.include_router(ollama_router(engine))
+    app.include_router(web_router())
 
     @app.get("/health")
     async def health():
-        return {"status": "ok", **engine.stats}
+        return {"status": "ok", "version": app.version, **engine.stats}
 
     @app.get("/v1/models")
     async def models():
@@ -237,7 +239,7 @@ def _response(reply: _Reply, outs: list) -> dict:
 
 
 def _chunk(reply: _Reply, delta: dict | str | None, finish: str | None = None, usage: dict | None = None,
-           logprobs: dict | None = None, index: int = 0) -> str:
+           logprobs: dict | None = None, index: int = 0, timings: dict | None = None) -> str:
     body = reply.envelope(stream=True)
     body["choices"] = []
     if delta is not None or finish is not None:
@@ -247,6 +249,8 @@ def _chunk(reply: _Reply, delta: dict | str | None, finish: str | None = None, u
         else:
             c["text"] = delta if isinstance(delta, str) else ""
         body["choices"] = [c]
+    if timings is not None:  # llama-server's per-request figures, on the last chunk of a choice
+        body["timings"] = timings
     if usage is not None:
         body["usage"] = usage
     return f"data: {json.dumps(body)}\n\n"
@@ -270,7 +274,8 @@ async def _sse(handles, reply: _Reply, include_usage: bool, on_done=lambda outs:
                 yield f"data: {json.dumps(error_body(str(exc), kind))}\n\n"
                 yield "data: [DONE]\n\n"
                 return
-            yield _chunk(reply, {} if reply.chat else "", _finish(outs[-1].finish_reason), index=i)
+            yield _chunk(reply, {} if reply.chat else "", _finish(outs[-1].finish_reason), index=i,
+                         timings=outs[-1].timings)
         on_done(outs)
         if include_usage:
             yield _chunk(reply, None, None, _usage(outs))
