@@ -103,8 +103,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     engine = Engine(store)
     if args.serve:
         base = f"http://{args.host}:{args.port}"
-        return _serve(engine, args.host, args.port, None,
-                      banner=f"try it from another terminal:\n{_demo_calls(base)}")
+        return _serve(engine, args, banner=f"try it from another terminal:\n{_demo_calls(base)}")
     print(f"\nuser: {args.prompt}\nassistant: ", end="", flush=True)
     out = engine.chat(DEMO_ID, [{"role": "user", "content": args.prompt}], temperature=0.0,
                       max_tokens=args.max_tokens, on_delta=lambda d: print(d, end="", flush=True))
@@ -315,15 +314,21 @@ def _chat_turn(engine, args, history: list[dict]):
             print("[context full: the oldest exchange was dropped]", file=sys.stderr)
 
 
-def _serve(engine, host: str, port: int, api_key: str | None, banner: str = "") -> int:
+def _serve(engine, args, banner: str = "") -> int:
+    host, port = args.host, args.port
     try:
         import uvicorn
 
         from .server import create_app
+        from .server.guard import serve_config
     except ImportError as exc:
         raise MissingDependency(f"the server needs the `server` extra ({exc.name} is missing): "
                                 "pip install 'rase[server]'") from None
-    app = create_app(engine, api_key=api_key)
+    guard, warnings = serve_config(host, getattr(args, "api_key", None), getattr(args, "api_key_file", None),
+                                   getattr(args, "allowed_host", None), getattr(args, "cors_origin", None))
+    for w in warnings:
+        print(w, file=sys.stderr, flush=True)
+    app = create_app(engine, guard=guard)
     print(f"serving OpenAI-compatible endpoints on http://{host}:{port}/v1, the chat page on "
           f"http://{host}:{port}/" + (f"\n{banner}" if banner else ""), flush=True)
     uvicorn.run(app, host=host, port=port, log_level="warning")
@@ -335,7 +340,7 @@ def cmd_serve(args) -> int:
 
     engine = Engine(args.store or default_store(), device=args.device, n_ctx=args.ctx_size, max_batch=args.parallel,
                     kv_cache_mb=args.kv_cache_mb, prefix_cache=not args.no_prefix_cache, n_threads=args.threads)
-    return _serve(engine, args.host, args.port, args.api_key)
+    return _serve(engine, args)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -444,7 +449,13 @@ def _add_generation_commands(sub, leaf) -> None:
     s.add_argument("--port", type=int, default=8080)
     s.add_argument("--device", default="auto")
     context(s)
-    s.add_argument("--api-key", default=None, help="require Authorization: Bearer KEY on /v1/")
+    s.add_argument("--api-key", default=None, help="require Authorization: Bearer KEY (all but / and /health)")
+    s.add_argument("--api-key-file", default=None, metavar="FILE",
+                   help="the key from FILE's first line (default: $RASE_API_KEY, if set)")
+    s.add_argument("--allowed-host", action="append", default=None, metavar="NAME",
+                   help="a Host name to answer besides the loopback names (a reverse proxy's; repeatable)")
+    s.add_argument("--cors-origin", action="append", default=None, metavar="ORIGIN",
+                   help="a web origin (https://app.example) allowed to call from a browser; '*' any (repeatable)")
     s.add_argument("-np", "--parallel", type=int, default=8, metavar="N",
                    help="requests one model decodes together (default 8; 1 = one at a time)")
     s.add_argument("--kv-cache-mb", type=float, default=None, metavar="M",

@@ -82,9 +82,9 @@ def openai_client():
 
 
 @contextlib.contextmanager
-def rase_serve(store, *args: str):
-    """A real `rase serve` process over store on a free port (extra CLI args after the port);
-    yields its base URL once /health answers, terminates it after."""
+def rase_serve(store, *args: str, env: dict | None = None):
+    """A real `rase serve` process over store on a free port (extra CLI args after the port,
+    extra environment variables in env); yields its base URL once /health answers, terminates it after."""
     import socket
     import subprocess
     import time
@@ -95,7 +95,8 @@ def rase_serve(store, *args: str):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen([*rase_command(), "--store", str(store), "serve", "--port", str(port), *args],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **(env or {})})
     base = f"http://127.0.0.1:{port}"
     try:
         for _ in range(200):
@@ -112,3 +113,33 @@ def rase_serve(store, *args: str):
         proc.terminate()
         proc.wait(timeout=10)
         proc.stderr.close()
+
+
+def browser_paths() -> tuple[str, str]:
+    chromium = os.environ.get("RASE_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = os.environ.get("RASE_CHROMEDRIVER") or shutil.which("chromedriver")
+    if not (chromium and driver):
+        pytest.fail("the chat-page tests need Chromium and chromedriver: run tools/install-test-browser.sh "
+                    "(or set RASE_CHROMIUM and RASE_CHROMEDRIVER)")
+    return chromium, driver
+
+
+@pytest.fixture
+def browser(request):
+    """A headless Chromium (Selenium), closed after the test; extra Chromium flags from a
+    `chromium_args` marker."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    chromium, driver = browser_paths()
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = chromium
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                "--window-size=1280,860", "--no-first-run",
+                *(a for m in request.node.iter_markers("chromium_args") for a in m.args)):
+        opts.add_argument(arg)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    d = webdriver.Chrome(service=Service(driver), options=opts)
+    d.set_script_timeout(30)
+    yield d
+    d.quit()

@@ -1,14 +1,12 @@
 """The chat page at / in a real headless Chromium (Selenium) against a real `rase serve --api-key`.
 
-The browser comes from tools/install-test-browser.sh (Debian's chromium and chromium-driver);
-without it these tests fail and say so. A screenshot of the page goes to build/test-artifacts/.
+The browser is conftest's `browser` fixture (tools/install-test-browser.sh). A screenshot of the page goes to build/test-artifacts/.
 """
 from __future__ import annotations
 
 import json
 import os
 import re
-import shutil
 import time
 from pathlib import Path
 
@@ -23,39 +21,12 @@ ARTIFACTS = Path(os.environ.get("RASE_TEST_ARTIFACTS") or Path(__file__).parents
 SYSTEM = "You are a helpful assistant."
 
 
-def _browser_paths() -> tuple[str, str]:
-    chromium = os.environ.get("RASE_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-    driver = os.environ.get("RASE_CHROMEDRIVER") or shutil.which("chromedriver")
-    if not (chromium and driver):
-        pytest.fail("the chat-page tests need Chromium and chromedriver: run tools/install-test-browser.sh "
-                    "(or set RASE_CHROMIUM and RASE_CHROMEDRIVER)")
-    return chromium, driver
-
-
 @pytest.fixture(scope="module")
 def base(tmp_path_factory, smollm2_path):
     root = tmp_path_factory.mktemp("web-store")
     ModelRegistry(root).import_local("smollm2", smollm2_path)
     with rase_serve(root, "--threads", "2", "--api-key", KEY) as url:
         yield url
-
-
-@pytest.fixture
-def browser():
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    chromium, driver = _browser_paths()
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = chromium
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=1280,860", "--no-first-run"):
-        opts.add_argument(arg)
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    d = webdriver.Chrome(service=Service(driver), options=opts)
-    d.set_script_timeout(30)
-    yield d
-    d.quit()
 
 
 def _wait(pred, timeout: float = 60.0, what: str = "condition"):

@@ -11,34 +11,33 @@ import base64
 import json
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, AsyncIterator
 
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response, StreamingResponse
-from starlette.middleware.base import BaseHTTPMiddleware
+from fastapi import FastAPI
+from fastapi.responses import Response, StreamingResponse
 
 from ..errors import InvalidGenerationConfig, RaseError
 from ..logprobs import LogprobDelta, chat_logprobs, completion_logprobs
 from ..tools import ToolCallDelta
 from .errors import error_body, status_of
+from .guard import GuardConfig, install_guards
 from .metrics import CONTENT_TYPE as METRICS_TYPE
 from .metrics import Metrics
 from .ollama import router as ollama_router
 from .web import router as web_router
 from .schemas import ChatRequest, CompletionRequest, DetokenizeRequest, EmbeddingsRequest, TokenizeRequest
 
-MAX_BODY = 1 << 20  # 1 MiB of JSON is far more than any prompt a local model takes
-PROTECTED = ("/tokenize", "/detokenize", "/api/chat", "/api/generate", "/api/show", "/api/tags",
-             "/api/embed")  # and /v1/*
 
 
-def create_app(engine, api_key: str | None = None, max_body: int = MAX_BODY) -> FastAPI:
+def create_app(engine, api_key: str | None = None, guard: GuardConfig | None = None) -> FastAPI:
+    """guard: body limit, allowed Host names, CORS origins (rase serve passes the loopback
+    names when bound to loopback); api_key alone is GuardConfig(api_key=...)."""
     app = FastAPI(title="rase", version=__import__("rase").__version__)
     app.state.engine = engine
     app.state.metrics = metrics = Metrics(engine)
-    _install_guards(app, api_key, max_body, metrics)
+    config = guard or GuardConfig()
+    install_guards(app, replace(config, api_key=api_key) if api_key else config, metrics)
 
     @app.get("/metrics")
     async def prometheus():
@@ -135,43 +134,6 @@ def create_app(engine, api_key: str | None = None, max_body: int = MAX_BODY) -> 
                                  media_type="text/event-stream")
 
     return app
-
-
-def _install_guards(app: FastAPI, api_key: str | None, max_body: int, metrics: Metrics) -> None:
-    """Body size and API key before any route; validation and RaseErrors as OpenAI errors;
-    every answer counted by route template and status."""
-
-    async def checked(request: Request, call_next):
-        length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > max_body):
-            return JSONResponse(error_body(f"request body over {max_body} bytes", "invalid_request_error"), 413)
-        if api_key and (request.url.path.startswith("/v1/") or request.url.path in PROTECTED):
-            if request.headers.get("authorization") != f"Bearer {api_key}":
-                return JSONResponse(error_body("invalid or missing API key", "authentication_error"), 401)
-        return await call_next(request)
-
-    @app.middleware("http")
-    async def guard(request: Request, call_next):
-        response = await checked(request, call_next)
-        route = request.scope.get("route")
-        metrics.request(getattr(route, "path", "other"), response.status_code)
-        return response
-
-    @app.exception_handler(RequestValidationError)
-    async def invalid(request: Request, exc: RequestValidationError):
-        first = exc.errors()[0] if exc.errors() else {}
-        if first.get("type") == "json_invalid":
-            return JSONResponse(error_body(f"request body is not valid JSON ({first.get('msg')})",
-                                           "invalid_request_error"), 400)
-        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
-        why = "not supported by this server" if first.get("type") == "extra_forbidden" else first.get("msg", "invalid")
-        msg = f"{where}: {why}" if where else "invalid request body"
-        return JSONResponse(error_body(msg, "invalid_request_error", param=where or None), 400)
-
-    @app.exception_handler(RaseError)
-    async def rase_error(request: Request, exc: RaseError):
-        status, kind = status_of(exc)
-        return JSONResponse(error_body(str(exc), kind, param=getattr(exc, "param", None)), status)
 
 
 def _piece(b: bytes):

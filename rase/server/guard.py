@@ -1,0 +1,182 @@
+"""What every request passes before a route: body size, the Host (DNS rebinding), the browser
+origin (cross-site form posts and fetches), the API key (constant time), opt-in CORS; and the
+error shapes of validation failures and RaseErrors. Every answer is counted by route and status.
+
+A web page the user opens can send requests to 127.0.0.1; it cannot read the answers (no CORS)
+but a POST still runs. Two rules stop that: on a loopback bind the Host must be a loopback name
+(a rebound DNS name is refused), and a request a browser marks as coming from another origin
+(Origin, Sec-Fetch-Site) is refused unless --cors-origin names that origin.
+"""
+from __future__ import annotations
+
+import hmac
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from ..errors import RaseError
+from .errors import error_body, status_of
+
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+# routes open without the API key: the page itself (it asks for the key) and liveness
+PUBLIC = ("/", "/health")
+PUBLIC_PREFIXES = ("/web/",)
+
+
+@dataclass(frozen=True)
+class GuardConfig:
+    api_key: str | None = None
+    max_body: int = 1 << 20  # 1 MiB of JSON is far more than any prompt a local model takes
+    allowed_hosts: tuple[str, ...] | None = None  # Host names accepted; None = any (e.g. mounted in a host app)
+    cors_origins: tuple[str, ...] = field(default=())  # origins allowed to call from a browser; "*" = any
+
+    @staticmethod
+    def loopback(**kw) -> "GuardConfig":
+        return GuardConfig(**{"allowed_hosts": LOOPBACK_NAMES, **kw})
+
+
+def _host_name(host: str) -> str:
+    """'localhost:8080' -> 'localhost', '[::1]:8080' -> '::1' (lower case)."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[1:host.find("]")] if "]" in host else host
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+def _origin(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}".lower() if parts.scheme and parts.netloc else url.lower()
+
+
+class Guard:
+    def __init__(self, config: GuardConfig):
+        self.config = config
+        self._key = config.api_key.encode() if config.api_key else None
+        self._origins = {_origin(o) for o in config.cors_origins if o != "*"}
+        self._any_origin = "*" in config.cors_origins
+
+    def refuse(self, request: Request) -> JSONResponse | None:
+        """None when the request may go on, else the answer that refuses it."""
+        c, path = self.config, request.url.path
+        length = request.headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > c.max_body):
+            return _error(413, f"request body over {c.max_body} bytes", "invalid_request_error")
+        if c.allowed_hosts is not None and _host_name(request.headers.get("host", "")) not in c.allowed_hosts:
+            return _error(403, "Host header not allowed: this server answers to " + ", ".join(c.allowed_hosts)
+                          + " (rase serve --allowed-host NAME adds a name)", "permission_error")
+        if self._cross_site(request):
+            return _error(403, "cross-origin request refused: rase serve --cors-origin ORIGIN allows a web "
+                          "origin to call this server", "permission_error")
+        if self._key and not (path in PUBLIC or path.startswith(PUBLIC_PREFIXES)):
+            given = request.headers.get("authorization", "")
+            scheme, _, token = given.partition(" ")
+            if not (scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), self._key)):
+                return _error(401, "invalid or missing API key (Authorization: Bearer KEY)", "authentication_error")
+        return None
+
+    def _cross_site(self, request: Request) -> bool:
+        origin = request.headers.get("origin")
+        if origin is None:  # not a browser's cross-origin call unless Fetch Metadata says so
+            if request.method == "GET" and request.headers.get("sec-fetch-mode") == "navigate":
+                return False  # following a link to the page is fine; reading the API is not
+            return request.headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none")
+        if self._any_origin or _origin(origin) in self._origins:
+            return False
+        scheme = request.headers.get("x-forwarded-proto", request.url.scheme)
+        return _origin(origin) != f"{scheme}://{request.headers.get('host', '')}".lower()
+
+    def cors_headers(self, request: Request) -> dict[str, str]:
+        origin = request.headers.get("origin")
+        if origin is None or not (self._any_origin or _origin(origin) in self._origins):
+            return {}
+        return {"Access-Control-Allow-Origin": "*" if self._any_origin else origin, "Vary": "Origin",
+                "Access-Control-Allow-Headers": "Authorization, Content-Type",
+                "Access-Control-Allow-Methods": "GET, POST, OPTIONS", "Access-Control-Max-Age": "600"}
+
+
+def _error(status: int, message: str, kind: str) -> JSONResponse:
+    return JSONResponse(error_body(message, kind), status)
+
+
+def install_guards(app: FastAPI, config: GuardConfig, metrics) -> None:
+    guard = Guard(config)
+
+    async def checked(request: Request, call_next):
+        refused = guard.refuse(request)
+        if refused is not None:
+            return refused
+        cors = guard.cors_headers(request)
+        if cors and request.method == "OPTIONS" and "access-control-request-method" in request.headers:
+            return JSONResponse({}, 204, headers=cors)  # a preflight of an allowed origin
+        response = await call_next(request)
+        response.headers.update(cors)
+        return response
+
+    @app.middleware("http")
+    async def guarded(request: Request, call_next):
+        response = await checked(request, call_next)
+        route = request.scope.get("route")
+        metrics.request(getattr(route, "path", "other"), response.status_code)
+        return response
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError):
+        first = exc.errors()[0] if exc.errors() else {}
+        if first.get("type") == "json_invalid":
+            return JSONResponse(error_body(f"request body is not valid JSON ({first.get('msg')})",
+                                           "invalid_request_error"), 400)
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+        why = "not supported by this server" if first.get("type") == "extra_forbidden" else first.get("msg", "invalid")
+        msg = f"{where}: {why}" if where else "invalid request body"
+        return JSONResponse(error_body(msg, "invalid_request_error", param=where or None), 400)
+
+    @app.exception_handler(RaseError)
+    async def rase_error(request: Request, exc: RaseError):
+        status, kind = status_of(exc)
+        return JSONResponse(error_body(str(exc), kind, param=getattr(exc, "param", None)), status)
+
+
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def serve_config(host: str, api_key: str | None = None, api_key_file: str | None = None,
+                 allowed_hosts: list[str] | None = None, cors_origins: list[str] | None = None,
+                 environ: dict | None = None) -> tuple[GuardConfig, list[str]]:
+    """rase serve's guard from its options -> (config, warnings). The key: --api-key, else
+    --api-key-file (first line), else $RASE_API_KEY. On a loopback bind only loopback Host names
+    (and --allowed-host names) are answered; on any other bind every name, unless --allowed-host."""
+    import os
+
+    from ..errors import InvalidGenerationConfig
+
+    environ = os.environ if environ is None else environ
+    if api_key is None and api_key_file is not None:
+        try:
+            with open(api_key_file, encoding="utf-8") as f:
+                api_key = f.readline().strip()
+        except OSError as exc:
+            raise InvalidGenerationConfig(f"--api-key-file {api_key_file}: {exc.strerror}", "api_key_file") from None
+        if not api_key:
+            raise InvalidGenerationConfig(f"--api-key-file {api_key_file} is empty: write the key on its first line",
+                                          "api_key_file")
+    if api_key is None:
+        api_key = environ.get("RASE_API_KEY") or None
+    extra = tuple(h.lower() for h in allowed_hosts or ())
+    loopback = _is_loopback(host)
+    hosts = LOOPBACK_NAMES + extra if loopback else (extra + LOOPBACK_NAMES + (host.lower(),) if extra else None)
+    warnings = []
+    if not loopback and not api_key:
+        warnings.append(f"warning: serving on {host} without an API key: anyone who can reach this port can use "
+                        "the models; give --api-key-file FILE or set RASE_API_KEY")
+    return GuardConfig(api_key=api_key, allowed_hosts=hosts, cors_origins=tuple(cors_origins or ())), warnings
