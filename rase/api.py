@@ -83,23 +83,33 @@ class Engine:
     max_batch: requests one model decodes together (1 = one at a time). kv_cache_mb: the KV
     pool per model (default: max_batch full contexts + 256 MiB of cached prefixes; pages are
     touched only as used). prefix_cache: reuse the K/V of earlier prompts and answers.
-    tbt_target_ms: prompt chunks are sized so running requests get a token about this often."""
+    tbt_target_ms: prompt chunks are sized so running requests get a token about this often.
+    Limits per model, for serving: max_waiting requests queued beyond max_batch (more get
+    Overloaded, HTTP 429); time_limit_s of wall clock per request (then it ends, finish_reason
+    "length"); max_tokens_limit on any request's max_tokens (the default is lowered to it)."""
 
     def __init__(self, store=None, device: str = "auto", n_ctx: int | None = None, *, max_batch: int = 8,
                  kv_cache_mb: float | None = None, prefix_cache: bool = True, tbt_target_ms: float = 100.0,
-                 n_threads: int | None = None) -> None:
+                 n_threads: int | None = None, max_waiting: int | None = None, time_limit_s: float | None = None,
+                 max_tokens_limit: int | None = None) -> None:
         if device not in DEVICES:
             raise BackendUnavailable(f"requested backend is unavailable: {device!r}; rase runs on the CPU")
         if n_ctx is not None and (isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or n_ctx < 1):
             raise InvalidGenerationConfig(f"n_ctx must be a positive integer, got {n_ctx!r}")
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
             raise InvalidGenerationConfig(f"max_batch must be a positive integer, got {max_batch!r}")
-        for name, value in (("kv_cache_mb", kv_cache_mb), ("tbt_target_ms", tbt_target_ms), ("n_threads", n_threads)):
+        for name, value in (("kv_cache_mb", kv_cache_mb), ("tbt_target_ms", tbt_target_ms), ("n_threads", n_threads),
+                            ("time_limit_s", time_limit_s), ("max_tokens_limit", max_tokens_limit)):
             _positive(name, value)
+        if max_waiting is not None and (isinstance(max_waiting, bool) or not isinstance(max_waiting, int)
+                                        or max_waiting < 0):
+            raise InvalidGenerationConfig(f"max_waiting must be a non-negative integer, got {max_waiting!r}")
+        self.max_tokens_limit = max_tokens_limit
         self.registry = ModelRegistry(store if store is not None else default_store())
         self.sessions = SessionCache(functools.partial(
             load_session, n_ctx=n_ctx, n_threads=n_threads, max_batch=max_batch, kv_cache_mb=kv_cache_mb,
-            prefix_cache=prefix_cache, tbt_target_ms=tbt_target_ms))
+            prefix_cache=prefix_cache, tbt_target_ms=tbt_target_ms, max_waiting=max_waiting,
+            time_limit_s=time_limit_s))
         self._retired_counts = dict.fromkeys(COUNTED, 0)
         self._stats_lock = threading.Lock()
         # counts of unloaded models survive them; the callback holds the counters, not self
@@ -124,6 +134,15 @@ class Engine:
         out["models"] = models
         return out
 
+    def _limited(self, config: GenerationConfig, asked: bool) -> GenerationConfig:
+        limit = self.max_tokens_limit
+        if limit is None or config.max_tokens <= limit:
+            return config
+        if asked:
+            raise InvalidGenerationConfig(f"max_tokens {config.max_tokens} is over this server's limit of {limit}",
+                                          "max_tokens")
+        return dataclasses.replace(config, max_tokens=limit)
+
     def session(self, model: str):
         return self.sessions.get_or_load(self.registry, model, self.device)
 
@@ -132,7 +151,7 @@ class Engine:
     def _submit(self, model: str, ids_of: Callable, stop: Sequence[str] | str | None, think: str,
                 gen: dict, structure: dict, tools: ToolSpec | None = None, logprobs: int | None = None,
                 after: RequestHandle | None = None) -> RequestHandle:
-        config = _config(dict(gen))
+        config = self._limited(_config(dict(gen)), gen.get("max_tokens") is not None)
         spec = grammar_spec(**structure)  # a malformed format fails before the model loads
         if spec is not None and tools is not None:
             raise InvalidGrammar("tools and a response_format/grammar/regex cannot be combined", "tools")

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import __version__, build_info
-from .config import default_store
+from .config import default_store, fix_malloc_threshold
 from .errors import (ContextOverflow, InvalidGenerationConfig, InvalidGrammar, ManifestError, MissingDependency,
                      ModelNotFound, RaseError)
 from .gguf import GGUFFile
@@ -328,6 +328,7 @@ def _serve(engine, args, banner: str = "") -> int:
                                    getattr(args, "allowed_host", None), getattr(args, "cors_origin", None))
     for w in warnings:
         print(w, file=sys.stderr, flush=True)
+    fix_malloc_threshold()
     app = create_app(engine, guard=guard)
     print(f"serving OpenAI-compatible endpoints on http://{host}:{port}/v1, the chat page on "
           f"http://{host}:{port}/" + (f"\n{banner}" if banner else ""), flush=True)
@@ -339,7 +340,8 @@ def cmd_serve(args) -> int:
     from .api import Engine
 
     engine = Engine(args.store or default_store(), device=args.device, n_ctx=args.ctx_size, max_batch=args.parallel,
-                    kv_cache_mb=args.kv_cache_mb, prefix_cache=not args.no_prefix_cache, n_threads=args.threads)
+                    kv_cache_mb=args.kv_cache_mb, prefix_cache=not args.no_prefix_cache, n_threads=args.threads,
+                    max_waiting=args.max_waiting, time_limit_s=args.time_limit, max_tokens_limit=args.max_tokens_limit)
     return _serve(engine, args)
 
 
@@ -461,6 +463,12 @@ def _add_generation_commands(sub, leaf) -> None:
     s.add_argument("--kv-cache-mb", type=float, default=None, metavar="M",
                    help="KV pool per model in MiB (default: N full contexts + 256 MiB of cached prefixes)")
     s.add_argument("--no-prefix-cache", action="store_true", help="do not reuse the KV of earlier prompts")
+    s.add_argument("--max-waiting", type=int, default=64, metavar="N",
+                   help="requests queued per model beyond -np before new ones get 429 + Retry-After (default 64)")
+    s.add_argument("--time-limit", type=float, default=600.0, metavar="S",
+                   help="wall-clock seconds per request, then it ends with finish_reason length (default 600)")
+    s.add_argument("--max-tokens-limit", type=int, default=None, metavar="N",
+                   help="refuse requests asking for more than N max_tokens (default: the context)")
     s.add_argument("-t", "--threads", type=int, default=None, metavar="T",
                    help="threads per forward pass (default: $RASE_NUM_THREADS, else physical cores)")
 

@@ -116,5 +116,14 @@ class ContextOverflow(RaseError):
         self.n_tokens, self.n_ctx = n_tokens, n_ctx
 
 
+class Overloaded(RaseError):
+    """The model's waiting queue is full; retry after retry_after seconds (HTTP 429, Retry-After)."""
+
+    def __init__(self, waiting: int, retry_after: int) -> None:
+        super().__init__(f"server busy: {waiting} requests are already waiting for this model; "
+                         f"retry in {retry_after} s")
+        self.waiting, self.retry_after = waiting, retry_after
+
+
 class Cancelled(RaseError):
     """Generation was cancelled by the caller (callback, task cancellation, client disconnect)."""

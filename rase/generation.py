@@ -60,11 +60,12 @@ class GenerationStopReason(enum.Enum):
     MAX_TOKENS = "max_tokens"
     CANCELLED = "cancelled"
     GRAMMAR = "grammar"          # the request's grammar is complete: nothing may follow
+    TIME_LIMIT = "time_limit"    # the server's wall-clock limit per request ran out
 
     @property
     def finish_reason(self) -> str:
         """OpenAI's finish_reason."""
-        return "length" if self is GenerationStopReason.MAX_TOKENS else "stop"
+        return "length" if self in (GenerationStopReason.MAX_TOKENS, GenerationStopReason.TIME_LIMIT) else "stop"
 
 
 @dataclass

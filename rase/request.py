@@ -61,6 +61,7 @@ class Request:
     cancel_requested: bool = False  # set by any thread; the scheduler acts on it next step
     handle: Any = None              # the channel.RequestHandle its worker reports to
     submitted: float = field(default_factory=time.monotonic)
+    deadline: float | None = None   # time.monotonic() past which it stops (TIME_LIMIT)
     first_token: float | None = None
     last_token: float | None = None
     logprob_entries: list = field(default_factory=list)  # logprobs.TokenLogprob per shown token

@@ -10,6 +10,7 @@ with made-up tokens.
 """
 from __future__ import annotations
 
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -85,11 +86,13 @@ class Scheduler:
         return Event(req, text, True, calls + req.text.pending_calls())
 
     def _sweep_cancelled(self) -> None:
-        for req in [r for r in self.waiting if r.cancel_requested]:
-            self.waiting.remove(req)
-            self.events.append(self._finish(req, GenerationStopReason.CANCELLED))
-        for req in [r for r in self.running if r.cancel_requested]:
-            self.events.append(self._finish(req, GenerationStopReason.CANCELLED))
+        now = time.monotonic()
+        for queue in (self.waiting, self.running):
+            for req in [r for r in queue if r.cancel_requested or (r.deadline is not None and now >= r.deadline)]:
+                if queue is self.waiting:
+                    self.waiting.remove(req)
+                reason = GenerationStopReason.CANCELLED if req.cancel_requested else GenerationStopReason.TIME_LIMIT
+                self.events.append(self._finish(req, reason))
 
     def _admit(self) -> None:
         while self.waiting and len(self.running) < self.max_batch:

@@ -8,12 +8,13 @@ and run in parallel.
 """
 from __future__ import annotations
 
+import math
 import threading
 import time
 
 from . import _kernels
 from .config import PROFILE, default_threads
-from .errors import ContextOverflow, InvalidGenerationConfig, RaseError
+from .errors import ContextOverflow, InvalidGenerationConfig, Overloaded, RaseError
 from .generation import GenerationConfig, make_sampler
 from .kv_cache import KVCache, blocks_for
 from .logprobs import LogprobDelta
@@ -42,7 +43,9 @@ def pool_blocks(plan: ModelPlan, max_batch: int, kv_cache_mb: float | None) -> i
 class ModelWorker:
     def __init__(self, plan: ModelPlan, *, max_batch: int = 8, kv_cache_mb: float | None = None,
                  n_threads: int | None = None, tbt_target_ms: float = 100.0, prefix_cache: bool = True,
-                 name: str = "model") -> None:
+                 name: str = "model", max_waiting: int | None = None, time_limit_s: float | None = None) -> None:
+        """max_waiting: requests queued beyond the max_batch being decoded before submit refuses
+        (Overloaded); time_limit_s: wall-clock seconds per request from submission (TIME_LIMIT)."""
         if max_batch < 1:
             raise InvalidGenerationConfig(f"max_batch must be at least 1, got {max_batch}")
         self.plan = plan
@@ -54,6 +57,9 @@ class ModelWorker:
         self._cond = threading.Condition()
         self._inbox: list[Request] = []
         self._closing = False
+        self.max_batch, self.max_waiting, self.time_limit_s = max_batch, max_waiting, time_limit_s
+        self._pending = 0            # submitted, not yet finished (under _cond)
+        self._request_s = 1.0        # moving mean of a request's wall time: Retry-After's estimate
         self.counters = dict(requests=0, generated_tokens=0, cancelled=0, failed=0, rows=0, step_s=0.0,
                              python_s=0.0)
         self._thread = threading.Thread(target=self._loop, name=f"rase-worker-{name}", daemon=True)
@@ -83,6 +89,8 @@ class ModelWorker:
         sampler = make_sampler(config, self.plan.vocab_size)
         req = Request(list(prompt), config, text, sampler, constraint, logprobs,
                       None if after is None else after.request)
+        if self.time_limit_s is not None:
+            req.deadline = req.submitted + self.time_limit_s
         if req.penalized:
             for t in prompt:
                 sampler.accept(int(t))
@@ -91,6 +99,10 @@ class ModelWorker:
         with self._cond:
             if self._closing:
                 raise RaseError("this model is being unloaded; retry the request")
+            waiting = self._pending - self.max_batch
+            if self.max_waiting is not None and waiting >= self.max_waiting:
+                raise Overloaded(waiting, max(1, math.ceil(self._request_s * (waiting + 1) / self.max_batch)))
+            self._pending += 1
             self._inbox.append(req)
             self.counters["requests"] += 1
             self._cond.notify()
@@ -168,6 +180,9 @@ class ModelWorker:
             if ev.logprobs:
                 handle.push(LogprobDelta(ev.logprobs))
             if ev.done:
+                with self._cond:
+                    self._pending -= 1
+                    self._request_s += 0.1 * ((time.monotonic() - req.submitted) - self._request_s)
                 self.counters["generated_tokens"] += req.generated
                 if req.error is not None:
                     self.counters["failed"] += 1

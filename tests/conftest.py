@@ -82,9 +82,10 @@ def openai_client():
 
 
 @contextlib.contextmanager
-def rase_serve(store, *args: str, env: dict | None = None):
+def rase_serve(store, *args: str, env: dict | None = None, with_process: bool = False):
     """A real `rase serve` process over store on a free port (extra CLI args after the port,
-    extra environment variables in env); yields its base URL once /health answers, terminates it after."""
+    extra environment variables in env); yields its base URL once /health answers (with
+    with_process, (base, Popen)), terminates it after."""
     import socket
     import subprocess
     import time
@@ -108,7 +109,7 @@ def rase_serve(store, *args: str, env: dict | None = None):
         else:
             proc.kill()
             pytest.fail(f"rase serve did not start: {proc.stderr.read()}")
-        yield base
+        yield (base, proc) if with_process else base
     finally:
         proc.terminate()
         proc.wait(timeout=10)

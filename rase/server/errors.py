@@ -18,6 +18,7 @@ STATUS: dict[type, tuple[int, str]] = {
     E.CorruptModelFile: (503, "model_unavailable"),
     E.ManifestError: (503, "model_unavailable"),
     E.Cancelled: (499, "cancelled"),
+    E.Overloaded: (429, "rate_limit_error"),
 }
 
 

@@ -136,7 +136,9 @@ def install_guards(app: FastAPI, config: GuardConfig, metrics) -> None:
     @app.exception_handler(RaseError)
     async def rase_error(request: Request, exc: RaseError):
         status, kind = status_of(exc)
-        return JSONResponse(error_body(str(exc), kind, param=getattr(exc, "param", None)), status)
+        retry = getattr(exc, "retry_after", None)
+        return JSONResponse(error_body(str(exc), kind, param=getattr(exc, "param", None)), status,
+                            headers={"Retry-After": str(retry)} if retry is not None else None)
 
 
 def _is_loopback(host: str) -> bool:
