@@ -465,8 +465,8 @@ def _add_generation_commands(sub, leaf) -> None:
     s.add_argument("--no-prefix-cache", action="store_true", help="do not reuse the KV of earlier prompts")
     s.add_argument("--max-waiting", type=int, default=64, metavar="N",
                    help="requests queued per model beyond -np before new ones get 429 + Retry-After (default 64)")
-    s.add_argument("--time-limit", type=float, default=600.0, metavar="S",
-                   help="wall-clock seconds per request, then it ends with finish_reason length (default 600)")
+    s.add_argument("--time-limit", type=float, default=None, metavar="S",
+                   help="wall-clock seconds per request, then it ends with finish_reason length (default: none)")
     s.add_argument("--max-tokens-limit", type=int, default=None, metavar="N",
                    help="refuse requests asking for more than N max_tokens (default: the context)")
     s.add_argument("-t", "--threads", type=int, default=None, metavar="T",
