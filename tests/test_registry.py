@@ -202,7 +202,7 @@ def test_pull_from_local_hub(tmp_path, model_file, tokenizer_file):
         assert ("GET", "/org/tiny/resolve/main/tiny.gguf") in hub.requests
         with pytest.raises(HubDownloadError, match="missing.gguf"):
             reg.pull_hf("org/tiny", "missing.gguf", "other", endpoint=hub.url, cache_dir=str(tmp_path / "hf"))
-        with pytest.raises(HubDownloadError, match="must not be empty"):
+        with pytest.raises(HubDownloadError, match="not a Hub id"):
             reg.pull_hf(" ", "x.gguf", "other", endpoint=hub.url)
         assert [x.id for x in reg.list()] == ["tiny"]
 
