@@ -7,6 +7,8 @@ default -> ChatTemplateError (plain completion still works).
 from __future__ import annotations
 
 import json
+import time
+from contextvars import ContextVar
 from typing import Callable, Mapping, Sequence
 
 from .errors import ChatTemplateError, InvalidGenerationConfig
@@ -140,17 +142,88 @@ ARCH_DEFAULT = {  # the seed's for_architecture, plus gemma3
 }
 
 
+# a template from a model file is untrusted code: what one render may spend
+TEMPLATE_MAX_CHARS = 4 << 20      # output, and any string or list an operator builds
+TEMPLATE_MAX_ITERATIONS = 1_000_000  # range() items over the whole render
+TEMPLATE_MAX_SECONDS = 2.0        # wall clock, checked between output pieces
+
+
+class _Budget:
+    """One render's allowance; exceeding it raises ChatTemplateError."""
+
+    def __init__(self) -> None:
+        self.iterations, self.chars = 0, 0
+        self.deadline = time.monotonic() + TEMPLATE_MAX_SECONDS
+
+    def spend(self, iterations: int = 0, chars: int = 0) -> None:
+        self.iterations += iterations
+        self.chars += chars
+        if self.iterations > TEMPLATE_MAX_ITERATIONS:
+            raise ChatTemplateError(f"the model's chat template loops over {TEMPLATE_MAX_ITERATIONS} times; refused")
+        if self.chars > TEMPLATE_MAX_CHARS:
+            raise ChatTemplateError(f"the model's chat template writes over {TEMPLATE_MAX_CHARS} characters; refused")
+        if time.monotonic() > self.deadline:
+            raise ChatTemplateError(f"the model's chat template ran over {TEMPLATE_MAX_SECONDS} s; refused")
+
+
+_BUDGET: ContextVar[_Budget] = ContextVar("rase_template_budget")  # the render in progress
+
+
+def _counted_range(*args):
+    from jinja2.sandbox import safe_range
+
+    r = safe_range(*args)
+    _BUDGET.get().spend(iterations=len(r))
+    return r
+
+
+def _bounded_env():
+    """jinja2's immutable sandbox (no attribute escapes, no mutation of inputs) that also
+    bounds operators ('*', '+' and '**' may not build huge strings, lists or numbers), counts
+    range() items and checks the clock at every attribute or item access."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    class Bounded(ImmutableSandboxedEnvironment):
+        intercepted_binops = frozenset(["*", "+", "**"])
+
+        def getattr(self, obj, attribute):
+            _BUDGET.get().spend()
+            return super().getattr(obj, attribute)
+
+        def getitem(self, obj, argument):
+            _BUDGET.get().spend()
+            return super().getitem(obj, argument)
+
+        def call_binop(self, context, operator, left, right):
+            if operator == "**" and isinstance(left, int) and isinstance(right, int) \
+                    and right * abs(left).bit_length() > 1_000_000:
+                raise ChatTemplateError("the model's chat template raises a number to a huge power; refused")
+            if operator == "*" and isinstance(left, int) and isinstance(right, (str, list, tuple)):
+                left, right = right, left
+            sized = (str, list, tuple)
+            if (operator == "*" and isinstance(left, sized) and isinstance(right, int)
+                    and len(left) * right > TEMPLATE_MAX_CHARS) or \
+                    (operator == "+" and isinstance(left, sized) and isinstance(right, sized)
+                     and len(left) + len(right) > TEMPLATE_MAX_CHARS):
+                raise ChatTemplateError("the model's chat template builds a huge string; refused")
+            return super().call_binop(context, operator, left, right)
+
+    env = Bounded(trim_blocks=True, lstrip_blocks=True)
+    env.globals["range"] = _counted_range
+    return env
+
+
 class JinjaTemplate:
-    """A model's own template (HF chat_template), rendered with HF's variables in a sandbox."""
+    """A model's own template (HF chat_template), rendered with HF's variables in a sandbox
+    bounded in loop iterations, output size and time (_Budget)."""
 
     def __init__(self, source: str, bos_token: str = "", eos_token: str = "") -> None:
         from jinja2 import TemplateError
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
 
         def raise_exception(message: str) -> None:
             raise ChatTemplateError(f"the model's chat template refused the messages: {message}")
 
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        env = _bounded_env()
         env.globals["raise_exception"] = raise_exception
         # as transformers renders: no key sorting, no HTML escaping (tool schemas look as in training)
         env.filters["tojson"] = lambda x, ensure_ascii=False, indent=None, separators=None, sort_keys=False: \
@@ -167,11 +240,23 @@ class JinjaTemplate:
         from jinja2 import TemplateError
 
         msgs = normalize_messages(messages)
+        budget = _Budget()
+        token = _BUDGET.set(budget)
+        out: list[str] = []
         try:
-            return self.template.render(messages=msgs, add_generation_prompt=add_generation_prompt,
-                                        bos_token=self.bos_token, eos_token=self.eos_token, **extra)
+            for piece in self.template.generate(messages=msgs, add_generation_prompt=add_generation_prompt,
+                                                bos_token=self.bos_token, eos_token=self.eos_token, **extra):
+                budget.spend(chars=len(piece))
+                out.append(piece)
+        except ChatTemplateError:
+            raise
         except TemplateError as exc:
             raise ChatTemplateError(f"the model's chat template failed: {exc}") from None
+        except (ArithmeticError, RecursionError, MemoryError, TypeError, ValueError, LookupError) as exc:
+            raise ChatTemplateError(f"the model's chat template failed: {type(exc).__name__}: {exc}") from None
+        finally:
+            _BUDGET.reset(token)
+        return "".join(out)
 
 
 def select_template(name: str | None, gguf=None, architecture: str | None = None) -> Callable[[Sequence[Message]], str]:

@@ -86,3 +86,42 @@ def test_jinja_is_sandboxed():
         refusing.render(msgs(("user", "x")))
     with pytest.raises(ChatTemplateError, match="does not parse"):
         JinjaTemplate("{% for %}")
+
+
+HOSTILE_TEMPLATES = {  # a model file's template is untrusted code
+    "escape via class": "{{ ''.__class__.__mro__[1].__subclasses__() }}",
+    "escape via cycler": "{{ cycler.__init__.__globals__.os.popen('id').read() }}",
+    "mutation": "{% set x = messages.append(1) %}{{ x }}",
+    "huge range": "{% for i in range(10**9) %}x{% endfor %}",
+    "nested loops": "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+    "output over the limit": "{% for i in range(100000) %}{% for m in messages %}{{ m.content }}{% endfor %}{% endfor %}",
+    "huge string": "{{ 'x' * 10**9 }}",
+    "huge string reversed": "{{ 1000000000 * 'ab' }}",
+    "doubling": "{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}{{ ns.s }}",
+    "huge power": "{{ 10 ** 100000000 }}",
+    "recursion": "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+    "division": "{{ 1 // 0 }}",
+    "many iterations": "{% for i in range(100000) %}{% for j in range(20) %}{% endfor %}{% endfor %}",
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_TEMPLATES))
+def test_hostile_templates_fail_typed_and_fast(name):
+    import time
+
+    from rase import ChatTemplateError
+    from rase.chat import JinjaTemplate
+
+    msgs = [{"role": "user", "content": "hello " * 50}]
+    t0 = time.monotonic()
+    with pytest.raises(ChatTemplateError):
+        JinjaTemplate(HOSTILE_TEMPLATES[name]).render(msgs)
+    assert time.monotonic() - t0 < 5.0, name
+
+
+def test_sandbox_escapes_render_nothing_of_python():
+    from rase.chat import JinjaTemplate
+
+    for source in ("{{ raise_exception.__globals__ }}", "{{ messages.__class__ }}", "{{ lipsum.__globals__ }}",
+                   "{{ '{0.__class__}'.format(messages) }}"):
+        assert JinjaTemplate(source).render([{"role": "user", "content": "x"}]) == ""  # undefined, not Python

@@ -78,3 +78,30 @@ def test_tokenizer_json(tmp_path):
     assert tok.decode([0, 1]) == "hello world"
     with pytest.raises(TokenizerError):
         LocalTokenizer.from_file(tmp_path / "missing.json")
+
+
+WORST = {  # inputs that make naive tokenizers quadratic
+    "one character": lambda n: "a" * n,
+    "digits": lambda n: "1" * n,
+    "spaces": lambda n: " " * n,
+    "special look-alikes": lambda n: ("<|<|im_start|>|>" * n)[:n],
+    "nested look-alikes": lambda n: "<" * (n // 2) + "|im_start|" + ">" * (n // 2),
+}
+
+
+@pytest.mark.parametrize("model", ["smollm2", "gemma3"])
+def test_worst_case_inputs_take_linear_time(request, model):
+    """A megabyte (the server's body limit) of each finishes within seconds, and four times the
+    input takes well under sixteen times as long (no quadratic merge loop)."""
+    import time
+
+    tok = LocalTokenizer.from_gguf(GGUFFile(request.getfixturevalue(f"{model}_path")))
+    big = 1 << 20 if model == "smollm2" else 1 << 18  # Gemma's SentencePiece merge is ~8 us/char here
+    for name, make in WORST.items():
+        times = []
+        for n in (big // 4, big):
+            t0 = time.perf_counter()
+            ids = tok.encode(make(n))
+            times.append(time.perf_counter() - t0)
+            assert 0 < len(ids) <= n + 2, name
+        assert times[1] < 30 and times[1] < 10 * max(times[0], 0.01), (name, times)
