@@ -155,7 +155,10 @@ class Engine:
         spec = grammar_spec(**structure)  # a malformed format fails before the model loads
         if spec is not None and tools is not None:
             raise InvalidGrammar("tools and a response_format/grammar/regex cannot be combined", "tools")
-        stops = [stop] if isinstance(stop, str) else list(stop or [])
+        stops = [] if stop is None else [stop] if isinstance(stop, str) else stop
+        if not (isinstance(stops, (list, tuple)) and all(isinstance(s, str) for s in stops)):
+            raise InvalidGenerationConfig(f"stop must be a string or a list of strings, got {stop!r}", "stop")
+        stops = list(stops)
         session = self.session(model)
         constraint = None if spec is None else session.grammar_vocab().constraint(spec)
         text = TextState.for_tokenizer(session.tokenizer, stop=stops, think=think)

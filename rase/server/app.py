@@ -12,9 +12,10 @@ import json
 import time
 import uuid
 from dataclasses import dataclass, replace
-from typing import Any, AsyncIterator
+from typing import Annotated, Any, AsyncIterator
 
 from fastapi import FastAPI
+from fastapi import Path as FastAPIPath
 from fastapi.responses import Response, StreamingResponse
 
 from ..errors import InvalidGenerationConfig, RaseError
@@ -22,11 +23,12 @@ from ..logprobs import LogprobDelta, chat_logprobs, completion_logprobs
 from ..tools import ToolCallDelta
 from .errors import error_body, status_of
 from .guard import GuardConfig, install_guards
+from .openapi import document
 from .metrics import CONTENT_TYPE as METRICS_TYPE
 from .metrics import Metrics
 from .ollama import router as ollama_router
 from .web import router as web_router
-from .schemas import ChatRequest, CompletionRequest, DetokenizeRequest, EmbeddingsRequest, TokenizeRequest
+from .schemas import MODEL_ID_PATTERN, ChatRequest, CompletionRequest, DetokenizeRequest, EmbeddingsRequest, TokenizeRequest
 
 
 
@@ -38,6 +40,7 @@ def create_app(engine, api_key: str | None = None, guard: GuardConfig | None = N
     app.state.metrics = metrics = Metrics(engine)
     config = guard or GuardConfig()
     install_guards(app, replace(config, api_key=api_key) if api_key else config, metrics)
+    document(app)
 
     @app.get("/metrics")
     async def prometheus():
@@ -55,7 +58,7 @@ def create_app(engine, api_key: str | None = None, guard: GuardConfig | None = N
         return {"object": "list", "data": [_model_card(m) for m in engine.registry.list()]}
 
     @app.get("/v1/models/{model_id}")
-    async def model(model_id: str):
+    async def model(model_id: Annotated[str, FastAPIPath(pattern=MODEL_ID_PATTERN)]):
         return _model_card(engine.registry.get(model_id))
 
     def model_of(name: str | None) -> str:

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import RaseError
 from .errors import error_body, status_of
@@ -121,6 +122,11 @@ def install_guards(app: FastAPI, config: GuardConfig, metrics) -> None:
         route = request.scope.get("route")
         metrics.request(getattr(route, "path", "other"), response.status_code)
         return response
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException):  # e.g. a body that is not UTF-8
+        kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        return JSONResponse(error_body(str(exc.detail), kind), exc.status_code, headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError):

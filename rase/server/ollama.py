@@ -11,17 +11,18 @@ import asyncio
 import json
 import time
 from datetime import datetime, timezone
-from typing import Any, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
 from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from .. import __version__
 from ..errors import InvalidGenerationConfig, RaseError
 from ..logprobs import LogprobDelta
 from ..tools import ToolCallDelta
 from .errors import status_of
+from .schemas import ModelId, Unsupported
 
 # Ollama option -> rase generation keyword
 OPTIONS = {"temperature": "temperature", "top_k": "top_k", "top_p": "top_p", "min_p": "min_p", "seed": "seed",
@@ -29,18 +30,33 @@ OPTIONS = {"temperature": "temperature", "top_k": "top_k", "top_p": "top_p", "mi
            "frequency_penalty": "frequency_penalty"}
 
 
+class Options(BaseModel):
+    """The Ollama options rase maps (any other is a 400 naming it)."""
+    model_config = ConfigDict(extra="forbid", strict=True)
+    temperature: Optional[float] = Field(default=None, ge=0.0, le=5.0)
+    top_k: Optional[int] = Field(default=None, ge=0)
+    top_p: Optional[float] = Field(default=None, gt=0.0, le=1.0)
+    min_p: Optional[float] = Field(default=None, ge=0.0, le=1.0)
+    seed: Optional[int] = Field(default=None, ge=0)
+    num_predict: Optional[int] = Field(default=None, ge=-1)  # -1: until the context is full
+    repeat_penalty: Optional[float] = Field(default=None, gt=0.0)
+    presence_penalty: Optional[float] = Field(default=None, ge=-2.0, le=2.0)
+    frequency_penalty: Optional[float] = Field(default=None, ge=-2.0, le=2.0)
+    stop: Optional[Union[Annotated[str, Field(min_length=1)], list[Annotated[str, Field(min_length=1)]]]] = None
+
+
 class _Base(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    model: str
+    model_config = ConfigDict(extra="forbid", strict=True)
+    model: ModelId
     stream: bool = True
-    format: Optional[Union[str, dict[str, Any]]] = None
-    options: Optional[dict[str, Any]] = None
+    format: Optional[Union[Literal["json"], dict[str, Any]]] = None  # "json" or a JSON schema
+    options: Optional[Options] = None
     think: Optional[bool] = None
-    keep_alive: Optional[Union[float, str]] = None  # refused unless absent (models stay resident)
+    keep_alive: Annotated[Optional[Union[float, str]], Unsupported] = None  # refused (models stay resident)
 
 
 class ChatBody(_Base):
-    messages: list[dict[str, Any]]
+    messages: Annotated[list[dict[str, Any]], Field(min_length=1)]
     tools: Optional[list[dict[str, Any]]] = None
 
 
@@ -51,18 +67,19 @@ class GenerateBody(_Base):
 
 
 class EmbedBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    model: str
-    input: Union[str, list[str]]
-    truncate: Optional[bool] = None   # inputs longer than the context are refused either way
-    dimensions: Optional[int] = None
-    options: Optional[dict[str, Any]] = None
-    keep_alive: Optional[Union[float, str]] = None
+    model_config = ConfigDict(extra="forbid", strict=True)
+    model: ModelId
+    input: Union[Annotated[str, Field(min_length=1)], Annotated[list[Annotated[str, Field(min_length=1)]],
+                                                                Field(min_length=1)]]
+    truncate: Annotated[Optional[bool], WithJsonSchema({"enum": [False, None]})] = None  # long inputs are refused
+    dimensions: Annotated[Optional[int], Unsupported] = None
+    options: Annotated[Optional[dict[str, Any]], WithJsonSchema({"type": ["object", "null"], "maxProperties": 0})] = None
+    keep_alive: Annotated[Optional[Union[float, str]], Unsupported] = None
 
 
 class ShowBody(BaseModel):
-    model_config = ConfigDict(extra="ignore")  # the client also sends `verbose`, which changes nothing here
-    model: str
+    model_config = ConfigDict(extra="ignore", strict=True)  # the client also sends `verbose`, which changes nothing here
+    model: ModelId
 
 
 def _now() -> str:
@@ -74,13 +91,11 @@ def _kwargs(body: _Base) -> dict:
     if body.keep_alive is not None:
         raise InvalidGenerationConfig("keep_alive is not supported: rase keeps a model loaded until it is "
                                       "unloaded", "keep_alive")
-    opts = dict(body.options or {})
+    opts = body.options.model_dump(exclude_none=True) if body.options else {}
     stop = opts.pop("stop", None)
-    unknown = sorted(k for k in opts if k not in OPTIONS)
-    if unknown:
-        raise InvalidGenerationConfig(f"options not supported by rase: {', '.join(unknown)} (supported: "
-                                      f"{', '.join(sorted([*OPTIONS, 'stop']))})", f"options.{unknown[0]}")
-    kw = {OPTIONS[k]: v for k, v in opts.items() if v is not None}
+    kw = {OPTIONS[k]: v for k, v in opts.items()}
+    if kw.get("top_k") == 0:  # Ollama's (and llama.cpp's) top_k 0: the whole vocabulary
+        kw["top_k"] = None
     if kw.get("max_tokens", 1) < 0:  # Ollama's num_predict -1: until the context is full
         kw.pop("max_tokens")
     kw["stop"] = stop
@@ -136,7 +151,7 @@ def router(engine) -> APIRouter:
     @api.post("/api/embed")
     async def embed(body: EmbedBody):
         for name in ("dimensions", "keep_alive", "options"):
-            if getattr(body, name):
+            if getattr(body, name) not in (None, {}):
                 raise InvalidGenerationConfig(f"{name} is not supported by rase's /api/embed", name)
         if body.truncate:
             raise InvalidGenerationConfig("truncate is not supported: an input longer than the context is "

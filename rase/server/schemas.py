@@ -5,20 +5,35 @@ forbid unknown keys, and message fields rase does not render must be absent or n
 """
 from __future__ import annotations
 
-from typing import Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
 from ..chat import message_text
 from ..errors import InvalidGenerationConfig
 
+
+# a registered model id (rase.registry's rule), stated in the OpenAPI document
+MODEL_ID_PATTERN = r"^[A-Za-z0-9_-]+$"
+ModelId = Annotated[str, Field(pattern=MODEL_ID_PATTERN, description="a model id from /v1/models")]
+
+# a field clients may send only as null or not at all (the server refuses any value by name)
+Unsupported = WithJsonSchema({"type": "null", "description": "not supported: null or absent"})
 
 # what clients echo back from a response message (null for a plain answer)
 _NULL_MESSAGE_FIELDS = ("refusal", "function_call", "audio", "annotations")
 
 
 class Message(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # content is required, except (null or absent) in an assistant's tool-call message
+    # content is required, except (null or absent) in an assistant's tool-call message; name
+    # only in a tool result
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"allOf": [
+        {"anyOf": [{"required": ["content"], "properties": {"content": {"type": "string"}}},
+                   {"required": ["role", "tool_calls"],
+                    "properties": {"role": {"const": "assistant"}, "tool_calls": {"type": "array", "minItems": 1}}}]},
+        {"anyOf": [{"required": ["role"], "properties": {"role": {"const": "tool"}}},
+                   {"properties": {"name": {"type": "null"}}}]}]})
     role: str
     content: Optional[str] = None               # null only for an assistant's tool calls
     name: Optional[str] = None                  # a tool result's function name
@@ -51,12 +66,13 @@ class Message(BaseModel):
 
 
 class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
     include_usage: bool = False
 
 
 class _Common(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    model: str
+    model_config = ConfigDict(extra="forbid", strict=True)
+    model: ModelId
     max_tokens: Optional[int] = Field(default=None, ge=1)
     temperature: Optional[float] = Field(default=None, ge=0.0, le=5.0)
     top_p: Optional[float] = Field(default=None, gt=0.0, le=1.0)
@@ -72,8 +88,8 @@ class _Common(BaseModel):
     user: Optional[str] = None  # the caller's end-user id: accepted, recorded nowhere
     logit_bias: Optional[dict[str, float]] = None
     response_format: Optional[dict[str, Any]] = None
-    grammar: Optional[str] = None  # extension (llama-server's): a Lark or GBNF grammar
-    regex: Optional[str] = None    # extension: a regex the whole output matches
+    grammar: Optional[Annotated[str, Field(min_length=1)]] = None  # extension (llama-server's): Lark or GBNF
+    regex: Optional[Annotated[str, Field(min_length=1)]] = None    # extension: a regex the whole output matches
 
     def generation_kwargs(self) -> dict:
         return {k: getattr(self, k) for k in ("max_tokens", "temperature", "top_p", "top_k", "min_p",
@@ -101,7 +117,7 @@ class ChatRequest(_Common):
 
 
 class CompletionRequest(_Common):
-    prompt: Union[str, list[str]]
+    prompt: Union[str, Annotated[list[str], Field(min_length=1, max_length=1)]]  # one prompt per request
     logprobs: Optional[int] = None  # 0..5 alternatives per token
 
     def logprob_kwargs(self) -> dict:
@@ -110,8 +126,8 @@ class CompletionRequest(_Common):
 
 class TokenizeRequest(BaseModel):
     """llama-server's /tokenize, plus the model (optional when the store holds one)."""
-    model_config = ConfigDict(extra="forbid")
-    model: Optional[str] = None
+    model_config = ConfigDict(extra="forbid", strict=True)
+    model: Optional[ModelId] = None
     content: str
     add_special: bool = False
     parse_special: bool = True
@@ -119,16 +135,17 @@ class TokenizeRequest(BaseModel):
 
 
 class DetokenizeRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    model: Optional[str] = None
-    tokens: list[int]
+    model_config = ConfigDict(extra="forbid", strict=True)
+    model: Optional[ModelId] = None
+    tokens: list[Annotated[int, Field(ge=0)]]
 
 
 class EmbeddingsRequest(BaseModel):
     """OpenAI's /v1/embeddings (text inputs)."""
-    model_config = ConfigDict(extra="forbid")
-    model: str
-    input: Union[str, list[str]]
+    model_config = ConfigDict(extra="forbid", strict=True)
+    model: ModelId
+    input: Union[Annotated[str, Field(min_length=1)], Annotated[list[Annotated[str, Field(min_length=1)]],
+                                                                Field(min_length=1)]]
     encoding_format: Literal["float", "base64"] = "float"
-    dimensions: Optional[int] = None  # refused: the model's own width only
+    dimensions: Annotated[Optional[int], Unsupported] = None  # refused: the model's own width only
     user: Optional[str] = None
