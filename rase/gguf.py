@@ -272,7 +272,7 @@ class GGUFFile:
         n_elements = 1
         for d in ne:
             n_elements *= d
-        if n_elements >= 1 << 60:
+        if not all(1 <= d < 1 << 60 for d in ne) or n_elements >= 1 << 60:  # (0 would hide a huge other dim)
             raise cur.fail(f"tensor {name!r} has absurd shape {ne}", at)
         if ne[0] % block[0]:
             raise cur.fail(

@@ -13,6 +13,8 @@ import heapq
 import os
 from typing import Sequence
 
+import numpy as np
+
 from .errors import TokenizerError
 
 # token types (tokenizer.ggml.token_type)
@@ -47,6 +49,7 @@ class LocalTokenizer:
 
     @classmethod
     def from_gguf(cls, g) -> "LocalTokenizer":
+        _check_vocab_metadata(g)
         model = g.get("tokenizer.ggml.model")
         if model == "gpt2":
             return cls(_GGUFVocab(g, _gpt2_fragment_encoder(g)))
@@ -104,6 +107,37 @@ class _HFFile(_Impl):
         return self.tok.encode(text, add_special_tokens=False).ids
 
 
+def _check_vocab_metadata(g) -> None:
+    """The tokenizer.ggml.* values a file carries have the types and lengths llama.cpp requires
+    (a file from anywhere is untrusted input): else TokenizerError naming the key."""
+    def bad(key: str, what: str) -> TokenizerError:
+        return TokenizerError(f"{g.path}: {key} {what}; the file's vocabulary is malformed")
+
+    tokens = g.get("tokenizer.ggml.tokens")
+    if not isinstance(tokens, list) or not tokens or not all(isinstance(t, str) for t in tokens):
+        raise bad("tokenizer.ggml.tokens", "is not a non-empty list of strings")
+    n = len(tokens)
+    for key, kinds in (("tokenizer.ggml.scores", "iuf"), ("tokenizer.ggml.token_type", "iu")):
+        v = g.get(key)
+        if v is None:
+            continue
+        if isinstance(v, list):  # (the reader gives long numeric arrays as numpy arrays)
+            v = np.asarray(v) if all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v) else None
+        if not isinstance(v, np.ndarray) or v.ndim != 1 or len(v) != n or v.dtype.kind not in kinds:
+            raise bad(key, f"is not a list of {n} numbers")
+    merges = g.get("tokenizer.ggml.merges")
+    if merges is not None and (not isinstance(merges, list)
+                               or not all(isinstance(m, str) and " " in m.strip(" ") for m in merges)):
+        raise bad("tokenizer.ggml.merges", "is not a list of 'left right' pairs")
+    for key in ("tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id"):
+        v = g.get(key)
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < n):
+            raise bad(key, f"is not a token id below {n}")
+    for key in ("tokenizer.ggml.model", "tokenizer.ggml.pre"):
+        if g.get(key) is not None and not isinstance(g.get(key), str):
+            raise bad(key, "is not a string")
+
+
 def _gpt2_fragment_encoder(g):
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 
@@ -114,8 +148,11 @@ def _gpt2_fragment_encoder(g):
             f"{', '.join(sorted(PRE_REGEXES))}. Attach the model's tokenizer.json instead")
     tokens = g.get("tokenizer.ggml.tokens")
     merges = [tuple(m.split(" ", 1)) for m in g.get("tokenizer.ggml.merges", [])]
-    bpe = models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges,
-                     ignore_merges=pre in IGNORE_MERGES)
+    try:
+        bpe = models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges,
+                         ignore_merges=pre in IGNORE_MERGES)
+    except Exception as exc:  # the tokenizers library's own check (a merge of unknown tokens)
+        raise TokenizerError(f"{g.path}: tokenizer.ggml.merges do not fit the vocabulary ({exc})") from None
     tok = Tokenizer(bpe)
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in PRE_REGEXES[pre]]
