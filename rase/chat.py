@@ -7,6 +7,7 @@ default -> ChatTemplateError (plain completion still works).
 from __future__ import annotations
 
 import json
+import sys
 import time
 from contextvars import ContextVar
 from typing import Callable, Mapping, Sequence
@@ -152,8 +153,16 @@ class _Budget:
     """One render's allowance; exceeding it raises ChatTemplateError."""
 
     def __init__(self) -> None:
-        self.iterations, self.chars = 0, 0
+        self.iterations, self.chars, self.lines = 0, 0, 0
         self.deadline = time.monotonic() + TEMPLATE_MAX_SECONDS
+
+    def line(self, frame, event, arg):
+        """A local trace function for the template's own frames: the clock every 1024 lines, so
+        loops that neither write, call range() nor touch attributes are bounded too."""
+        self.lines += 1
+        if not self.lines & 1023:
+            self.spend()
+        return self.line
 
     def spend(self, iterations: int = 0, chars: int = 0) -> None:
         self.iterations += iterations
@@ -242,6 +251,10 @@ class JinjaTemplate:
         msgs = normalize_messages(messages)
         budget = _Budget()
         token = _BUDGET.set(budget)
+        # trace only the compiled template's frames (their code is "<template>"); a debugger's or
+        # coverage tool's trace function is put back after
+        previous = sys.gettrace()
+        sys.settrace(lambda frame, event, arg: budget.line if frame.f_code.co_filename == "<template>" else None)
         out: list[str] = []
         try:
             for piece in self.template.generate(messages=msgs, add_generation_prompt=add_generation_prompt,
@@ -255,6 +268,7 @@ class JinjaTemplate:
         except (ArithmeticError, RecursionError, MemoryError, TypeError, ValueError, LookupError) as exc:
             raise ChatTemplateError(f"the model's chat template failed: {type(exc).__name__}: {exc}") from None
         finally:
+            sys.settrace(previous)
             _BUDGET.reset(token)
         return "".join(out)
 

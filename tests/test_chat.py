@@ -102,6 +102,8 @@ HOSTILE_TEMPLATES = {  # a model file's template is untrusted code
     "recursion": "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
     "division": "{{ 1 // 0 }}",
     "many iterations": "{% for i in range(100000) %}{% for j in range(20) %}{% endfor %}{% endfor %}",
+    "silent nested loops over the input": "{% for a in messages[0].content %}{% for b in messages[0].content %}"
+                                          "{% for c in messages[0].content %}{% endfor %}{% endfor %}{% endfor %}",
 }
 
 
