@@ -36,6 +36,15 @@ def test_list_show_and_version(client, base):
     shown = client.show("smollm2")
     assert shown.details.family == "llama" and shown.modelinfo["general.architecture"] == "llama"
     assert httpx.get(base + "/api/version", timeout=10).json()["version"]
+    # Ollama names carry a tag: ":latest" names the same model, any other tag is refused
+    assert client.show("smollm2:latest").details.family == "llama"
+    tagged = client.chat(model="smollm2:latest", messages=ASK, options={"temperature": 0, "num_predict": 3})
+    assert tagged.message.content and tagged.model == "smollm2"
+    import ollama
+
+    with pytest.raises(ollama.ResponseError) as err:
+        client.show("smollm2:q4")
+    assert err.value.status_code == 400
 
 
 def test_chat_streamed_and_not(client):

@@ -15,14 +15,19 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
 
 from .. import __version__
 from ..errors import InvalidGenerationConfig, RaseError
 from ..logprobs import LogprobDelta
 from ..tools import ToolCallDelta
 from .errors import status_of
-from .schemas import ModelId, Unsupported
+from .schemas import Unsupported
+
+# Ollama names carry a tag; rase ids have none, so "name:latest" (what Ollama tools send by
+# default) is the id "name"; any other tag is refused by the pattern
+ModelId = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]+(:latest)?$", description="a model id, optionally :latest"),
+                    AfterValidator(lambda name: name.removesuffix(":latest"))]
 
 # Ollama option -> rase generation keyword
 OPTIONS = {"temperature": "temperature", "top_k": "top_k", "top_p": "top_p", "min_p": "min_p", "seed": "seed",
