@@ -188,20 +188,12 @@ def _counted_range(*args):
 
 def _bounded_env():
     """jinja2's immutable sandbox (no attribute escapes, no mutation of inputs) that also
-    bounds operators ('*', '+' and '**' may not build huge strings, lists or numbers), counts
-    range() items and checks the clock at every attribute or item access."""
+    bounds operators ('*', '+' and '**' may not build huge strings, lists or numbers) and counts
+    range() items (the clock is checked by _Budget.line)."""
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     class Bounded(ImmutableSandboxedEnvironment):
         intercepted_binops = frozenset(["*", "+", "**"])
-
-        def getattr(self, obj, attribute):
-            _BUDGET.get().spend()
-            return super().getattr(obj, attribute)
-
-        def getitem(self, obj, argument):
-            _BUDGET.get().spend()
-            return super().getitem(obj, argument)
 
         def call_binop(self, context, operator, left, right):
             if operator == "**" and isinstance(left, int) and isinstance(right, int) \
