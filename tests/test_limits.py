@@ -10,17 +10,14 @@ import pytest
 
 from rase import InvalidGenerationConfig, Overloaded
 from rase.api import Engine
-from rase.registry import ModelRegistry
 from tests.conftest import rase_serve
 
 LONG = [{"role": "user", "content": "Write a very long story about a lighthouse keeper."}]
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory, smollm2_path):
-    root = tmp_path_factory.mktemp("limits-store")
-    ModelRegistry(root).import_local("smollm2", smollm2_path)
-    return root
+def store(smollm2_store):
+    return smollm2_store
 
 
 def test_a_full_queue_refuses_with_a_retry_time_and_recovers(store):

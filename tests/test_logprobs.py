@@ -8,7 +8,6 @@ import pytest
 from rase import InvalidGenerationConfig
 from rase.api import Engine
 from rase.logprobs import chat_logprobs, completion_logprobs, token_logprob
-from rase.registry import ModelRegistry
 
 CHAT = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
 
@@ -29,10 +28,8 @@ def test_token_logprob_is_the_log_softmax():
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory, smollm2_path):
-    root = tmp_path_factory.mktemp("logprobs-store")
-    ModelRegistry(root).import_local("smollm2", smollm2_path)
-    with Engine(root, max_batch=4) as e:
+def engine(smollm2_store):
+    with Engine(smollm2_store, max_batch=4) as e:
         yield e
 
 

@@ -6,17 +6,14 @@ import json
 import httpx
 import pytest
 
-from rase.registry import ModelRegistry
 from tests.conftest import rase_serve
 
 ASK = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
 
 
 @pytest.fixture(scope="module")
-def base(tmp_path_factory, smollm2_path):
-    root = tmp_path_factory.mktemp("ollama-store")
-    ModelRegistry(root).import_local("smollm2", smollm2_path)
-    with rase_serve(root, "--threads", "2") as url:
+def base(smollm2_store):
+    with rase_serve(smollm2_store, "--threads", "2") as url:
         yield url
 
 

@@ -11,7 +11,6 @@ import httpx
 import pytest
 
 from rase.api import Engine
-from rase.registry import ModelRegistry
 from tests.conftest import rase_serve
 
 
@@ -22,10 +21,8 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory, smollm2_path):
-    root = tmp_path_factory.mktemp("serve-store")
-    ModelRegistry(root).import_local("smollm2", smollm2_path)
-    return root
+def store(smollm2_store):
+    return smollm2_store
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 
-from rase.registry import ModelRegistry
 from tests.conftest import rase_serve
 from tests.soak import soak
 
@@ -14,10 +13,8 @@ N = 1000  # the full size: about 30 s here
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory, smollm2_path):
-    root = tmp_path_factory.mktemp("soak-store")
-    ModelRegistry(root).import_local("smollm2", smollm2_path)
-    return root
+def store(smollm2_store):
+    return smollm2_store
 
 
 def test_soak_mixed_requests_from_16_clients(store):

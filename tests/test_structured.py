@@ -186,10 +186,8 @@ PERSON = {
 
 
 @pytest.fixture(scope="module")
-def smol_engine(tmp_path_factory, smollm2_path):
-    root = tmp_path_factory.mktemp("structured-smol")
-    ModelRegistry(root).import_local("smollm2", smollm2_path)
-    with Engine(root, max_batch=4) as engine:
+def smol_engine(smollm2_store):
+    with Engine(smollm2_store, max_batch=4) as engine:
         yield engine
 
 

@@ -13,7 +13,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-from rase.registry import ModelRegistry
 from tests.conftest import rase_serve
 
 KEY = "page-test-key"
@@ -22,10 +21,8 @@ SYSTEM = "You are a helpful assistant."
 
 
 @pytest.fixture(scope="module")
-def base(tmp_path_factory, smollm2_path):
-    root = tmp_path_factory.mktemp("web-store")
-    ModelRegistry(root).import_local("smollm2", smollm2_path)
-    with rase_serve(root, "--threads", "2", "--api-key", KEY) as url:
+def base(smollm2_store):
+    with rase_serve(smollm2_store, "--threads", "2", "--api-key", KEY) as url:
         yield url
 
 

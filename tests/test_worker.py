@@ -13,7 +13,6 @@ from rase.api import Engine
 from rase.decoder import GGUFDecoder
 from rase.errors import ContextOverflow
 from rase.generation import GenerationConfig
-from rase.registry import ModelRegistry
 from rase.textgen import run_text
 
 QUESTIONS = ["Tell me about cats.", "What is 2+2?", "Write a poem about the sea.", "Explain gravity.",
@@ -22,10 +21,8 @@ CONFIGS = [dict(temperature=0.0, max_tokens=24), dict(temperature=0.8, seed=11, 
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory, smollm2_path):
-    root = tmp_path_factory.mktemp("worker-store")
-    ModelRegistry(root).import_local("smollm2", smollm2_path)
-    return root
+def store(smollm2_store):
+    return smollm2_store
 
 
 @pytest.fixture(scope="module")
