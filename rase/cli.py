@@ -336,9 +336,56 @@ def _serve(engine, args, banner: str = "") -> int:
     return 0
 
 
+RAY_ONLY = ("replicas", "ray_address", "router", "drain_timeout", "model")
+
+
+def _engine_options(args) -> dict:
+    return dict(n_ctx=args.ctx_size, max_batch=args.parallel, kv_cache_mb=args.kv_cache_mb,
+                prefix_cache=not args.no_prefix_cache, max_waiting=args.max_waiting, time_limit_s=args.time_limit,
+                max_tokens_limit=args.max_tokens_limit)
+
+
+def _replicas(text: str):
+    """'2' -> 2 replicas; '1:4' -> autoscaling between 1 and 4."""
+    from .integrations.ray_run import Replicas
+
+    low, sep, high = text.partition(":")
+    if not (low.isdigit() and (not sep or high.isdigit())) or int(low) < 1 or (sep and int(high) < int(low)):
+        raise InvalidGenerationConfig(f"--replicas {text}: give a count (2) or a range to autoscale in (1:4)",
+                                      "replicas")
+    return Replicas(low=int(low), high=int(high)) if sep else Replicas(int(low))
+
+
+def _serve_on_ray(args) -> int:
+    import importlib.util
+
+    # ray itself is imported later, by ray_run, once it has set how a local Ray binds
+    missing = next((m for m in ("ray", "fastapi", "uvicorn") if importlib.util.find_spec(m) is None), None)
+    if missing:
+        raise MissingDependency(f"--ray needs the `ray` extra ({missing} is missing): pip install 'rase[ray]'")
+    from .integrations.ray_run import serve_on_ray
+    from .server.guard import serve_config
+
+    replicas = _replicas(args.replicas or "1")
+    guard, warnings = serve_config(args.host, args.api_key, args.api_key_file, args.allowed_host, args.cors_origin)
+    for w in warnings:
+        print(w, file=sys.stderr, flush=True)
+    banner = lambda: print(f"serving OpenAI-compatible endpoints on http://{args.host}:{args.port}/v1 from "
+                           f"{replicas.describe()} on Ray Serve; Ctrl-C drains and stops", flush=True)
+    return serve_on_ray(args.host, args.port, args.ray_address, banner, models=args.model,
+                        store=args.store or default_store(), replicas=replicas,
+                        threads_per_replica=args.threads, router=args.router or "affinity", guard=guard,
+                        drain_timeout_s=300.0 if args.drain_timeout is None else args.drain_timeout, device=args.device, **_engine_options(args))
+
+
 def cmd_serve(args) -> int:
     from .api import Engine
 
+    if args.ray:
+        return _serve_on_ray(args)
+    given = [f"--{k.replace('_', '-')}" for k in RAY_ONLY if getattr(args, k) is not None]
+    if given:
+        raise InvalidGenerationConfig(f"{', '.join(given)} only apply with --ray", given[0])
     engine = Engine(args.store or default_store(), device=args.device, n_ctx=args.ctx_size, max_batch=args.parallel,
                     kv_cache_mb=args.kv_cache_mb, prefix_cache=not args.no_prefix_cache, n_threads=args.threads,
                     max_waiting=args.max_waiting, time_limit_s=args.time_limit, max_tokens_limit=args.max_tokens_limit)
@@ -471,6 +518,19 @@ def _add_generation_commands(sub, leaf) -> None:
                    help="refuse requests asking for more than N max_tokens (default: the context)")
     s.add_argument("-t", "--threads", type=int, default=None, metavar="T",
                    help="threads per forward pass (default: $RASE_NUM_THREADS, else physical cores)")
+    ray = s.add_argument_group("Ray Serve (pip install 'rase[ray]')")
+    ray.add_argument("--ray", action="store_true", help="serve from replicas on Ray Serve, requests with a shared "
+                     "prompt prefix kept on one replica (-t is then threads per replica)")
+    ray.add_argument("--replicas", default=None, metavar="N|MIN:MAX",
+                     help="replicas, or a range to autoscale in (default 1; each loads the models)")
+    ray.add_argument("--ray-address", default=None, metavar="ADDR",
+                     help="a running Ray cluster (ray://host:10001, or auto); default: a local Ray of this command")
+    ray.add_argument("--router", choices=("affinity", "pow2"), default=None,
+                     help="affinity (default): by prompt prefix, load permitting; pow2: Ray's least-loaded of two")
+    ray.add_argument("--drain-timeout", type=float, default=None, metavar="S",
+                     help="seconds running requests get to finish when stopping (default 300)")
+    ray.add_argument("--model", action="append", default=None, metavar="ID",
+                     help="a model the replicas load (repeatable; default: every model in the store)")
 
 
 def main(argv: list[str] | None = None) -> int:

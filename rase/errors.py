@@ -125,6 +125,11 @@ class StoreWriteError(RaseError):
         self.where, self.errno = str(where), exc.errno
 
 
+class DeploymentFailed(RaseError):
+    """A Ray Serve deployment of rase replicas did not start (the message is Ray's, with the
+    replica's own error), or the Ray cluster could not be reached."""
+
+
 class Overloaded(RaseError):
     """The model's waiting queue is full; retry after retry_after seconds (HTTP 429, Retry-After)."""
 

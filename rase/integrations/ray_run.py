@@ -1,0 +1,105 @@
+"""`rase serve --ray`: start (or join) Ray, deploy build_app on Serve's HTTP proxy at --host/--port,
+wait for SIGINT/SIGTERM, then drain (running requests finish, up to the drain timeout) and stop.
+
+A Ray instance this command starts is its own and local: every Ray service on the loopback
+address (Ray's own switch for single-machine use, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0), an
+object store of OBJECT_STORE_MB (rase sends requests and text through it, never tensors), and
+it stops with the command. With --ray-address the cluster is someone else's: the app is removed
+on exit, the cluster stays."""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import DeploymentFailed, InvalidGenerationConfig
+
+@dataclass(frozen=True)
+class Replicas:
+    """How many replicas: a fixed count, or autoscaling between low and high with Ray's
+    autoscaler aiming at target_ongoing requests per replica."""
+    count: int = 1
+    low: int | None = None
+    high: int | None = None
+    target_ongoing: float | None = None
+
+    def describe(self) -> str:
+        return f"{self.count} rase replica(s)" if self.high is None else f"{self.low} to {self.high} rase replicas"
+
+    def options(self, max_batch: int) -> dict[str, Any]:
+        if self.high is None:
+            return {"num_replicas": self.count}
+        return {"autoscaling_config": {"min_replicas": self.low, "max_replicas": self.high,
+                                       "target_ongoing_requests": self.target_ongoing or max_batch}}
+
+
+APP_NAME = "rase"
+OBJECT_STORE_MB = 128
+
+
+def _init_ray(address: str | None):
+    import ray
+
+    try:
+        if address:
+            ray.init(address=address, log_to_driver=False, configure_logging=False)
+        else:
+            ray.init(include_dashboard=False, object_store_memory=OBJECT_STORE_MB << 20, log_to_driver=False,
+                     configure_logging=False)
+    except ConnectionError as exc:
+        raise DeploymentFailed(f"cannot reach the Ray cluster at {address}: {exc}") from None
+    return ray
+
+
+def _deploy(serve, app) -> None:
+    try:
+        serve.run(app, name=APP_NAME, route_prefix="/", blocking=False)
+    except RuntimeError as exc:  # Ray's "Deploying application rase failed"; the why is in the status
+        details = serve.status().applications.get(APP_NAME)
+        why = [d.message.strip().splitlines()[-1] for d in details.deployments.values()
+               if d.message.strip()] if details else []  # the replica's own exception line
+        raise DeploymentFailed(f"the rase replicas did not start: {'; '.join(why) or exc} (Ray's logs: "
+                               "session_latest/logs/serve/ under Ray's temp dir)") from None
+
+
+def _http_matches(host: str, port: int) -> None:
+    """Serve keeps the HTTP options of whoever started it first: refuse rather than listen elsewhere."""
+    from ray.serve.context import _get_global_client  # the one place Serve says where its proxy listens
+
+    cfg = _get_global_client().http_config
+    if (cfg.host, cfg.port) != (host, port):
+        raise InvalidGenerationConfig(f"Ray Serve on this cluster already listens on {cfg.host}:{cfg.port}; "
+                                      f"run with --host {cfg.host} --port {cfg.port} (or `serve shutdown` first)")
+
+
+def serve_on_ray(host: str, port: int, address: str | None, banner, stop: threading.Event | None = None,
+                 **app_options) -> int:
+    """app_options: build_app's. Blocks until SIGINT/SIGTERM (or stop is set); returns the exit code."""
+    if not address:  # Ray's own switch for single-machine use, read at import: every service on loopback
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    from .ray_serve import build_app
+
+    app = build_app(**app_options)  # refuses a bad store or option before Ray starts
+    ray = _init_ray(address)
+    from ray import serve
+
+    stop = stop or threading.Event()
+    previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        serve.start(http_options={"host": host, "port": port})
+        _http_matches(host, port)
+        _deploy(serve, app)
+        banner()
+        while not stop.wait(0.5):
+            pass
+        print("draining: running requests finish, then the replicas stop", flush=True)
+        serve.delete(APP_NAME)  # waits for each replica's graceful shutdown
+        return 0
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        if not address:
+            serve.shutdown()
+        ray.shutdown()

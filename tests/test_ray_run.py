@@ -1,0 +1,40 @@
+"""`rase serve --ray` options, and Ray staying out of everything else."""
+import subprocess
+import sys
+
+import pytest
+
+from rase import cli
+from rase.errors import InvalidGenerationConfig
+from rase.integrations.ray_run import Replicas
+
+
+def test_rase_never_imports_ray_unless_asked():
+    code = ("import sys, rase, rase.api, rase.cli, rase.server, rase.integrations, rase.integrations.route_key, "
+            "rase.integrations.asgi_call, rase.integrations.node_store; "
+            "assert not [m for m in sys.modules if m == 'ray' or m.startswith('ray.')], 'ray imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_replica_counts_and_ranges():
+    assert cli._replicas("3") == Replicas(3) and Replicas(3).options(8) == {"num_replicas": 3}
+    auto = cli._replicas("1:4")
+    assert auto.options(8) == {"autoscaling_config": {"min_replicas": 1, "max_replicas": 4,
+                                                      "target_ongoing_requests": 8}}
+    assert auto.describe() == "1 to 4 rase replicas"
+    for bad in ("0", "-1", "two", "3:1", "1:", ":2", "1:2:3"):
+        with pytest.raises(InvalidGenerationConfig, match="--replicas"):
+            cli._replicas(bad)
+
+
+@pytest.mark.parametrize("flags", [["--replicas", "2"], ["--ray-address", "auto"], ["--router", "pow2"],
+                                   ["--drain-timeout", "5"], ["--model", "m"]])
+def test_ray_options_without_ray_are_refused_by_name(flags, capsys, tmp_path):
+    assert cli.main(["--store", str(tmp_path), "serve", *flags]) == 1
+    assert f"{flags[0]} only apply with --ray" in capsys.readouterr().err
+
+
+def test_without_the_extra_ray_says_what_to_install(capsys, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if not installed: find_spec says None
+    assert cli.main(["--store", str(tmp_path), "serve", "--ray"]) == 1
+    assert "pip install 'rase[ray]'" in capsys.readouterr().err

@@ -1,0 +1,291 @@
+"""`rase serve --ray --replicas 2` as users run it: a real local Ray instance (loopback only, a
+bounded object store, its own temp dir), two SmolLM2 replicas, the openai client. Checks the
+answers against the in-process engine, prefix affinity (turn two on turn one's replica, from its
+cache), load spreading, a replica killed mid-stream, draining and a clean stop."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import httpx
+import openai
+import pytest
+
+from conftest import rase_command
+from rase.api import Engine
+from rase.integrations.route_key import rendezvous_order, route_key
+
+SYSTEM = {"role": "system", "content": "You are a helpful assistant. Answer briefly."}
+STORY = [{"role": "user", "content": "Tell me a very long story about a lighthouse keeper."}]
+
+
+def _pids_of(tmp: str, root: int | None = None) -> set[int]:
+    """The CLI process root, its descendants and any process naming the instance's temp dir."""
+    parent, found = {}, set()
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            stat = (p / "stat").read_text()
+            cmd = (p / "cmdline").read_bytes()
+        except OSError:
+            continue
+        parent[int(p.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+        if tmp.encode() in cmd:
+            found.add(int(p.name))
+    for pid in parent if root is not None else ():
+        q = pid
+        while q > 1 and q != root:
+            q = parent.get(q, 0)
+        if q == root:
+            found.add(pid)
+    return found
+
+
+def _listening(pids: set[int]) -> list[tuple[int, str, str]]:
+    """(pid, process name, address) of every listening TCP socket of pids."""
+    inodes = {}
+    for name in ("tcp", "tcp6"):
+        for line in Path(f"/proc/net/{name}").read_text().splitlines()[1:]:
+            f = line.split()
+            if f[3] == "0A":  # LISTEN
+                inodes[f[9]] = f[1].split(":")[0]
+    out = []
+    for pid in pids:
+        try:
+            comm = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                link = os.readlink(fd)
+                if link.startswith("socket:[") and link[8:-1] in inodes:
+                    out.append((pid, comm, inodes[link[8:-1]]))
+        except OSError:
+            continue
+    return out
+
+
+LOOPBACK = {"0100007F", "0000000000000000FFFF00000100007F", "00000000000000000000000001000000"}  # 127.0.0.1, ::ffff:127.0.0.1, ::1
+
+
+def _rss_mb(pids: set[int]) -> float:
+    total = 0
+    for pid in pids:
+        try:
+            total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except OSError:
+            pass
+    return total / 2**20
+
+
+@pytest.fixture(scope="module")
+def cluster(smollm2_store):
+    tmp = tempfile.mkdtemp(prefix="rr", dir="/tmp")  # short: Ray's socket paths live under it
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = open(Path(tmp) / "cli.log", "w+")
+    proc = subprocess.Popen([*rase_command(), "--store", str(smollm2_store), "serve", "--ray", "--replicas", "2",
+                             "--port", str(port)], stdout=log, stderr=subprocess.STDOUT,
+                            env={**os.environ, "RAY_TMPDIR": tmp})
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                if httpx.get(base + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        else:
+            log.seek(0)
+            pytest.fail(f"rase serve --ray did not start: {log.read()[-3000:]}")
+        yield SimpleNamespace(base=base, proc=proc, tmp=tmp, log=log)
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(timeout=120)
+        for pid in _pids_of(tmp, proc.pid):  # nothing of the instance may outlive the test
+            os.kill(pid, signal.SIGKILL)
+        log.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def client(cluster):
+    with openai.OpenAI(base_url=cluster.base + "/v1", api_key="unused", max_retries=0, timeout=120) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def engine(smollm2_store):
+    with Engine(smollm2_store) as e:
+        yield e
+
+
+def _replica(headers) -> tuple[str, int]:
+    name, pid = headers["x-rase-replica"].split(" pid=")
+    return name, int(pid)
+
+
+def _replicas(base: str, want: int = 2) -> dict[str, int]:
+    """Replica id -> pid, from keyless requests (they go to whichever is least loaded)."""
+    seen = {}
+    for _ in range(200):
+        name, pid = _replica(httpx.get(base + "/v1/models", timeout=10).headers)
+        seen[name] = pid
+        if len(seen) >= want:
+            return seen
+    pytest.fail(f"only replicas {sorted(seen)} answered")
+
+
+def test_every_ray_service_listens_on_loopback_and_memory_is_bounded(cluster):
+    pids = _pids_of(cluster.tmp, cluster.proc.pid)
+    assert len(_pids_of(cluster.tmp)) >= 3  # the temp dir alone finds Ray's processes (what the stop test relies on)
+    sockets = _listening(pids)
+    names = {comm for _, comm, _ in sockets}
+    assert any("gcs_server" in n for n in names) and any("raylet" in n for n in names)
+    # Ray Serve opens one inter-deployment gRPC port per replica on [::] whatever the node address
+    # (ray/serve/_private/replica.py; Ray's token authentication guards it): nothing else may
+    outside = [(pid, comm, ip) for pid, comm, ip in sockets if ip not in LOOPBACK]
+    assert all(comm.startswith("ray::ServeReplica") for _, comm, _ in outside), outside
+    assert len({pid for pid, _, _ in outside}) == len(outside)
+    rss = _rss_mb(pids)
+    print(f"ray instance: {len(pids)} processes, {rss:.0f} MiB resident")
+    assert rss < 4096
+
+
+def test_streamed_and_non_streamed_answers_equal_the_engines(client, engine):
+    messages = [SYSTEM, {"role": "user", "content": "Name three colours."}]
+    expected = engine.chat("smollm2", messages, max_tokens=32, temperature=0).text
+    reply = client.chat.completions.create(model="smollm2", messages=messages, max_tokens=32, temperature=0)
+    assert reply.choices[0].message.content == expected and reply.usage.completion_tokens > 0
+    stream = client.chat.completions.create(model="smollm2", messages=messages, max_tokens=32, temperature=0,
+                                            stream=True, stream_options={"include_usage": True})
+    chunks = list(stream)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == expected
+    assert chunks[-1].usage.completion_tokens == reply.usage.completion_tokens
+    prompt = "The three primary colours are"
+    done = client.completions.create(model="smollm2", prompt=prompt, max_tokens=16, temperature=0)
+    assert done.choices[0].text == engine.complete("smollm2", prompt, max_tokens=16, temperature=0).text
+
+
+def _chat_body(messages) -> bytes:
+    return json.dumps({"model": "smollm2", "messages": messages}).encode()
+
+
+def test_a_conversation_stays_on_the_replica_holding_its_prefix(cluster, client):
+    names = sorted(_replicas(cluster.base))
+    # openings whose key hashes to each replica: two per replica, so both are exercised
+    picked: dict[str, list] = {n: [] for n in names}
+    for i in range(64):
+        opening = [SYSTEM, {"role": "user", "content": f"Question {i}: name a fruit that is colour {i}."}]
+        first = names[rendezvous_order(route_key("/v1/chat/completions", _chat_body(opening)), names)[0]]
+        if len(picked[first]) < 2:
+            picked[first].append(opening)
+    assert all(len(v) == 2 for v in picked.values())
+    for want, openings in picked.items():
+        for opening in openings:
+            one = client.chat.completions.with_raw_response.create(model="smollm2", messages=opening,
+                                                                   max_tokens=12, temperature=0)
+            answer = one.parse()
+            history = opening + [{"role": "assistant", "content": answer.choices[0].message.content},
+                                 {"role": "user", "content": "And another one?"}]
+            two = client.chat.completions.with_raw_response.create(model="smollm2", messages=history,
+                                                                   max_tokens=12, temperature=0)
+            assert _replica(one.headers)[0] == _replica(two.headers)[0] == want
+            cached = two.parse().usage.prompt_tokens_details.cached_tokens
+            assert cached >= answer.usage.prompt_tokens // 2, (cached, answer.usage.prompt_tokens)
+
+
+def test_load_spreads_when_the_preferred_replica_is_busy(cluster):
+    body = {"model": "smollm2", "messages": [SYSTEM, {"role": "user", "content": "Count to twenty."}],
+            "max_tokens": 48, "temperature": 0}
+    served = []
+
+    def one():
+        r = httpx.post(cluster.base + "/v1/chat/completions", json=body, timeout=180)
+        served.append((r.status_code, _replica(r.headers)[0]))
+
+    threads = [threading.Thread(target=one) for _ in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(status == 200 for status, _ in served)
+    assert len({name for _, name in served}) == 2, served  # one key, yet both replicas worked
+
+
+def test_a_replica_killed_mid_stream_fails_that_stream_and_the_rest_go_on(cluster, client):
+    before = _replicas(cluster.base)
+    with client.chat.completions.with_streaming_response.create(
+            model="smollm2", messages=STORY, max_tokens=2000, temperature=0, stream=True) as response:
+        victim, pid = _replica(response.headers)
+        chunks = response.parse()
+        for i, _ in enumerate(chunks):
+            if i == 5:
+                os.kill(pid, signal.SIGKILL)
+                break
+        started = time.monotonic()
+        with pytest.raises(openai.APIError, match="replica serving this stream died"):
+            for _ in chunks:
+                pass
+        assert time.monotonic() - started < 60
+    for i in range(6):  # whatever replica each key hashed to, every request is answered
+        reply = client.chat.completions.with_raw_response.create(
+            model="smollm2", max_tokens=8, temperature=0,
+            messages=[SYSTEM, {"role": "user", "content": f"After the crash, question {i}."}])
+        assert reply.status_code == 200 and _replica(reply.headers)[0] != victim
+    deadline = time.monotonic() + 120  # and Ray starts a replica in the dead one's place
+    while time.monotonic() < deadline:
+        now = _replicas(cluster.base)
+        if victim not in now and len(now) == 2 and set(now) != set(before):
+            break
+        time.sleep(1)
+    else:
+        pytest.fail(f"no replacement replica: {before} -> {now}")
+
+
+def test_stopping_drains_running_streams_and_leaves_nothing_behind(cluster):
+    body = {"model": "smollm2", "messages": STORY, "max_tokens": 160, "temperature": 0, "stream": True}
+    lines = []
+    with httpx.stream("POST", cluster.base + "/v1/chat/completions", json=body, timeout=120) as r:
+        for line in filter(None, r.iter_lines()):
+            lines.append(line)
+            if len(lines) == 10:
+                cluster.proc.send_signal(signal.SIGTERM)
+    events = [json.loads(x[6:]) for x in lines if x.startswith("data: {")]
+    assert lines[-1] == "data: [DONE]" and events[-1]["choices"][0]["finish_reason"] == "length"
+    assert cluster.proc.wait(timeout=120) == 0
+    time.sleep(1)
+    assert _pids_of(cluster.tmp, cluster.proc.pid) == set()
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(cluster.base + "/health", timeout=2)
+
+
+def test_a_replica_that_cannot_verify_its_model_fails_the_deployment_by_name(smollm2_path, tmp_path):
+    from rase.registry import ModelRegistry
+
+    weights = tmp_path / "m.gguf"
+    shutil.copyfile(smollm2_path, weights)
+    ModelRegistry(tmp_path / "store").import_local("smollm2", weights)
+    with open(weights, "r+b") as f:  # tampered after registration
+        f.seek(-10, 2)
+        f.write(b"x")
+    tmp = tempfile.mkdtemp(prefix="rr", dir="/tmp")
+    try:
+        proc = subprocess.run([*rase_command(), "--store", str(tmp_path / "store"), "serve", "--ray", "--port", "0"],
+                              capture_output=True, text=True, timeout=240, env={**os.environ, "RAY_TMPDIR": tmp})
+        assert proc.returncode == 1
+        assert "error: the rase replicas did not start: rase.errors.IntegrityMismatch" in proc.stderr
+        assert _pids_of(tmp) == set()  # the local Ray stopped with the command
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
