@@ -81,6 +81,20 @@ def test_same_origin_and_non_browser_calls_pass(engine):
     assert c.get("/v1/models", headers={"sec-fetch-site": "cross-site", "sec-fetch-mode": "cors"}).status_code == 403
 
 
+@pytest.mark.parametrize("ctype", [None, "application/x-www-form-urlencoded", "text/plain;charset=UTF-8"])
+def test_a_json_body_is_read_as_json_whatever_type_curl_gave_it(engine, ctype):
+    c = _client(engine)  # `curl -d '{...}'` says form-urlencoded; llama-server and Ollama read JSON anyway
+    headers = {"content-type": ctype} if ctype else {}
+    r = c.post("/tokenize", content=b'{"content": "Hello"}', headers=headers)
+    assert r.status_code == 200 and r.json()["tokens"]
+    body = b'{"model": "smollm2", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}'
+    assert c.post("/v1/chat/completions", content=body, headers=headers).json()["usage"]["completion_tokens"] == 2
+    # still refused from another site's page, whatever its type (the cross-site check comes first)
+    assert c.post("/tokenize", content=b'{"content": "Hello"}', headers={**headers, "origin": "https://evil.example"}
+                  ).status_code == 403
+    assert c.post("/tokenize", content=b"content=Hello", headers=headers).status_code == 400  # not JSON: said so
+
+
 def test_cors_only_for_named_origins(engine):
     c = _client(engine, cors_origins=("https://app.example",))
     pre = c.options("/v1/chat/completions", headers={"origin": "https://app.example",

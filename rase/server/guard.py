@@ -102,6 +102,18 @@ def _error(status: int, message: str, kind: str) -> JSONResponse:
     return JSONResponse(error_body(message, kind), status)
 
 
+# body types read as JSON, as llama-server and Ollama do: curl -d labels JSON a form, fetch without a
+# type says text/plain (cross-site senders of these are refused above: Origin, Sec-Fetch-Site)
+READ_AS_JSON = (b"", b"application/x-www-form-urlencoded", b"text/plain")
+
+
+def _as_json(scope: dict) -> None:
+    given = next((v for k, v in scope["headers"] if k == b"content-type"), b"")
+    if given.split(b";")[0].strip().lower() in READ_AS_JSON:
+        scope["headers"] = [(k, v) for k, v in scope["headers"] if k != b"content-type"] + [
+            (b"content-type", b"application/json")]
+
+
 def install_guards(app: FastAPI, config: GuardConfig, metrics) -> None:
     guard = Guard(config)
 
@@ -112,6 +124,8 @@ def install_guards(app: FastAPI, config: GuardConfig, metrics) -> None:
         cors = guard.cors_headers(request)
         if cors and request.method == "OPTIONS" and "access-control-request-method" in request.headers:
             return JSONResponse({}, 204, headers=cors)  # a preflight of an allowed origin
+        if request.method == "POST":
+            _as_json(request.scope)
         response = await call_next(request)
         response.headers.update(cors)
         return response
