@@ -373,7 +373,7 @@ def _serve_on_ray(args) -> int:
     banner = lambda: print(f"serving OpenAI-compatible endpoints on http://{args.host}:{args.port}/v1 from "
                            f"{replicas.describe()} on Ray Serve; Ctrl-C drains and stops", flush=True)
     return serve_on_ray(args.host, args.port, args.ray_address, banner, models=args.model,
-                        store=args.store or default_store(), replicas=replicas,
+                        store=args.store, replicas=replicas,
                         threads_per_replica=args.threads, router=args.router or "affinity", guard=guard,
                         drain_timeout_s=300.0 if args.drain_timeout is None else args.drain_timeout, device=args.device, **_engine_options(args))
 

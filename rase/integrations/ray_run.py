@@ -49,7 +49,9 @@ def _init_ray(address: str | None):
             ray.init(include_dashboard=False, object_store_memory=OBJECT_STORE_MB << 20, log_to_driver=False,
                      configure_logging=False)
     except ConnectionError as exc:
-        raise DeploymentFailed(f"cannot reach the Ray cluster at {address}: {exc}") from None
+        raise DeploymentFailed(f"cannot reach the Ray cluster at {address}: {exc} (a cluster with token "
+                               "authentication also needs RAY_AUTH_MODE=token and its token here, "
+                               "~/.ray/auth_token)") from None
     return ray
 
 

@@ -23,6 +23,7 @@ from starlette.responses import JSONResponse, StreamingResponse
 from ..server.guard import GuardConfig
 from .asgi_call import ForwardedRequest, ResponseStart, call_asgi
 from .ray_router import PrefixAffinityRouter
+from .node_store import fetched_manifest
 from .ray_run import Replicas
 from .route_key import route_key
 
@@ -152,11 +153,11 @@ ROUTERS = {"affinity": lambda max_batch: RequestRouterConfig(request_router_clas
            "pow2": lambda max_batch: RequestRouterConfig()}  # Ray's default: power of two choices, no affinity
 
 
-def build_app(models: Sequence[str] | None = None, store=None, *, replicas: Replicas = Replicas(),
+def build_app(models: Sequence[str | dict] | None = None, store=None, *, replicas: Replicas = Replicas(),
               threads_per_replica: int | None = None, router: str = "affinity", guard: GuardConfig | None = None,
               drain_timeout_s: float = 300.0, **engine_options) -> serve.Application:
-    """The Ray Serve application: RaseIngress over `replicas` RaseReplica of the models (default:
-    every model in store) with Engine(**engine_options). Each replica takes threads_per_replica
+    """The Ray Serve application: RaseIngress over `replicas` RaseReplica of the models (ids in
+    store, default all of them, or fetch specs: fetched_manifest) with Engine(**engine_options). Each replica takes threads_per_replica
     cores (default: this machine's physical cores split between the replicas) as its Ray CPUs."""
     from ..config import default_store, physical_cores
     from ..errors import InvalidGenerationConfig
@@ -165,15 +166,15 @@ def build_app(models: Sequence[str] | None = None, store=None, *, replicas: Repl
     if router not in ROUTERS:
         raise InvalidGenerationConfig(f"router must be one of {', '.join(ROUTERS)}, got {router!r}", "router")
     registry = ModelRegistry(store or default_store())
-    ids = list(models) if models else [m.id for m in registry.list()]
-    if not ids:
+    models = list(models) if models else [m.id for m in registry.list()]
+    if not models:
         raise InvalidGenerationConfig(f"the store {registry.root} holds no models: rase model pull/import one first")
-    manifests = [registry.get(i).to_dict() for i in ids]
+    manifests = [registry.get(m).to_dict() if isinstance(m, str) else fetched_manifest(m) for m in models]
     guard = guard or GuardConfig()
     most = replicas.high or replicas.count
     threads = threads_per_replica or max(1, physical_cores() // most)
     max_batch = engine_options.get("max_batch", 8)
-    waiting = engine_options.get("max_waiting") or 64
+    waiting = 64 if engine_options.get("max_waiting") is None else engine_options["max_waiting"]
     replica = serve.deployment(RaseReplica, name="RaseReplica").options(
         **replicas.options(max_batch), ray_actor_options={"num_cpus": threads},
         max_ongoing_requests=max_batch + waiting + 1,  # past this the engine itself answers 429
@@ -185,3 +186,27 @@ def build_app(models: Sequence[str] | None = None, store=None, *, replicas: Repl
     engine_options = {**engine_options, "n_threads": threads}
     return ingress.bind(replica.bind(manifests, str(store) if store else None, engine_options, guard),
                         guard.max_body)
+
+
+BUILDER_ARGS = {"models", "store", "replicas", "threads_per_replica", "router", "drain_timeout_s", "allowed_hosts",
+                "cors_origins", "n_ctx", "max_batch", "kv_cache_mb", "prefix_cache", "max_waiting", "time_limit_s",
+                "max_tokens_limit"}
+
+
+def app_builder(args: dict) -> serve.Application:
+    """build_app from a Serve config file's `args` (serve run/deploy, KubeRay's serveConfigV2):
+    import_path rase.integrations.ray_serve:app_builder. replicas: 2 or "1:4"; the API key is
+    $RASE_API_KEY where the application is built (a Kubernetes secret, say); other keys as build_app's."""
+    from ..cli import _replicas
+    from ..errors import InvalidGenerationConfig
+
+    unknown = sorted(set(args) - BUILDER_ARGS)
+    if unknown:
+        raise InvalidGenerationConfig(f"unknown rase app args: {', '.join(unknown)}; known: {', '.join(sorted(BUILDER_ARGS))}",
+                                      unknown[0])
+    args = dict(args)
+    replicas = _replicas(str(args.pop("replicas", 1)))
+    guard = GuardConfig(api_key=os.environ.get("RASE_API_KEY") or None,
+                        allowed_hosts=tuple(args.pop("allowed_hosts")) if "allowed_hosts" in args else None,
+                        cors_origins=tuple(args.pop("cors_origins", ())))
+    return build_app(replicas=replicas, guard=guard, **args)
