@@ -38,7 +38,8 @@ class PrefixAffinityRouter(FIFOMixin, RequestRouter):
         order = rendezvous_order(key, [r.replica_id.unique_id for r in candidate_replicas])
         ranked = [candidate_replicas[i] for i in order]
         lengths = [self.replica_queue_len_cache.get(r.replica_id) for r in ranked]
-        known = [n for n in lengths if n is not None]
-        if lengths[0] is not None and lengths[0] - min(known) > self.imbalance:
+        # a replica not asked lately counts as idle here: the least-loaded rank probes it for real
+        lowest = min(0 if n is None else n for n in lengths[1:])
+        if lengths[0] is not None and lengths[0] - lowest > self.imbalance:
             return _least_loaded(candidate_replicas)
         return [[r] for r in ranked]  # the key's replica, then the next by the same hash if it is full

@@ -109,12 +109,18 @@ class RaseIngress:
             try:
                 start = await stream.__anext__()
                 first = await _next(stream)
-            except RayActorError:
+            except RayActorError:  # died before answering: nothing was sent, another replica may
                 stream.cancel()
-                if attempt == RETRIES:
-                    return _error(503, "no rase replica could answer (each one tried died); retry shortly",
-                                  "server_error")
-                continue
+                if attempt < RETRIES:
+                    continue
+                return _error(503, "no rase replica could answer (each one tried died); retry shortly",
+                              "server_error")
+            except Exception as exc:
+                stream.cancel()
+                return _error(500, f"the rase replica failed: {type(exc).__name__}", "server_error")
+            except BaseException:  # cancelled: the client left
+                stream.cancel()
+                raise
             return _response(start, first, stream)
 
 
@@ -125,8 +131,19 @@ async def _next(stream) -> bytes | None:
         return None
 
 
+# a stream cut by its replica ends with the error its clients read: the openai client raises on an
+# SSE error event, the ollama client on an NDJSON {"error"} line; a bare cut would look finished
+CUT_MESSAGE = "the rase replica serving this stream died; retry the request"
+STREAM_ERRORS = {
+    b"text/event-stream": lambda: ("data: " + json.dumps({"error": {"message": CUT_MESSAGE, "type": "server_error"}})
+                                   + "\n\ndata: [DONE]\n\n").encode(),
+    b"application/x-ndjson": lambda: (json.dumps({"error": CUT_MESSAGE}) + "\n").encode(),
+}
+
+
 def _response(start: ResponseStart, first: bytes | None, stream) -> StreamingResponse:
-    sse = any(k.lower() == b"content-type" and v.startswith(b"text/event-stream") for k, v in start.headers)
+    media = next((v.split(b";")[0].strip() for k, v in start.headers if k.lower() == b"content-type"), b"")
+    cut = STREAM_ERRORS.get(media)
 
     async def body() -> AsyncIterator[bytes]:
         try:
@@ -135,11 +152,9 @@ def _response(start: ResponseStart, first: bytes | None, stream) -> StreamingRes
             yield first
             async for chunk in stream:
                 yield chunk
-        except RayActorError:
-            if sse:  # the openai client raises on an error event; a cut stream would look finished
-                yield ("data: " + json.dumps({"error": {"message": "the rase replica serving this stream died; "
-                                                        "retry the request", "type": "server_error"}})
-                       + "\n\ndata: [DONE]\n\n").encode()
+        except Exception:  # RayActorError (died) or its task's error: end the stream as its clients expect
+            if cut is not None:
+                yield cut()
         finally:
             stream.cancel()
 
