@@ -148,6 +148,12 @@ def test_load_spreads_when_the_preferred_replica_is_busy(cluster):
         t.join()
     assert all(status == 200 for status, _ in served)
     assert len({name for _, name in served}) == 2, served  # one key, yet both replicas worked
+    # the burst over, the key goes back to its own replica (the router's counts drained)
+    names = sorted(_replicas(cluster.base))
+    want = names[rendezvous_order(route_key("/v1/chat/completions", json.dumps(body).encode()), names)[0]]
+    after = [_replica(httpx.post(cluster.base + "/v1/chat/completions", json=body, timeout=60).headers)[0]
+             for _ in range(3)]
+    assert after == [want] * 3
 
 
 def test_a_replica_killed_mid_stream_fails_that_stream_and_the_rest_go_on(cluster, client):

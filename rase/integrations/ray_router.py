@@ -1,13 +1,15 @@
 """Ray Serve request router for rase replicas: a request with a route key goes to the replica
 its key hashes to (rendezvous hashing over the running replicas), so its prompt prefix meets the
 prefix cache that holds it; when that replica has more than `imbalance` requests over the least
-loaded one, or no key, the least loaded replica takes it (Ray's queue-length probes decide).
+loaded one, or no key, the least loaded replica takes it (by the requests this router has in
+flight on each, or Ray's cached count where higher).
 
 Hashing needs no shared state: every ingress replica and every node picks the same replica for
 a key, and a replica that dies moves only the keys it held."""
 from __future__ import annotations
 
 import random
+from collections import Counter
 from typing import List, Optional
 
 from ray.serve.request_router import FIFOMixin, PendingRequest, RequestRouter, RunningReplica
@@ -21,25 +23,41 @@ def _key_of(pending: Optional[PendingRequest]) -> str | None:
     return getattr(pending.args[0], "route_key", None)
 
 
-def _least_loaded(replicas: List[RunningReplica]) -> List[List[RunningReplica]]:
-    """One rank: Ray takes the shortest queue in it, the first on a tie, so shuffle the ties away."""
-    return [random.sample(replicas, len(replicas))]
+def _by_load(replicas: List[RunningReplica], load: list[int]) -> List[List[RunningReplica]]:
+    """One replica per rank, least loaded first, ties in random order (Ray takes the first rank
+    that has room; a rank of several would be decided by Ray's lagging counts instead)."""
+    order = sorted(random.sample(range(len(replicas)), len(replicas)), key=lambda i: load[i])
+    return [[replicas[i]] for i in order]
 
 
 class PrefixAffinityRouter(FIFOMixin, RequestRouter):
     def initialize_state(self, imbalance: int = 8) -> None:
         self.imbalance = imbalance
+        self.in_flight: Counter = Counter()  # replica id -> requests this router sent, not finished
+
+    def on_send_request(self, replica_id) -> None:  # right after each dispatch (Ray: exactly one completion follows)
+        super().on_send_request(replica_id)
+        self.in_flight[replica_id] += 1
+
+    def on_request_completed(self, replica_id, internal_request_id: str) -> None:
+        self.in_flight[replica_id] = max(0, self.in_flight[replica_id] - 1)
+
+    def _load(self, ranked: List[RunningReplica]) -> list[int]:
+        """Requests on each replica: what this router has in flight there, or Ray's cached count
+        when higher (other ingresses send too). Ray's alone lags in a burst (each replica's own
+        count, as requests reach it, overwrites the router's), so a hot key's replica never
+        looked busy."""
+        return [max(self.in_flight[r.replica_id], self.replica_queue_len_cache.get(r.replica_id) or 0)
+                for r in ranked]
 
     async def choose_replicas(self, candidate_replicas: List[RunningReplica],
                               pending_request: Optional[PendingRequest] = None) -> List[List[RunningReplica]]:
         key = _key_of(pending_request)
         if key is None or len(candidate_replicas) < 2:
-            return _least_loaded(candidate_replicas)
+            return _by_load(candidate_replicas, self._load(candidate_replicas))
         order = rendezvous_order(key, [r.replica_id.unique_id for r in candidate_replicas])
         ranked = [candidate_replicas[i] for i in order]
-        lengths = [self.replica_queue_len_cache.get(r.replica_id) for r in ranked]
-        # a replica not asked lately counts as idle here: the least-loaded rank probes it for real
-        lowest = min(0 if n is None else n for n in lengths[1:])
-        if lengths[0] is not None and lengths[0] - lowest > self.imbalance:
-            return _least_loaded(candidate_replicas)
+        load = self._load(ranked)
+        if load[0] - min(load[1:]) > self.imbalance:
+            return _by_load(ranked, load)
         return [[r] for r in ranked]  # the key's replica, then the next by the same hash if it is full
