@@ -38,3 +38,18 @@ def test_without_the_extra_ray_says_what_to_install(capsys, tmp_path, monkeypatc
     monkeypatch.setitem(sys.modules, "ray", None)  # as if not installed: find_spec says None
     assert cli.main(["--store", str(tmp_path), "serve", "--ray"]) == 1
     assert "pip install 'rase[ray]'" in capsys.readouterr().err
+
+
+def test_a_port_in_use_is_refused_before_ray_starts(smollm2_store, capsys, monkeypatch):
+    import socket
+
+    monkeypatch.delenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", raising=False)  # serve_on_ray sets it; restored after
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert cli.main(["--store", str(smollm2_store), "serve", "--ray", "--port", str(port)]) == 1
+    assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in capsys.readouterr().err
+    import ray
+
+    assert not ray.is_initialized()  # refused before any Ray process started

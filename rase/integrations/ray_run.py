@@ -76,6 +76,31 @@ def _http_matches(host: str, port: int) -> None:
                                       f"run with --host {cfg.host} --port {cfg.port} (or `serve shutdown` first)")
 
 
+def _port_free(host: str, port: int) -> None:
+    """Serve's proxy would fail to bind deep inside an actor: say it here, before Ray starts."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the proxy's uvicorn binds
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            raise DeploymentFailed(f"cannot listen on {host}:{port}: {exc.strerror}; "
+                                   "give another --port (or stop what listens there)") from None
+
+
+def _start_serve(serve, host: str, port: int) -> None:
+    from ray.exceptions import RayTaskError
+
+    try:
+        serve.start(http_options={"host": host, "port": port})
+    except RayTaskError as exc:  # the proxy actor's own error, e.g. a port taken meanwhile
+        raise DeploymentFailed(f"Ray Serve did not start on {host}:{port}: {type(exc.cause).__name__}: "
+                               f"{exc.cause}") from None
+    _http_matches(host, port)
+
+
 def serve_on_ray(host: str, port: int, address: str | None, banner, stop: threading.Event | None = None,
                  **app_options) -> int:
     """app_options: build_app's. Blocks until SIGINT/SIGTERM (or stop is set); returns the exit code."""
@@ -84,14 +109,15 @@ def serve_on_ray(host: str, port: int, address: str | None, banner, stop: thread
     from .ray_serve import build_app
 
     app = build_app(**app_options)  # refuses a bad store or option before Ray starts
+    if not address:
+        _port_free(host, port)
     ray = _init_ray(address)
     from ray import serve
 
     stop = stop or threading.Event()
     previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        serve.start(http_options={"host": host, "port": port})
-        _http_matches(host, port)
+        _start_serve(serve, host, port)
         _deploy(serve, app)
         banner()
         while not stop.wait(0.5):
