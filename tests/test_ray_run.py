@@ -53,3 +53,14 @@ def test_a_port_in_use_is_refused_before_ray_starts(smollm2_store, capsys, monke
     import ray
 
     assert not ray.is_initialized()  # refused before any Ray process started
+
+
+def test_a_store_without_the_models_is_refused_before_ray_starts(smollm2_store, tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", raising=False)
+    assert cli.main(["--store", str(tmp_path), "serve", "--ray"]) == 1
+    assert "holds no models: rase model pull/import one first" in capsys.readouterr().err
+    assert cli.main(["--store", str(smollm2_store), "serve", "--ray", "--model", "nope"]) == 1
+    assert "nope" in capsys.readouterr().err
+    import ray
+
+    assert not ray.is_initialized()
