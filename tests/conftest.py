@@ -91,6 +91,23 @@ def openai_client():
         c.close()
 
 
+def wait_healthy(base: str, proc, timeout: float) -> bool:
+    """True once base/health answers 200; False when proc exits or timeout seconds pass first."""
+    import time
+
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if httpx.get(base + "/health", timeout=2).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    return False
+
+
 @contextlib.contextmanager
 def rase_serve(store, *args: str, env: dict | None = None, with_process: bool = False):
     """A real `rase serve` process over store on a free port (extra CLI args after the port,
@@ -98,9 +115,6 @@ def rase_serve(store, *args: str, env: dict | None = None, with_process: bool = 
     with_process, (base, Popen)), terminates it after."""
     import socket
     import subprocess
-    import time
-
-    import httpx
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -110,13 +124,7 @@ def rase_serve(store, *args: str, env: dict | None = None, with_process: bool = 
                             env={**os.environ, **(env or {})})
     base = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(200):
-            try:
-                if httpx.get(base + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        else:
+        if not wait_healthy(base, proc, timeout=60):
             proc.kill()
             pytest.fail(f"rase serve did not start: {proc.stderr.read()}")
         yield (base, proc) if with_process else base

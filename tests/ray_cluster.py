@@ -9,13 +9,10 @@ import signal
 import socket
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
-import httpx
-
-from conftest import rase_command
+from conftest import rase_command, wait_healthy
 
 
 def pids_of(tmp: str, root: int | None = None) -> set[int]:
@@ -88,15 +85,7 @@ def rase_serve_ray(store, *args: str, start_timeout: float = 240):
                             stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "RAY_TMPDIR": tmp})
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + start_timeout
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                if httpx.get(base + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        else:
+        if not wait_healthy(base, proc, start_timeout):
             log.seek(0)
             raise RuntimeError(f"rase serve --ray did not start: {log.read()[-3000:]}")
         yield SimpleNamespace(base=base, proc=proc, tmp=tmp, log=log)
