@@ -345,17 +345,6 @@ def _engine_options(args) -> dict:
                 max_tokens_limit=args.max_tokens_limit)
 
 
-def _replicas(text: str):
-    """'2' -> 2 replicas; '1:4' -> autoscaling between 1 and 4."""
-    from .integrations.ray_run import Replicas
-
-    low, sep, high = text.partition(":")
-    if not (low.isdigit() and (not sep or high.isdigit())) or int(low) < 1 or (sep and int(high) < int(low)):
-        raise InvalidGenerationConfig(f"--replicas {text}: give a count (2) or a range to autoscale in (1:4)",
-                                      "replicas")
-    return Replicas(low=int(low), high=int(high)) if sep else Replicas(int(low))
-
-
 def _serve_on_ray(args) -> int:
     import importlib.util
 
@@ -363,10 +352,10 @@ def _serve_on_ray(args) -> int:
     missing = next((m for m in ("ray", "fastapi", "uvicorn") if importlib.util.find_spec(m) is None), None)
     if missing:
         raise MissingDependency(f"--ray needs the `ray` extra ({missing} is missing): pip install 'rase[ray]'")
-    from .integrations.ray_run import serve_on_ray
+    from .integrations.ray_run import Replicas, serve_on_ray
     from .server.guard import serve_config
 
-    replicas = _replicas(args.replicas or "1")
+    replicas = Replicas.parse(args.replicas or "1")
     guard, warnings = serve_config(args.host, args.api_key, args.api_key_file, args.allowed_host, args.cors_origin)
     for w in warnings:
         print(w, file=sys.stderr, flush=True)

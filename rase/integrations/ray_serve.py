@@ -20,6 +20,7 @@ from ray.serve.config import RequestRouterConfig
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 
+from ..server.errors import error_body
 from ..server.guard import GuardConfig
 from .asgi_call import ForwardedRequest, ResponseStart, call_asgi
 from .ray_router import PrefixAffinityRouter
@@ -89,7 +90,7 @@ def _forwarded(request: Request, body: bytes) -> ForwardedRequest:
 
 
 def _error(status: int, message: str, kind: str) -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": kind}}, status_code=status)
+    return JSONResponse(error_body(message, kind), status_code=status)
 
 
 class RaseIngress:
@@ -172,7 +173,8 @@ def build_app(models: Sequence[str | dict] | None = None, store=None, *, replica
               threads_per_replica: int | None = None, router: str = "affinity", guard: GuardConfig | None = None,
               drain_timeout_s: float = 300.0, **engine_options) -> serve.Application:
     """The Ray Serve application: RaseIngress over `replicas` RaseReplica of the models (ids in
-    store, default all of them, or fetch specs: fetched_manifest) with Engine(**engine_options). Each replica takes threads_per_replica
+    store, default all of them, or fetch specs: fetched_manifest) with Engine(**engine_options),
+    rase serve's -np 8 and --max-waiting 64 unless given. Each replica takes threads_per_replica
     cores (default: this machine's physical cores split between the replicas) as its Ray CPUs."""
     from ..config import default_store, physical_cores
     from ..errors import InvalidGenerationConfig
@@ -188,8 +190,9 @@ def build_app(models: Sequence[str | dict] | None = None, store=None, *, replica
     guard = guard or GuardConfig()
     most = replicas.high or replicas.count
     threads = threads_per_replica or max(1, physical_cores() // most)
-    max_batch = engine_options.get("max_batch", 8)
-    waiting = 64 if engine_options.get("max_waiting") is None else engine_options["max_waiting"]
+    given = {k: v for k, v in engine_options.items() if v is not None}
+    engine_options = {"max_batch": 8, "max_waiting": 64, **given, "n_threads": threads}
+    max_batch, waiting = engine_options["max_batch"], engine_options["max_waiting"]
     replica = serve.deployment(RaseReplica, name="RaseReplica").options(
         **replicas.options(max_batch), ray_actor_options={"num_cpus": threads},
         max_ongoing_requests=max_batch + waiting + 1,  # past this the engine itself answers 429
@@ -198,7 +201,6 @@ def build_app(models: Sequence[str | dict] | None = None, store=None, *, replica
     ingress = serve.deployment(RaseIngress, name="RaseIngress").options(
         num_replicas=1, ray_actor_options={"num_cpus": 0}, max_ongoing_requests=4096,
         graceful_shutdown_timeout_s=drain_timeout_s, graceful_shutdown_wait_loop_s=0.5)
-    engine_options = {**engine_options, "n_threads": threads}
     return ingress.bind(replica.bind(manifests, str(store) if store else None, engine_options, guard),
                         guard.max_body)
 
@@ -212,7 +214,6 @@ def app_builder(args: dict) -> serve.Application:
     """build_app from a Serve config file's `args` (serve run/deploy, KubeRay's serveConfigV2):
     import_path rase.integrations.ray_serve:app_builder. replicas: 2 or "1:4"; the API key is
     $RASE_API_KEY where the application is built (a Kubernetes secret, say); other keys as build_app's."""
-    from ..cli import _replicas
     from ..errors import InvalidGenerationConfig
 
     unknown = sorted(set(args) - BUILDER_ARGS)
@@ -220,7 +221,7 @@ def app_builder(args: dict) -> serve.Application:
         raise InvalidGenerationConfig(f"unknown rase app args: {', '.join(unknown)}; known: {', '.join(sorted(BUILDER_ARGS))}",
                                       unknown[0])
     args = dict(args)
-    replicas = _replicas(str(args.pop("replicas", 1)))
+    replicas = Replicas.parse(str(args.pop("replicas", 1)))
     guard = GuardConfig(api_key=os.environ.get("RASE_API_KEY") or None,
                         allowed_hosts=tuple(args.pop("allowed_hosts")) if "allowed_hosts" in args else None,
                         cors_origins=tuple(args.pop("cors_origins", ())))
