@@ -3,7 +3,7 @@
 // widths run the same FMA chains lane for lane, so they give the same bits.
 RASE_ATTN_TARGET static inline __attribute__((always_inline)) void RASE_ATTN_NAME(
         const int G, const float *const *q, const rase_kv_view *kv, int j0, int j1, int hd, float scale,
-        float *scratch, int64_t qstride, float *const *out) {
+        float softcap, float *scratch, int64_t qstride, float *const *out) {
     const int n = (j1 + 31) & ~31;
     const int64_t poff = (n + 64 + 7) & ~7, qoff = poff + 32 * (int64_t)hd;
     float mx[RASE_ATTN_G];
@@ -71,6 +71,8 @@ RASE_ATTN_TARGET static inline __attribute__((always_inline)) void RASE_ATTN_NAM
             if (s[jx + q] > mx[h]) mx[h] = s[jx + q];
         }
     }
+    if (softcap > 0.0f)
+        for (int h = 0; h < G; ++h) mx[h] = rase_softcap_scores(scratch + h * qstride, j0, j1, softcap);
     for (int h = 0; h < G; ++h) {
         float *s = scratch + h * qstride;
         double sum = 0.0;

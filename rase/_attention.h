@@ -31,8 +31,20 @@ static inline int64_t rase_attend_scratch(int64_t n_ctx, int hd) {
     return ((n_ctx + 31 + 64 + 7) & ~7) + 33 * (int64_t)hd;
 }
 
+// s[j] = cap * tanh(s[j] / cap) for j in [j0, j1) (ggml_scale, ggml_tanh, ggml_scale: Gemma 2's
+// attention soft-capping, on scores already scaled); returns their new max
+static float rase_softcap_scores(float *s, int j0, int j1, float cap) {
+    const float inv = 1.0f / cap;
+    float mx = -INFINITY;
+    for (int j = j0; j < j1; ++j) {
+        s[j] = tanhf(s[j] * inv) * cap;
+        if (s[j] > mx) mx = s[j];
+    }
+    return mx;
+}
+
 static void attend_ref(const float *q, const rase_kv_view *kv, int j0, int j1, int hd, float scale,
-                       float *scratch, float *out) {
+                       float softcap, float *scratch, float *out) {
     float *s = scratch, mx = -INFINITY;
     for (int j = j0; j < j1; ++j) {
         const uint16_t *k = kv->k + rase_kv_off(kv, j);
@@ -41,6 +53,7 @@ static void attend_ref(const float *q, const rase_kv_view *kv, int j0, int j1, i
         s[j] = d * scale;
         if (s[j] > mx) mx = s[j];
     }
+    if (softcap > 0.0f) mx = rase_softcap_scores(s, j0, j1, softcap);
     double sum = 0.0;
     for (int j = j0; j < j1; ++j) { s[j] = expf(s[j] - mx); sum += s[j]; }
     const float inv = (float)(1.0 / sum);
@@ -88,12 +101,12 @@ RASE_TARGET_AVX512 static inline __m256 rase_512_hi(__m512 v) {
 
 #define RASE_ATTEND_FN(NAME, TARGET, BODY)                                                    \
     TARGET static void NAME(int g, const float *const *q, const rase_kv_view *kv, int j0, int j1, int hd, \
-                            float scale, float *scratch, int64_t qstride, float *const *out) { \
+                            float scale, float cap, float *scratch, int64_t qstride, float *const *out) { \
         switch (g) { /* G as a constant: the per-query loops unroll */                         \
-            case 1: BODY(1, q, kv, j0, j1, hd, scale, scratch, qstride, out); break;           \
-            case 2: BODY(2, q, kv, j0, j1, hd, scale, scratch, qstride, out); break;           \
-            case 3: BODY(3, q, kv, j0, j1, hd, scale, scratch, qstride, out); break;           \
-            default: BODY(4, q, kv, j0, j1, hd, scale, scratch, qstride, out); break;          \
+            case 1: BODY(1, q, kv, j0, j1, hd, scale, cap, scratch, qstride, out); break;           \
+            case 2: BODY(2, q, kv, j0, j1, hd, scale, cap, scratch, qstride, out); break;           \
+            case 3: BODY(3, q, kv, j0, j1, hd, scale, cap, scratch, qstride, out); break;           \
+            default: BODY(4, q, kv, j0, j1, hd, scale, cap, scratch, qstride, out); break;          \
         }                                                                                     \
     }
 RASE_ATTEND_FN(attend_avx2, RASE_TARGET_AVX2, attend_avx2_g)
@@ -103,13 +116,14 @@ RASE_ATTEND_FN(attend_512, RASE_TARGET_AVX512, attend_512_g)
 
 // g (1..RASE_ATTN_G) query heads q[h] -> out[h] over one KV head; scratch: g * qstride floats,
 // qstride >= rase_attend_scratch(n_ctx, hd). Each query's result does not depend on g.
+// softcap > 0: scores capped (rase_softcap_scores) before the softmax.
 static void rase_attend(int g, const float *const *q, const rase_kv_view *kv, int j0, int j1, int hd,
-                        float scale, float *scratch, int64_t qstride, float *const *out, int isa) {
+                        float scale, float softcap, float *scratch, int64_t qstride, float *const *out, int isa) {
 #if RASE_HAVE_X86
-    if (isa >= RASE_ISA_AVX512 && hd % 32 == 0) { attend_512(g, q, kv, j0, j1, hd, scale, scratch, qstride, out); return; }
-    if (isa >= RASE_ISA_AVX2 && hd % 32 == 0) { attend_avx2(g, q, kv, j0, j1, hd, scale, scratch, qstride, out); return; }
+    if (isa >= RASE_ISA_AVX512 && hd % 32 == 0) { attend_512(g, q, kv, j0, j1, hd, scale, softcap, scratch, qstride, out); return; }
+    if (isa >= RASE_ISA_AVX2 && hd % 32 == 0) { attend_avx2(g, q, kv, j0, j1, hd, scale, softcap, scratch, qstride, out); return; }
 #endif
-    for (int h = 0; h < g; ++h) attend_ref(q[h], kv, j0, j1, hd, scale, scratch, out[h]);
+    for (int h = 0; h < g; ++h) attend_ref(q[h], kv, j0, j1, hd, scale, softcap, scratch, out[h]);
 }
 
 #endif  // RASE_ATTENTION_H

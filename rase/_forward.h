@@ -34,12 +34,18 @@ typedef struct {
 } rase_mat;
 
 typedef struct {
-    rase_mat wq, wk, wv, wo, wgate, wup, wdown;
-    const float *attn_norm, *ffn_norm;            // (n_embd,)
-    const float *q_norm, *k_norm;                 // (head_dim,) or NULL
+    rase_mat wq, wk, wv, wo, wgate, wup, wdown;   // wgate/wup/wdown unused in a MoE layer
+    const float *attn_norm, *ffn_norm;            // (n_embd,) or NULL: the sublayer reads x itself
+    const float *q_norm, *k_norm;                 // (head_dim,), (n_head[_kv] * head_dim,) when full, or NULL
     const float *post_attn_norm, *post_ffn_norm;  // (n_embd,) or NULL
+    const float *bq, *bk, *bv, *bo;               // projection biases (rows,) or NULL
+    int qk_norm_full;  // 1: q_norm/k_norm span all heads of a row (olmo2); 0: each head
     int window;     // sliding-window length in positions; 0 = full causal attention
     int rope_slot;  // 0 or 1: which (base, scale) pair
+    // mixture of experts (moe = 1): router (n_expert, n_embd) and experts (n_expert,) each
+    int moe;
+    rase_mat gate_inp;
+    const rase_mat *exp_gate, *exp_up, *exp_down;
 } rase_layer;
 
 typedef struct {
@@ -49,6 +55,9 @@ typedef struct {
     int gelu;           // 1: GELU(tanh) gate, 0: SiLU gate
     int attn_prescale;  // 1: q *= attn_scale before rounding (gemma), scores unscaled
     float eps, embd_scale, attn_scale;
+    float attn_softcap, final_softcap;  // > 0: s -> cap * tanh(s / cap) on scores / logits (gemma2)
+    int n_expert, n_expert_used, n_ff_exp;  // MoE layers: experts, chosen per token, width
+    int expert_norm;    // 1: the chosen experts' weights renormalized to sum 1
     float rope_base[2], rope_freq_scale[2];
 } rase_hparams;
 
@@ -72,6 +81,13 @@ typedef struct {
     float *q, *att;        // (max_rows, n_head * head_dim)
     float *k, *v;          // (max_rows, n_head_kv * head_dim)
     float *g, *u;          // (max_rows, n_ff)
+    float *router;         // (max_rows, n_expert) router logits, then probabilities
+    int32_t *sel, *pair;   // (max_rows, n_expert_used): chosen experts; their pair slot
+    float *wsel;           // (max_rows, n_expert_used): their weights
+    int32_t *ptok;         // (max_rows * n_expert_used,): the token of each pair slot
+    int32_t *seg, *cursor; // (n_expert + 1,), (n_expert,): expert e's pairs are slots [seg[e], seg[e+1])
+    float *pg, *pu, *pd;   // (max_rows * n_expert_used, n_ff_exp | n_ff_exp | n_embd): per pair
+    uint8_t *pact;         // (2, max_rows * n_expert_used, act_stride): quantized pair inputs
     float *rope;           // (2, max_rows, n_rot / 2, 2): cos, sin per row and rope slot
     float *scores;         // (n_threads, RASE_ATTN_G, attn_stride): attention scratch per query
     int64_t attn_stride;
@@ -162,7 +178,8 @@ static void rase_kv_copy_rows(rase_kv_pool *kv, int32_t src, int32_t dst, int n)
 
 static void rase_scratch_free(rase_scratch *s) {
     void *bufs[] = {s->x, s->h, s->o, s->q, s->att, s->k, s->v, s->g, s->u, s->rope, s->scores,
-                    s->act, s->act_rows, (void *)s->act_src};
+                    s->act, s->act_rows, (void *)s->act_src, s->router, s->sel, s->pair, s->wsel,
+                    s->ptok, s->seg, s->cursor, s->pg, s->pu, s->pd, s->pact};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); ++i) free(bufs[i]);
     memset(s, 0, sizeof(*s));
 }
@@ -178,6 +195,7 @@ static int rase_scratch_alloc(rase_scratch *s, const rase_hparams *hp, int max_r
     int64_t max_cols = hp->n_embd;
     if (nq > max_cols) max_cols = nq;
     if (hp->n_ff > max_cols) max_cols = hp->n_ff;
+    if (hp->n_ff_exp > max_cols) max_cols = hp->n_ff_exp;
     s->act_stride = (int64_t)rase_act_bytes(ACT_F32, max_cols) + 64;
     s->x = rase_alloc(B * hp->n_embd * 4);
     s->h = rase_alloc(B * hp->n_embd * 4);
@@ -194,6 +212,25 @@ static int rase_scratch_alloc(rase_scratch *s, const rase_hparams *hp, int max_r
     s->act = rase_alloc((size_t)n_threads * ACT_COUNT * s->act_stride);
     s->act_rows = rase_alloc((size_t)ACT_COUNT * B * s->act_stride);
     s->act_src = rase_alloc((size_t)n_threads * 2 * ACT_COUNT * sizeof(float *));
+    if (hp->n_expert > 0) {
+        const int64_t P = B * hp->n_expert_used;
+        s->router = rase_alloc(B * hp->n_expert * 4);
+        s->sel = rase_alloc(P * 4);
+        s->pair = rase_alloc(P * 4);
+        s->wsel = rase_alloc(P * 4);
+        s->ptok = rase_alloc(P * 4);
+        s->seg = rase_alloc((hp->n_expert + 1) * 4);
+        s->cursor = rase_alloc(hp->n_expert * 4);
+        s->pg = rase_alloc(P * hp->n_ff_exp * 4);
+        s->pu = rase_alloc(P * hp->n_ff_exp * 4);
+        s->pd = rase_alloc(P * hp->n_embd * 4);
+        s->pact = rase_alloc((size_t)2 * P * s->act_stride);
+        if (!s->router || !s->sel || !s->pair || !s->wsel || !s->ptok || !s->seg || !s->cursor || !s->pg || !s->pu ||
+            !s->pd || !s->pact) {
+            rase_scratch_free(s);
+            return -1;
+        }
+    }
     if (!s->x || !s->h || !s->o || !s->q || !s->att || !s->k || !s->v || !s->g || !s->u || !s->rope ||
         !s->scores || !s->act || !s->act_rows || !s->act_src) {
         rase_scratch_free(s);
@@ -371,6 +408,12 @@ static const uint8_t *rase_quantize_input(rase_model *m, int act, const float *X
 
 #define RASE_CHUNK_ROWS 32  // rows per unit of matmul work (2 groups of the repacked layout)
 
+// Y[t][r] += b[r] for rows [r0, r1) of T rows of `rows` outputs
+static void rase_add_bias(float *Y, int64_t rows, const float *b, int T, int64_t r0, int64_t r1) {
+    for (int t = 0; t < T; ++t)
+        for (int64_t r = r0; r < r1; ++r) Y[(int64_t)t * rows + r] += b[r];
+}
+
 // Y[t][r] = X[t] . w[r] for rows [r0, r1) (r0 a multiple of 16) and T tokens, A = X quantized
 // (rows `as` bytes apart). Tiles change with T (tokens per call, rows per group); the
 // arithmetic of each output element does not.
@@ -401,8 +444,9 @@ static void rase_mm_rows(const rase_model *m, const rase_mat *w, const uint8_t *
 // chunks of RASE_CHUNK_ROWS rows handed out one at a time from m->job (reset by the barrier
 // that precedes every call). gate_u: the matrices are (gate, up) of an FFN; a chunk computes
 // both and then act(gate) * up on its rows, written into Y[0].
+// bias (n pointers) or NULL: b[i] (rows_i,) or NULL is added to Y[i] (ggml_add after the matmul).
 static void rase_matmuls(rase_model *m, int n, const rase_mat *const *w, const float *X, float *const *Y, int T,
-                         int gate_u, int ith, int nth) {
+                         int gate_u, const float *const *bias, int ith, int nth) {
     const uint8_t *A[3];
     size_t as[3];
     for (int i = 0; i < n; ++i)  // shared formats are quantized once (rase_quantize_input)
@@ -418,8 +462,10 @@ static void rase_matmuls(rase_model *m, int n, const rase_mat *const *w, const f
         const int64_t r0 = (c - first[i]) * RASE_CHUNK_ROWS;
         const int64_t r1 = r0 + RASE_CHUNK_ROWS < w[i]->rows ? r0 + RASE_CHUNK_ROWS : w[i]->rows;
         rase_mm_rows(m, w[i], A[i], as[i], T, Y[i], r0, r1);
+        if (bias && bias[i]) rase_add_bias(Y[i], w[i]->rows, bias[i], T, r0, r1);
         if (gate_u) {
             rase_mm_rows(m, w[1], A[1], as[1], T, Y[1], r0, r1);
+            if (bias && bias[1]) rase_add_bias(Y[1], w[1]->rows, bias[1], T, r0, r1);
             for (int t = 0; t < T; ++t)
                 rase_gate(Y[0] + (int64_t)t * w[0]->rows + r0, Y[1] + (int64_t)t * w[1]->rows + r0, r1 - r0,
                           m->w->gelu_table, m->isa);
@@ -427,9 +473,12 @@ static void rase_matmuls(rase_model *m, int n, const rase_mat *const *w, const f
     }
 }
 
-static void rase_matmul(rase_model *m, const rase_mat *w, const float *X, int T, float *Y, int ith, int nth) {
-    rase_matmuls(m, 1, &w, X, &Y, T, 0, ith, nth);
+static void rase_matmul(rase_model *m, const rase_mat *w, const float *X, int T, float *Y, const float *bias,
+                        int ith, int nth) {
+    rase_matmuls(m, 1, &w, X, &Y, T, 0, bias ? &bias : NULL, ith, nth);
 }
+
+#include "_moe.h"
 
 // ---------------------------------------------------------------- the forward
 
@@ -443,9 +492,16 @@ static inline int64_t rase_now_ns(void) {
 #define RASE_PROF_START(m, ith) const int64_t prof_t0 = ((m)->profile && (ith) == 0) ? rase_now_ns() : 0
 #define RASE_PROF_ADD(m, ith, field) do { if ((m)->profile && (ith) == 0) (m)->field += rase_now_ns() - prof_t0; } while (0)
 
-// x[t] += post_norm ? rmsnorm(o[t]) : o[t] for this thread's rows, then (next_norm) h[t] =
-// rmsnorm(x[t]); a barrier after.
-static void rase_residual(rase_model *m, const float *post_norm, const float *next_norm, int T, int ith,
+// h[t] = norm ? rmsnorm(x[t]) : x[t] (a block without pre-norms reads the residual itself)
+static void rase_prenorm(const rase_model *m, const float *norm, const float *x, float *h) {
+    const int E = m->w->hp.n_embd;
+    if (norm) rase_rmsnorm(x, norm, h, E, m->w->hp.eps);
+    else memcpy(h, x, (size_t)E * sizeof(float));
+}
+
+// x[t] += post_norm ? rmsnorm(o[t]) : o[t] for this thread's rows, then (next) h[t] =
+// rase_prenorm(next_norm, x[t]); a barrier after.
+static void rase_residual(rase_model *m, const float *post_norm, int next, const float *next_norm, int T, int ith,
                           int nth) {
     const int E = m->w->hp.n_embd;
     const float eps = m->w->hp.eps;
@@ -455,7 +511,7 @@ static void rase_residual(rase_model *m, const float *post_norm, const float *ne
         float *o = m->s->o + t * E, *x = m->s->x + t * E;
         if (post_norm) rase_rmsnorm(o, post_norm, o, E, eps);
         for (int i = 0; i < E; ++i) x[i] += o[i];
-        if (next_norm) rase_rmsnorm(x, next_norm, m->s->h + t * E, E, eps);
+        if (next) rase_prenorm(m, next_norm, x, m->s->h + t * E);
     }
     rase_sync(m, ith);
 }
@@ -481,7 +537,7 @@ static void rase_qk_rope_store(rase_model *m, const rase_layer *L, int il, const
         const float *cs = rope + (size_t)t * half_rot * 2;
         if (hh < nh) {
             float *qh = s->q + t * nq + (int64_t)hh * hd;
-            if (L->q_norm) rase_rmsnorm(qh, L->q_norm, qh, hd, hp->eps);
+            if (L->q_norm && !L->qk_norm_full) rase_rmsnorm(qh, L->q_norm, qh, hd, hp->eps);
             rase_rope(qh, cs, hp->n_rot, hp->rope_neox, m->isa);
             if (hp->attn_prescale)
                 for (int i = 0; i < hd; ++i) qh[i] *= hp->attn_scale;
@@ -490,7 +546,7 @@ static void rase_qk_rope_store(rase_model *m, const rase_layer *L, int il, const
             const rase_entry e = b->rows[t];
             float *khd = s->k + t * nk + (int64_t)kh * hd;
             const float *vh = s->v + t * nk + (int64_t)kh * hd;
-            if (L->k_norm) rase_rmsnorm(khd, L->k_norm, khd, hd, hp->eps);
+            if (L->k_norm && !L->qk_norm_full) rase_rmsnorm(khd, L->k_norm, khd, hd, hp->eps);
             rase_rope(khd, cs, hp->n_rot, hp->rope_neox, m->isa);
             const int64_t slot = rase_kv_slot(m->kv, b->tables + e.seq * b->table_stride, il, e.pos) + (int64_t)kh * hd;
             uint16_t *kd = m->kv->k + slot, *vd = m->kv->v + slot;
@@ -530,7 +586,7 @@ static void rase_attention(rase_model *m, const rase_layer *L, int il, const ras
                 qs[i] = s->q + t * nq + (int64_t)(h + i) * hd;
                 outs[i] = s->att + t * nq + (int64_t)(h + i) * hd;
             }
-            rase_attend(g, qs, &view, j0, e.pos + 1, hd, scale, s->scores + (size_t)ith * RASE_ATTN_G * s->attn_stride,
+            rase_attend(g, qs, &view, j0, e.pos + 1, hd, scale, hp->attn_softcap, s->scores + (size_t)ith * RASE_ATTN_G * s->attn_stride,
                         s->attn_stride, outs, m->isa);
         }
     }
@@ -543,18 +599,27 @@ static void rase_layer_forward(rase_model *m, const rase_layer *L, int il, const
     int64_t lo, hi;
     // 1. attention norm, rows split by token
     rase_split(T, ith, nth, &lo, &hi);
-    for (int64_t t = lo; t < hi; ++t) rase_rmsnorm(s->x + t * E, L->attn_norm, s->h + t * E, E, m->w->hp.eps);
+    for (int64_t t = lo; t < hi; ++t) rase_prenorm(m, L->attn_norm, s->x + t * E, s->h + t * E);
     rase_sync(m, ith);
-    // 2. Q, K, V projections share the normed input
+    // 2. Q, K, V projections share the normed input (plus their biases)
     {
         RASE_PROF_START(m, ith);
         const rase_mat *qkv[3] = {&L->wq, &L->wk, &L->wv};
         float *out[3] = {s->q, s->k, s->v};
-        rase_matmuls(m, 3, qkv, s->h, out, T, 0, ith, nth);
+        const float *bias[3] = {L->bq, L->bk, L->bv};
+        rase_matmuls(m, 3, qkv, s->h, out, T, 0, bias, ith, nth);
         rase_sync(m, ith);
         RASE_PROF_ADD(m, ith, prof_matmul_ns);
     }
-    // 3. QK-norm, RoPE, K/V to the pool; 4. attention
+    // 3. (full-width QK-norm), QK-norm per head, RoPE, K/V to the pool; 4. attention
+    if (L->qk_norm_full) {
+        const int64_t nq = (int64_t)m->w->hp.n_head * m->w->hp.head_dim, nk = (int64_t)m->w->hp.n_head_kv * m->w->hp.head_dim;
+        for (int64_t t = lo; t < hi; ++t) {
+            rase_rmsnorm(s->q + t * nq, L->q_norm, s->q + t * nq, nq, m->w->hp.eps);
+            rase_rmsnorm(s->k + t * nk, L->k_norm, s->k + t * nk, nk, m->w->hp.eps);
+        }
+        rase_sync(m, ith);
+    }
     rase_qk_rope_store(m, L, il, b, ith, nth);
     rase_sync(m, ith);
     {
@@ -566,25 +631,30 @@ static void rase_layer_forward(rase_model *m, const rase_layer *L, int il, const
     // 5. output projection
     {
         RASE_PROF_START(m, ith);
-        rase_matmul(m, &L->wo, s->att, T, s->o, ith, nth);
+        rase_matmul(m, &L->wo, s->att, T, s->o, L->bo, ith, nth);
         rase_sync(m, ith);
         RASE_PROF_ADD(m, ith, prof_matmul_ns);
     }
-    // 6. (post-attention norm), residual, FFN norm
-    rase_residual(m, L->post_attn_norm, L->ffn_norm, T, ith, nth);
+    // 6. (post-attention norm), residual, (FFN norm)
+    rase_residual(m, L->post_attn_norm, 1, L->ffn_norm, T, ith, nth);
     // 7. gate and up over the same rows, then act(gate) * up on those rows; 8. down projection
+    //    (a MoE layer: the chosen experts' FFNs, weighted, rase_moe_ffn)
     {
         RASE_PROF_START(m, ith);
-        const rase_mat *gu[2] = {&L->wgate, &L->wup};
-        float *out[2] = {s->g, s->u};
-        rase_matmuls(m, 2, gu, s->h, out, T, 1, ith, nth);
-        rase_sync(m, ith);
-        rase_matmul(m, &L->wdown, s->g, T, s->o, ith, nth);
-        rase_sync(m, ith);
+        if (L->moe) {
+            rase_moe_ffn(m, L, T, ith, nth);
+        } else {
+            const rase_mat *gu[2] = {&L->wgate, &L->wup};
+            float *out[2] = {s->g, s->u};
+            rase_matmuls(m, 2, gu, s->h, out, T, 1, NULL, ith, nth);
+            rase_sync(m, ith);
+            rase_matmul(m, &L->wdown, s->g, T, s->o, NULL, ith, nth);
+            rase_sync(m, ith);
+        }
         RASE_PROF_ADD(m, ith, prof_matmul_ns);
     }
     // 9. (post-FFN norm), residual
-    rase_residual(m, L->post_ffn_norm, 0, T, ith, nth);
+    rase_residual(m, L->post_ffn_norm, 0, NULL, T, ith, nth);
 }
 
 // embeddings and RoPE tables of this thread's rows, from each row's own token and position
@@ -639,7 +709,13 @@ static void rase_step(rase_model *m, const rase_batch *b, const rase_sampler_ref
         for (int64_t j = lo; j < hi; ++j)
             rase_rmsnorm(m->s->x + (int64_t)b->out_rows[j] * E, m->w->output_norm, m->s->h + j * E, E, m->w->hp.eps);
         rase_sync(m, ith);
-        if (b->n_out > 0) rase_matmul(m, &m->w->output, m->s->h, b->n_out, b->logits, ith, nth);
+        if (b->n_out > 0) rase_matmul(m, &m->w->output, m->s->h, b->n_out, b->logits, NULL, ith, nth);
+        if (m->w->hp.final_softcap > 0.0f) {  // ggml_scale, ggml_tanh, ggml_scale (gemma2)
+            rase_sync(m, ith);
+            const float cap = m->w->hp.final_softcap, inv = 1.0f / cap;
+            rase_split((int64_t)b->n_out * V, ith, nth, &lo, &hi);
+            for (int64_t i = lo; i < hi; ++i) b->logits[i] = tanhf(b->logits[i] * inv) * cap;
+        }
         if (samplers) {
             rase_sync(m, ith);
             for (int j = ith; j < b->n_out; j += nth) {

@@ -111,11 +111,20 @@ cdef extern from "_forward.h" nogil:
         const float *k_norm
         const float *post_attn_norm
         const float *post_ffn_norm
-        int window, rope_slot
+        const float *bq
+        const float *bk
+        const float *bv
+        const float *bo
+        int qk_norm_full, window, rope_slot, moe
+        rase_mat gate_inp
+        const rase_mat *exp_gate
+        const rase_mat *exp_up
+        const rase_mat *exp_down
     ctypedef struct rase_hparams:
         int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_rot, n_ctx
         int rope_neox, gelu, attn_prescale
-        float eps, embd_scale, attn_scale
+        float eps, embd_scale, attn_scale, attn_softcap, final_softcap
+        int n_expert, n_expert_used, n_ff_exp, expert_norm
         float rope_base[2]
         float rope_freq_scale[2]
     ctypedef struct rase_weights:
@@ -169,7 +178,7 @@ cdef extern from "_attention.h" nogil:
     int RASE_ATTN_G
     int64_t rase_attend_scratch(int64_t n_ctx, int hd)
     void rase_attend(int g, const float *const *q, const rase_kv_view *kv, int j0, int j1, int hd,
-                     float scale, float *scratch, int64_t qstride, float *const *out, int isa)
+                     float scale, float softcap, float *scratch, int64_t qstride, float *const *out, int isa)
 
 cdef extern from "_forward.h" nogil:
     void rase_gate(float *g, const float *u, int64_t n, const uint16_t *gelu_table, int isa)

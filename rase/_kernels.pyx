@@ -217,7 +217,7 @@ import numpy as _np
 KV_BLOCK = RASE_KV_BLOCK  # positions per KV block
 
 _MATS = ("wq", "wk", "wv", "wo", "wgate", "wup", "wdown")
-_NORMS = ("attn_norm", "ffn_norm", "q_norm", "k_norm", "post_attn_norm", "post_ffn_norm")
+_VECS = ("attn_norm", "ffn_norm", "q_norm", "k_norm", "post_attn_norm", "post_ffn_norm", "bq", "bk", "bv", "bo")
 
 
 cdef class Weights:
@@ -225,6 +225,7 @@ cdef class Weights:
     buffers (the GGUF mmap), shared by every Forward over it."""
     cdef rase_weights w
     cdef rase_layer *layers
+    cdef rase_mat *experts  # (n_layer, 3, n_expert): the MoE layers' expert matrices
     cdef list _keep  # owners of every buffer the plan points into
     cdef readonly int64_t packed_bytes  # private copies made at load (repacked weights)
     cdef int _threads
@@ -236,6 +237,7 @@ cdef class Weights:
 
     def __cinit__(self):
         self.layers = NULL
+        self.experts = NULL
 
     def __init__(self, plan, int n_threads=1, on_packed=None, isa=None, packed=None):
         """plan: a rase.models.base.ForwardPlan (hyper-parameters, n_ctx = positions one
@@ -255,6 +257,12 @@ cdef class Weights:
         h.n_vocab, h.n_ctx, h.n_rot = plan.n_vocab, plan.n_ctx, plan.n_rot
         h.rope_neox, h.gelu, h.attn_prescale = bool(plan.rope_neox), bool(plan.gelu), bool(plan.attn_prescale)
         h.eps, h.embd_scale, h.attn_scale = plan.eps, plan.embd_scale, plan.attn_scale
+        h.attn_softcap, h.final_softcap = plan.attn_softcap, plan.final_softcap
+        h.n_expert, h.n_expert_used, h.n_ff_exp = plan.n_expert, plan.n_expert_used, plan.n_ff_exp
+        h.expert_norm = bool(plan.expert_norm)
+        if h.n_expert and not 0 < h.n_expert_used <= h.n_expert <= 256 or h.n_expert < 0 or \
+                (h.n_expert and h.n_ff_exp <= 0) or h.attn_softcap < 0 or h.final_softcap < 0:
+            raise ValueError("invalid expert or soft-capping hyper-parameters")
         for s in range(2):
             h.rope_base[s] = plan.rope_base[s]
             h.rope_freq_scale[s] = plan.rope_freq_scale[s]
@@ -273,6 +281,10 @@ cdef class Weights:
         if self.layers == NULL:
             raise MemoryError()
         self.w.layers = self.layers
+        if h.n_expert:
+            self.experts = <rase_mat *>calloc(h.n_layer * 3 * h.n_expert, sizeof(rase_mat))
+            if self.experts == NULL:
+                raise MemoryError()
         for il, spec in enumerate(layers):
             self._layer(&self.layers[il], il, spec)
         if rase_weights_init(&self.w) != 0:
@@ -284,25 +296,48 @@ cdef class Weights:
         shapes = {"wq": (nq, h.n_embd), "wk": (nkv, h.n_embd), "wv": (nkv, h.n_embd),
                   "wo": (h.n_embd, nq), "wgate": (h.n_ff, h.n_embd), "wup": (h.n_ff, h.n_embd),
                   "wdown": (h.n_embd, h.n_ff)}
-        lens = {"attn_norm": h.n_embd, "ffn_norm": h.n_embd, "q_norm": h.head_dim,
-                "k_norm": h.head_dim, "post_attn_norm": h.n_embd, "post_ffn_norm": h.n_embd}
+        L.qk_norm_full = bool(spec.qk_norm_full)
+        lens = {"attn_norm": h.n_embd, "ffn_norm": h.n_embd, "q_norm": nq if L.qk_norm_full else h.head_dim,
+                "k_norm": nkv if L.qk_norm_full else h.head_dim, "post_attn_norm": h.n_embd,
+                "post_ffn_norm": h.n_embd, "bq": nq, "bk": nkv, "bv": nkv, "bo": h.n_embd}
         cdef rase_mat *mats[7]
-        cdef const float **norms[6]
+        cdef const float **vecs[10]
         mats[:] = [&L.wq, &L.wk, &L.wv, &L.wo, &L.wgate, &L.wup, &L.wdown]
-        norms[:] = [&L.attn_norm, &L.ffn_norm, &L.q_norm, &L.k_norm, &L.post_attn_norm, &L.post_ffn_norm]
+        vecs[:] = [&L.attn_norm, &L.ffn_norm, &L.q_norm, &L.k_norm, &L.post_attn_norm, &L.post_ffn_norm,
+                   &L.bq, &L.bk, &L.bv, &L.bo]
+        experts = spec.experts
         for j, name in enumerate(_MATS):
-            self._mat(mats[j], getattr(spec, name), shapes[name][0], shapes[name][1], f"blk.{il}.{name}")
-        for j, name in enumerate(_NORMS):
+            if j < 4 or experts is None:
+                self._mat(mats[j], getattr(spec, name), shapes[name][0], shapes[name][1], f"blk.{il}.{name}")
+        if experts is not None:
+            self._experts(L, il, experts)
+        for j, name in enumerate(_VECS):
             vec = getattr(spec, name)
-            if vec is None:
-                if name in ("attn_norm", "ffn_norm"):
-                    raise ValueError(f"layer {il} needs {name}")
-                norms[j][0] = NULL
-            else:
-                norms[j][0] = self._vec(vec, lens[name], f"blk.{il}.{name}")
+            vecs[j][0] = NULL if vec is None else self._vec(vec, lens[name], f"blk.{il}.{name}")
+        if L.qk_norm_full and (L.q_norm == NULL or L.k_norm == NULL):
+            raise ValueError(f"layer {il}: full-width QK norms need q_norm and k_norm")
         L.window, L.rope_slot = spec.window, spec.rope_slot
         if L.rope_slot not in (0, 1) or (L.rope_slot == 1 and h.rope_base[1] <= 0) or L.window < 0:
             raise ValueError(f"layer {il}: bad window/rope slot")
+        return 0
+
+    cdef int _experts(self, rase_layer *L, int il, object ex) except -1:
+        cdef rase_hparams *h = &self.w.hp
+        if h.n_expert == 0:
+            raise ValueError(f"layer {il} has experts but n_expert is 0")
+        self._mat(&L.gate_inp, ex.gate_inp, h.n_expert, h.n_embd, f"blk.{il}.gate_inp")
+        cdef rase_mat *base = self.experts + il * 3 * h.n_expert
+        cdef int j, e
+        shapes = ((h.n_ff_exp, h.n_embd), (h.n_ff_exp, h.n_embd), (h.n_embd, h.n_ff_exp))
+        for j, (name, mats) in enumerate((("gate", ex.gate), ("up", ex.up), ("down", ex.down))):
+            if len(mats) != h.n_expert:
+                raise ValueError(f"layer {il}: {len(mats)} {name} experts, expected {h.n_expert}")
+            for e, mat in enumerate(mats):
+                self._mat(base + j * h.n_expert + e, mat, shapes[j][0], shapes[j][1], f"blk.{il}.exp{e}.{name}")
+        L.moe = 1
+        L.exp_gate = base
+        L.exp_up = base + h.n_expert
+        L.exp_down = base + 2 * h.n_expert
         return 0
 
     cdef int _mat(self, rase_mat *out, object m, int64_t rows, int64_t cols, str name) except -1:
@@ -352,6 +387,7 @@ cdef class Weights:
     def __dealloc__(self):
         rase_weights_free(&self.w)
         free(self.layers)
+        free(self.experts)
 
     @property
     def n_ctx(self):
@@ -693,10 +729,11 @@ cdef class Forward:
 
 
 def attention(const float[:, ::1] q, const uint16_t[:, ::1] k, const uint16_t[:, ::1] v, float scale,
-              int j0=0, isa=None):
+              int j0=0, isa=None, float softcap=0.0):
     """softmax(scale * q[h] . k[j]) . v over rows j0..len(k)-1 for each of 1..ATTN_G query
     heads q (g, hd) sharing one KV head; k, v are f16 bit patterns (n, hd), as in the KV pool
-    (read here as consecutive blocks). The kernel the forward uses; returns (g, hd)."""
+    (read here as consecutive blocks). softcap > 0: scores s -> softcap * tanh(s / softcap)
+    before the softmax. The kernel the forward uses; returns (g, hd)."""
     cdef int n = k.shape[0], hd = q.shape[1], g = q.shape[0], h
     if n < 1 or k.shape[1] != hd or v.shape[0] != n or v.shape[1] != hd or not 0 <= j0 < n:
         raise ValueError("q (g, hd), k and v (n, hd), 0 <= j0 < n required")
@@ -719,7 +756,7 @@ def attention(const float[:, ::1] q, const uint16_t[:, ::1] k, const uint16_t[:,
     view.k, view.v, view.table = &k[0, 0], &v[0, 0], &tv[0]
     view.block_stride, view.row_stride = RASE_KV_BLOCK * hd, hd
     with nogil:
-        rase_attend(g, qs, &view, j0, n, hd, scale, &sv[0], qstride, outs, path)
+        rase_attend(g, qs, &view, j0, n, hd, scale, softcap, &sv[0], qstride, outs, path)
     return out
 
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from rase.gguf import GGUFFile
 from rase.models import ARCHITECTURES, resolve
-from rase.models.base import LAYER_TENSORS, read_hparams
+from rase.models.base import EXPERT_TENSORS, FUSED_QKV, LAYER_TENSORS, read_hparams
 
 
 def _w(g: GGUFFile, name: str):
@@ -80,10 +80,56 @@ def quantize_act(x: np.ndarray, fmt: str | None) -> np.ndarray:
 
 class _Linear:
     def __init__(self, w: np.ndarray, ggml_type: int) -> None:
-        self.w, self.fmt = w, ACT_FORMAT.get(ggml_type)
+        self.w, self.ggml_type, self.fmt = w, ggml_type, ACT_FORMAT.get(ggml_type)
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         return quantize_act(x, self.fmt) @ self.w.T
+
+
+def _layer_weights(g: GGUFFile, il: int, hp) -> dict:
+    """Every tensor of layer il under its plan name; fused Q/K/V and gate+up split by rows."""
+    names = {k: f"blk.{il}.{v}" for k, v in LAYER_TENSORS.items()}
+    W = {k: _w(g, n) for k, n in names.items() if n in g.tensors}
+    nq, nkv = hp.n_head * hp.head_dim, hp.n_head_kv * hp.head_dim
+    if f"blk.{il}.{FUSED_QKV}" in g.tensors:
+        qkv = _w(g, f"blk.{il}.{FUSED_QKV}")
+        for key, (r0, r1) in {"wq": (0, nq), "wk": (nq, nq + nkv), "wv": (nq + nkv, nq + 2 * nkv)}.items():
+            W[key] = _Linear(qkv.w[r0:r1], qkv.ggml_type)
+    if "wgate" not in W and "wup" in W and W["wup"].w.shape[0] == 2 * hp.n_ff:
+        up = W["wup"]
+        W["wgate"], W["wup"] = _Linear(up.w[:hp.n_ff], up.ggml_type), _Linear(up.w[hp.n_ff:], up.ggml_type)
+    if f"blk.{il}.{EXPERT_TENSORS['gate_inp']}" in g.tensors:
+        W["gate_inp"] = _w(g, f"blk.{il}.{EXPERT_TENSORS['gate_inp']}")
+        for key in ("gate", "up", "down"):
+            t = _w3(g, f"blk.{il}.{EXPERT_TENSORS[key]}")
+            W[f"exp_{key}"] = t
+    return W
+
+
+def _w3(g: GGUFFile, name: str) -> list:
+    """A 3-D expert tensor as one _Linear per expert."""
+    import gguf
+
+    t = g.tensor(name)
+    arr = gguf.quants.dequantize(t.data, gguf.GGMLQuantizationType(t.ggml_type))
+    arr = np.asarray(arr, dtype=np.float64).reshape(t.shape)
+    return [_Linear(arr[e], t.ggml_type) for e in range(arr.shape[0])]
+
+
+def _moe(W: dict, h: np.ndarray, hp, spec, act) -> np.ndarray:
+    """softmax router, top n_expert_used (renormalized when spec.expert_norm), weighted sum."""
+    logits = W["gate_inp"](h)
+    p = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
+    out = np.zeros_like(h)
+    for t in range(h.shape[0]):
+        chosen = np.argsort(-p[t], kind="stable")[:hp.n_expert_used]
+        w = p[t, chosen] / (p[t, chosen].sum() if spec.expert_norm else 1.0)
+        for e, we in zip(chosen, w):
+            x = h[t:t + 1]
+            f = W["exp_down"][e](act(W["exp_gate"][e](x)) * W["exp_up"][e](x))
+            out[t] += we * f[0]
+    return out
 
 
 class Reference:
@@ -96,46 +142,56 @@ class Reference:
         self.embd = _w(g, "token_embd.weight")
         self.out = _w(g, "output.weight") if "output.weight" in g.tensors else self.embd
         self.out_norm = _w(g, "output_norm.weight")
-        self.layers = []
-        for il, ls in enumerate(self.spec.layers):
-            names = {k: f"blk.{il}.{v}.weight" for k, v in LAYER_TENSORS.items()}
-            self.layers.append({k: _w(g, n) for k, n in names.items() if n in g.tensors})
+        self.layers = [_layer_weights(g, il, hp) for il in range(len(self.spec.layers))]
         self.trace: list[np.ndarray] = []
+
+    def _attention(self, ls, W: dict, h: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        hp, spec = self.hp, self.spec
+        T, hd, nh, nkv = len(h), hp.head_dim, hp.n_head, hp.n_head_kv
+        attn_scale = spec.attn_scale if spec.attn_scale is not None else 1.0 / math.sqrt(hd)
+        q, k, v = (W[n](h) + W.get(b, 0.0) for n, b in (("wq", "bq"), ("wk", "bk"), ("wv", "bv")))
+        if ls.qk_norm_full:
+            q, k = rmsnorm(q, W["q_norm"], hp.eps), rmsnorm(k, W["k_norm"], hp.eps)
+        q, k, v = q.reshape(T, nh, hd), k.reshape(T, nkv, hd), v.reshape(T, nkv, hd)
+        if ls.qk_norm:
+            q, k = rmsnorm(q, W["q_norm"], hp.eps), rmsnorm(k, W["k_norm"], hp.eps)
+        base, fscale = spec.rope[ls.rope_slot]
+        q = rope(q, pos, hp.n_rot, base, fscale, spec.rope_neox)
+        k, v = f16(rope(k, pos, hp.n_rot, base, fscale, spec.rope_neox)), f16(v)
+        group = nh // nkv
+        att = np.empty((T, nh, hd))
+        for t in range(T):
+            j0 = max(0, t - ls.window + 1) if ls.window else 0
+            for hh in range(nh):
+                s = k[j0:t + 1, hh // group] @ q[t, hh] * attn_scale
+                if spec.attn_softcap:
+                    s = spec.attn_softcap * np.tanh(s / spec.attn_softcap)
+                p = np.exp(s - s.max())
+                att[t, hh] = (p / p.sum()) @ v[j0:t + 1, hh // group]
+        return W["wo"](att.reshape(T, nh * hd)) + W.get("bo", 0.0)
 
     def forward(self, tokens) -> np.ndarray:
         hp, spec = self.hp, self.spec
-        T, hd, nh, nkv = len(tokens), hp.head_dim, hp.n_head, hp.n_head_kv
-        pos = np.arange(T, dtype=np.float64)
-        attn_scale = spec.attn_scale if spec.attn_scale is not None else 1.0 / math.sqrt(hd)
+        pos = np.arange(len(tokens), dtype=np.float64)
+        act = gelu if spec.gelu else silu
         x = self.embd.w[np.asarray(tokens)] * spec.embd_scale
         self.trace = []
         for ls, W in zip(spec.layers, self.layers):
-            h = rmsnorm(x, W["attn_norm"], hp.eps)
-            q = W["wq"](h).reshape(T, nh, hd)
-            k = W["wk"](h).reshape(T, nkv, hd)
-            v = W["wv"](h).reshape(T, nkv, hd)
-            if ls.qk_norm:
-                q, k = rmsnorm(q, W["q_norm"], hp.eps), rmsnorm(k, W["k_norm"], hp.eps)
-            base, fscale = spec.rope[ls.rope_slot]
-            q = rope(q, pos, hp.n_rot, base, fscale, spec.rope_neox)
-            k, v = f16(rope(k, pos, hp.n_rot, base, fscale, spec.rope_neox)), f16(v)
-            group = nh // nkv
-            att = np.empty((T, nh, hd))
-            for t in range(T):
-                j0 = max(0, t - ls.window + 1) if ls.window else 0
-                for hh in range(nh):
-                    s = k[j0:t + 1, hh // group] @ q[t, hh] * attn_scale
-                    p = np.exp(s - s.max())
-                    att[t, hh] = (p / p.sum()) @ v[j0:t + 1, hh // group]
-            o = W["wo"](att.reshape(T, nh * hd))
+            h = rmsnorm(x, W["attn_norm"], hp.eps) if ls.pre_norms else x
+            o = self._attention(ls, W, h, pos)
             if ls.post_norms:
                 o = rmsnorm(o, W["post_attn_norm"], hp.eps)
             x = x + o
-            h = rmsnorm(x, W["ffn_norm"], hp.eps)
-            act = gelu if spec.gelu else silu
-            f = W["wdown"](act(W["wgate"](h)) * W["wup"](h))
+            h = rmsnorm(x, W["ffn_norm"], hp.eps) if ls.pre_norms else x
+            if "gate_inp" in W:
+                f = _moe(W, h, hp, spec, act)
+            else:
+                f = W["wdown"](act(W["wgate"](h)) * W["wup"](h))
             if ls.post_norms:
                 f = rmsnorm(f, W["post_ffn_norm"], hp.eps)
             x = x + f
             self.trace.append(x.copy())
-        return self.out(rmsnorm(x, self.out_norm, hp.eps))
+        logits = self.out(rmsnorm(x, self.out_norm, hp.eps))
+        if spec.final_softcap:
+            logits = spec.final_softcap * np.tanh(logits / spec.final_softcap)
+        return logits

@@ -11,10 +11,10 @@ from rase import (
 )
 from rase.decoder import GGUFDecoder, load_gguf_decoder
 from tests.reference import Reference
-from tests.tinymodels import HP
+from tests.tinymodels import ARCH_FEATURES, HP
 
 TOKENS = [1, 5, 9, 33, 77, 100, 3, 4, 150, 7, 8, 12, 44, 55, 66, 11]
-ARCHS = ["llama", "qwen3", "gemma3"]
+ARCHS = list(ARCH_FEATURES)
 
 
 def _first_bad_layer(dec: GGUFDecoder, ref: Reference, tokens: list[int]) -> str:
@@ -143,7 +143,8 @@ def test_bad_tokens_and_empty_prompt(tiny_models):
 
 
 @pytest.mark.parametrize("name,fragment", [
-    ("qwen2", "replaced by Qwen3"), ("Qwen2.5", "replaced by Qwen3"), ("phi3", "Phi GGUF"),
+    ("phi2", "use a Phi-3 or Phi-4 GGUF"), ("phi", "use a Phi-3 or Phi-4 GGUF"),
+    ("qwen", "use a Qwen2.5 or Qwen3 GGUF"), ("qwen2moe", "shared experts"),
     ("mamba", "supported: "), ("", "supported: "),
 ])
 def test_refused_architectures(tiny_models, name, fragment):
@@ -156,28 +157,60 @@ def test_llama_aliases(tiny_models, alias):
     assert load_gguf_decoder(alias, tiny_models("llama", QuantType.Q8_0)).architecture == "llama"
 
 
-def test_declared_architecture_must_match_the_file(tiny_models):
+@pytest.mark.parametrize("declared", ["qwen3", "qwen2", "Qwen2.5", "phi3", "phi4", "olmoe"])
+def test_declared_architecture_must_match_the_file(tiny_models, declared):
     with pytest.raises(UnsupportedArchitecture, match="the file declares 'llama'"):
-        load_gguf_decoder("qwen3", tiny_models("llama", QuantType.Q8_0))
+        load_gguf_decoder(declared, tiny_models("llama", QuantType.Q8_0))
 
 
-def test_tensors_with_no_place_in_the_forward_are_refused(tmp_path):
+@pytest.mark.parametrize("alias,arch", [("qwen2.5", "qwen2"), ("phi4", "phi3"), ("mixtral", "llama")])
+def test_new_aliases(tiny_models, alias, arch):
+    path = tiny_models("llama-moe" if arch == "llama" else arch, QuantType.Q8_0)
+    assert load_gguf_decoder(alias, path).architecture == arch
+
+
+def _with_extra_tensor(tmp_path, arch: str, name: str, data: np.ndarray):
     import gguf
 
-    from tests.tinymodels import write_tiny_model
+    from tests.tinymodels import ARCH_FEATURES, write_tiny_model
 
-    base = write_tiny_model(tmp_path / "m.gguf", "llama", QuantType.Q8_0)
+    base = write_tiny_model(tmp_path / "m.gguf", arch, QuantType.Q8_0)
     reader = gguf.GGUFReader(str(base))
-    w = gguf.GGUFWriter(str(tmp_path / "bias.gguf"), "llama")
+    file_arch = ARCH_FEATURES[arch][0]
+    w = gguf.GGUFWriter(str(tmp_path / "extra.gguf"), file_arch)
     for field in reader.fields.values():
-        if field.name.startswith("llama.") or field.name.startswith("tokenizer"):
+        if field.name.startswith(file_arch + ".") or field.name.startswith("tokenizer"):
             w.add_key_value(field.name, field.contents(), field.types[0])
     for t in reader.tensors:
         w.add_tensor(t.name, t.data, raw_shape=t.data.shape, raw_dtype=t.tensor_type)
-    w.add_tensor("blk.0.attn_q.bias", np.zeros(HP["n_embd"], np.float32))
+    w.add_tensor(name, data)
     w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
-    with pytest.raises(UnsupportedArchitecture, match="blk.0.attn_q.bias"):
-        load_gguf_decoder(None, tmp_path / "bias.gguf")
+    return tmp_path / "extra.gguf"
+
+
+@pytest.mark.parametrize("arch,name,fragment", [
+    ("llama", "blk.0.attn_sinks.weight", "'blk.0.attn_sinks.weight' has no place"),
+    ("llama", "blk.7.attn_q.weight", "'blk.7.attn_q.weight' has no place"),
+    ("llama-moe", "blk.0.ffn_gate_shexp.weight", "shared experts"),
+    ("llama", "rope_freqs.weight", "RoPE frequency factors"),
+])
+def test_tensors_with_no_place_in_the_forward_are_refused(tmp_path, arch, name, fragment):
+    """Every tensor of a file is used or the file is refused by name (nothing silently ignored)."""
+    path = _with_extra_tensor(tmp_path, arch, name, np.zeros(HP["n_embd"], np.float32))
+    with pytest.raises(UnsupportedArchitecture, match=fragment):
+        load_gguf_decoder(None, path)
+
+
+def test_optional_biases_are_used_and_checked(tmp_path, tiny_models):
+    """A llama file with an attention-output bias runs with it (as llama.cpp's llama does); a
+    bias of the wrong length is a corrupt file."""
+    plain = load_gguf_decoder(None, tiny_models("llama", QuantType.Q8_0)).prefill(TOKENS[:4], all_logits=True)
+    biased = _with_extra_tensor(tmp_path, "llama", "blk.0.attn_output.bias", np.full(HP["n_embd"], 0.5, np.float32))
+    assert not np.array_equal(load_gguf_decoder(None, biased).prefill(TOKENS[:4], all_logits=True), plain)
+    (tmp_path / "bad").mkdir()
+    bad = _with_extra_tensor(tmp_path / "bad", "llama", "blk.0.attn_q.bias", np.zeros(7, np.float32))
+    with pytest.raises(CorruptModelFile, match="blk.0.bq"):
+        load_gguf_decoder(None, bad)
 
 
 def test_missing_hyperparameter_is_a_corrupt_file(tmp_path):

@@ -9,8 +9,24 @@ import numpy as np
 from rase.quants import QUANT_BLOCKS, QuantType
 
 HP = dict(n_embd=256, n_ff=512, n_head=4, n_head_kv=2, head_dim=64, n_vocab=160, n_ctx=64)
-N_LAYER = {"llama": 2, "qwen3": 2, "gemma3": 6}  # gemma3: layer 5 is the global one
-WINDOW = 5  # gemma3 sliding window, small so that tests cross it
+N_LAYER = {"gemma3": 6}  # gemma3: layer 5 is the global one; 2 layers elsewhere
+WINDOW = 5  # gemma3/gemma2 sliding window, small so that tests cross it
+N_EXPERT, N_EXPERT_USED, N_FF_EXP = 4, 2, 256
+
+# what each architecture's file holds beyond plain llama blocks (file architecture, features)
+ARCH_FEATURES = {
+    "llama": ("llama", set()),
+    "qwen3": ("qwen3", {"qk_norm", "untied", "key_length"}),
+    "gemma3": ("gemma3", {"qk_norm", "post_norms", "key_length", "window"}),
+    "qwen2": ("qwen2", {"bias", "untied"}),
+    "phi3": ("phi3", {"fused", "untied"}),
+    "gemma": ("gemma", {"key_length"}),
+    "gemma2": ("gemma2", {"post_norms", "key_length", "window", "softcap"}),
+    "olmo2": ("olmo2", {"qk_norm_full", "post_norms", "no_pre_norms", "untied"}),
+    "llama-moe": ("llama", {"moe", "untied"}),
+    "qwen3moe": ("qwen3moe", {"qk_norm", "moe", "untied", "key_length"}),
+    "olmoe": ("olmoe", {"qk_norm_full", "moe", "untied"}),
+}
 
 # K-quant blocks are random bytes with their f16 scales set so weights come out ~0.1
 K_SCALES = {QuantType.Q2_K: ([80, 82], 0.004), QuantType.Q3_K: ([108], 0.001),
@@ -58,12 +74,14 @@ def _add_tiny_vocab(w, n_vocab: int, extra: dict[str, int] | None = None, eos: s
 
 def write_tiny_model(path: Path, arch: str, qtype: QuantType, seed: int = 0, extra_tokens: dict | None = None,
                      chat_template: str | None = None, eos: str = "</s>") -> Path:
+    """arch: an ARCH_FEATURES key (llama-moe is a llama file with experts)."""
     import gguf
 
     rng = np.random.default_rng(seed)
     E, F, H, KV, D, V = (HP[k] for k in ("n_embd", "n_ff", "n_head", "n_head_kv", "head_dim", "n_vocab"))
-    L = N_LAYER[arch]
-    w = gguf.GGUFWriter(str(path), arch)
+    file_arch, feat = ARCH_FEATURES[arch]
+    L = N_LAYER.get(arch, 2)
+    w = gguf.GGUFWriter(str(path), file_arch)
     w.add_block_count(L)
     w.add_context_length(HP["n_ctx"])
     w.add_embedding_length(E)
@@ -72,48 +90,80 @@ def write_tiny_model(path: Path, arch: str, qtype: QuantType, seed: int = 0, ext
     w.add_head_count_kv(KV)
     w.add_layer_norm_rms_eps(1e-6)
     w.add_rope_freq_base(10000.0)
-    if arch != "llama":
+    if "key_length" in feat:
         w.add_key_length(D)
         w.add_value_length(D)
-    if arch == "gemma3":
+    if "window" in feat:
         w.add_sliding_window(WINDOW)
+    if "softcap" in feat:
+        w.add_float32(f"{file_arch}.attn_logit_softcapping", 2.0)  # small: binds on these scores
+        w.add_float32(f"{file_arch}.final_logit_softcapping", 30.0)
+    if "moe" in feat:
+        w.add_expert_count(N_EXPERT)
+        w.add_expert_used_count(N_EXPERT_USED)
+        w.add_uint32(f"{file_arch}.expert_feed_forward_length", N_FF_EXP)
     _add_tiny_vocab(w, V, extra_tokens, eos)
     if chat_template is not None:
         w.add_chat_template(chat_template)
 
-    def mat(name: str, rows: int, cols: int, scale: float = 0.08) -> None:
-        m = (rng.standard_normal((rows, cols)) * scale).astype(np.float32)
+    def mat(name: str, rows: int, cols: int, scale: float = 0.08, experts: int = 0) -> None:
+        m = (rng.standard_normal((max(experts, 1) * rows, cols)) * scale).astype(np.float32)
         data = quantize(m, qtype, rng)
+        if experts:
+            data = data.reshape(experts, rows, -1)
         w.add_tensor(name, data, raw_shape=data.shape, raw_dtype=gguf.GGMLQuantizationType(int(qtype)))
 
-    def vec(name: str, n: int) -> None:
-        w.add_tensor(name, (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32))
+    def vec(name: str, n: int, mean: float = 1.0, sd: float = 0.1) -> None:
+        w.add_tensor(name, (mean + sd * rng.standard_normal(n)).astype(np.float32))
 
     embd = (rng.standard_normal((V, E)) * 0.5).astype(np.float32)
     q8 = gguf.quants.quantize(embd, gguf.GGMLQuantizationType.Q8_0)
     w.add_tensor("token_embd.weight", q8, raw_shape=q8.shape, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
     vec("output_norm.weight", E)
-    if arch == "qwen3":
+    if "untied" in feat:
         mat("output.weight", V, E)
     for i in range(L):
-        p = f"blk.{i}."
-        mat(p + "attn_q.weight", H * D, E)
-        mat(p + "attn_k.weight", KV * D, E)
-        mat(p + "attn_v.weight", KV * D, E)
-        mat(p + "attn_output.weight", E, H * D)
-        mat(p + "ffn_gate.weight", F, E)
-        mat(p + "ffn_up.weight", F, E)
-        mat(p + "ffn_down.weight", E, F)
-        vec(p + "attn_norm.weight", E)
-        vec(p + "ffn_norm.weight", E)
-        if arch != "llama":
-            vec(p + "attn_q_norm.weight", D)
-            vec(p + "attn_k_norm.weight", D)
-        if arch == "gemma3":
-            vec(p + "post_attention_norm.weight", E)
-            vec(p + "post_ffw_norm.weight", E)
+        _write_layer(w, f"blk.{i}.", feat, mat, vec, rng)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def _write_layer(w, p: str, feat: set, mat, vec, rng) -> None:
+    E, F, H, KV, D = (HP[k] for k in ("n_embd", "n_ff", "n_head", "n_head_kv", "head_dim"))
+    if "fused" in feat:
+        mat(p + "attn_qkv.weight", (H + 2 * KV) * D, E)
+    else:
+        mat(p + "attn_q.weight", H * D, E)
+        mat(p + "attn_k.weight", KV * D, E)
+        mat(p + "attn_v.weight", KV * D, E)
+    mat(p + "attn_output.weight", E, H * D)
+    if "bias" in feat:
+        for name, n in (("attn_q", H * D), ("attn_k", KV * D), ("attn_v", KV * D)):
+            vec(p + name + ".bias", n, 0.0, 0.5)
+    if "moe" in feat:
+        w.add_tensor(p + "ffn_gate_inp.weight", (rng.standard_normal((N_EXPERT, E)) * 0.2).astype(np.float32))
+        mat(p + "ffn_gate_exps.weight", N_FF_EXP, E, experts=N_EXPERT)
+        mat(p + "ffn_up_exps.weight", N_FF_EXP, E, experts=N_EXPERT)
+        mat(p + "ffn_down_exps.weight", E, N_FF_EXP, experts=N_EXPERT)
+    elif "fused" in feat:
+        mat(p + "ffn_up.weight", 2 * F, E)
+        mat(p + "ffn_down.weight", E, F)
+    else:
+        mat(p + "ffn_gate.weight", F, E)
+        mat(p + "ffn_up.weight", F, E)
+        mat(p + "ffn_down.weight", E, F)
+    if "no_pre_norms" not in feat:
+        vec(p + "attn_norm.weight", E)
+        vec(p + "ffn_norm.weight", E)
+    if "qk_norm" in feat:
+        vec(p + "attn_q_norm.weight", D)
+        vec(p + "attn_k_norm.weight", D)
+    if "qk_norm_full" in feat:
+        vec(p + "attn_q_norm.weight", H * D)
+        vec(p + "attn_k_norm.weight", KV * D)
+    if "post_norms" in feat:
+        vec(p + "post_attention_norm.weight", E)
+        vec(p + "post_ffw_norm.weight", E)

@@ -4,21 +4,26 @@ from __future__ import annotations
 from types import ModuleType
 
 from ..errors import UnsupportedArchitecture
-from . import gemma3, llama, qwen3
+from . import gemma, gemma2, gemma3, llama, olmo2, olmoe, phi3, qwen2, qwen3, qwen3moe
 
-ARCHITECTURES: dict[str, ModuleType] = {"llama": llama, "qwen3": qwen3, "gemma3": gemma3}
+ARCHITECTURES: dict[str, ModuleType] = {
+    "llama": llama, "qwen2": qwen2, "qwen3": qwen3, "qwen3moe": qwen3moe, "phi3": phi3,
+    "gemma": gemma, "gemma2": gemma2, "gemma3": gemma3, "olmo2": olmo2, "olmoe": olmoe,
+}
 
 ALIASES: dict[str, str] = {
-    "llama": "llama", "llama2": "llama", "llama3": "llama", "llama-gguf": "llama",
-    "mistral": "llama", "mixtral": "llama", "qwen3": "qwen3", "qwen3-gguf": "qwen3",
-    "gemma3": "gemma3",
+    **{name: name for name in ARCHITECTURES},
+    "llama2": "llama", "llama3": "llama", "llama-gguf": "llama", "mistral": "llama", "mixtral": "llama",
+    "qwen2.5": "qwen2", "qwen2-gguf": "qwen2", "qwen3-gguf": "qwen3", "phi4": "phi3",
 }
 
 REFUSED: dict[str, str] = {
-    **dict.fromkeys(("qwen", "qwen2", "qwen2.5", "qwen2-gguf"),
-                    "Qwen2 support was replaced by Qwen3; use a Qwen3 GGUF (architecture 'qwen3')"),
-    **dict.fromkeys(("phi", "phi2", "phi3", "phi4"),
-                    "Phi GGUF is not yet enabled; use a llama, qwen3 or gemma3 GGUF"),
+    "qwen": "Qwen 1 is not supported; use a Qwen2.5 or Qwen3 GGUF (architecture 'qwen2' or 'qwen3')",
+    "qwen2moe": "Qwen2-MoE's shared experts are not implemented yet; use a Qwen3-MoE GGUF "
+                "(architecture 'qwen3moe') or a dense Qwen2.5",
+    **dict.fromkeys(("phi", "phi2"),
+                    "Phi-2's parallel attention/MLP block with LayerNorm is not supported; use a "
+                    "Phi-3 or Phi-4 GGUF (architecture 'phi3')"),
 }
 
 

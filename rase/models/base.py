@@ -30,11 +30,16 @@ class HParams:
     rope_base: float
     rope_freq_scale: float
     n_rot: int
+    n_expert: int = 0          # mixture of experts: experts per MoE layer (0: dense)
+    n_expert_used: int = 0     # experts chosen per token
+    n_ff_exp: int = 0          # width of one expert's FFN
 
 
 @dataclass(frozen=True)
 class LayerSpec:
     qk_norm: bool = False      # RMSNorm of each Q and K head before RoPE (qwen3, gemma3)
+    qk_norm_full: bool = False  # the Q/K norms span all heads of a row (olmo2, olmoe)
+    pre_norms: bool = True     # attn_norm/ffn_norm before each sublayer; False: it reads x (olmo2)
     post_norms: bool = False   # RMSNorm of the attention and FFN outputs before the residual (gemma3)
     window: int = 0            # sliding-window length; 0 = full causal attention
     rope_slot: int = 0         # index into ModelSpec.rope
@@ -49,6 +54,13 @@ class ModelSpec:
     embd_scale: float = 1.0    # token embeddings are multiplied by this
     attn_scale: float | None = None  # default 1/sqrt(head_dim)
     attn_prescale: bool = False  # scale Q before the QK product (gemma) instead of the scores
+    attn_softcap: float = 0.0  # > 0: scores s -> cap * tanh(s / cap) before the softmax (gemma2)
+    final_softcap: float = 0.0  # > 0: the same on the logits
+    expert_norm: bool = True   # MoE: the chosen experts' weights renormalized to sum 1
+
+    def __post_init__(self) -> None:
+        if self.attn_softcap and not self.attn_prescale:  # the kernel caps scores scaled by 1
+            raise ValueError("attention soft-capping needs attn_prescale (the scale applied to Q)")
 
 
 @dataclass(frozen=True)
@@ -61,20 +73,35 @@ class Matrix:
 
 
 @dataclass(frozen=True)
+class Experts:
+    """A MoE layer's router and experts (views into the 3-D expert tensors, one per expert)."""
+    gate_inp: Matrix           # (n_expert, n_embd)
+    gate: tuple[Matrix, ...]   # (n_ff_exp, n_embd) each
+    up: tuple[Matrix, ...]
+    down: tuple[Matrix, ...]   # (n_embd, n_ff_exp) each
+
+
+@dataclass(frozen=True)
 class LayerPlan:
     wq: Matrix
     wk: Matrix
     wv: Matrix
     wo: Matrix
-    wgate: Matrix
-    wup: Matrix
-    wdown: Matrix
-    attn_norm: np.ndarray      # float32 vectors; None = the layer has no such norm
-    ffn_norm: np.ndarray
+    wgate: Matrix | None       # None in a MoE layer
+    wup: Matrix | None
+    wdown: Matrix | None
+    attn_norm: np.ndarray | None  # float32 vectors; None = the layer has no such norm
+    ffn_norm: np.ndarray | None
     q_norm: np.ndarray | None = None
     k_norm: np.ndarray | None = None
     post_attn_norm: np.ndarray | None = None
     post_ffn_norm: np.ndarray | None = None
+    bq: np.ndarray | None = None  # projection biases
+    bk: np.ndarray | None = None
+    bv: np.ndarray | None = None
+    bo: np.ndarray | None = None
+    qk_norm_full: bool = False
+    experts: Experts | None = None
     window: int = 0
     rope_slot: int = 0
 
@@ -97,6 +124,12 @@ class ForwardPlan:
     eps: float
     embd_scale: float
     attn_scale: float
+    attn_softcap: float
+    final_softcap: float
+    n_expert: int
+    n_expert_used: int
+    n_ff_exp: int
+    expert_norm: bool
     rope_base: tuple[float, float]        # per rope slot (slot 1 unused when 0)
     rope_freq_scale: tuple[float, float]
     tok_embd: Matrix
@@ -105,16 +138,20 @@ class ForwardPlan:
     layers: tuple[LayerPlan, ...]
 
 
-# plan field -> GGUF tensor name suffix under blk.{i}.
+# plan field -> GGUF tensor name under blk.{i}.
 LAYER_TENSORS = {
-    "wq": "attn_q", "wk": "attn_k", "wv": "attn_v", "wo": "attn_output",
-    "wgate": "ffn_gate", "wup": "ffn_up", "wdown": "ffn_down",
-    "attn_norm": "attn_norm", "ffn_norm": "ffn_norm",
-    "q_norm": "attn_q_norm", "k_norm": "attn_k_norm",
-    "post_attn_norm": "post_attention_norm", "post_ffn_norm": "post_ffw_norm",
+    "wq": "attn_q.weight", "wk": "attn_k.weight", "wv": "attn_v.weight", "wo": "attn_output.weight",
+    "wgate": "ffn_gate.weight", "wup": "ffn_up.weight", "wdown": "ffn_down.weight",
+    "attn_norm": "attn_norm.weight", "ffn_norm": "ffn_norm.weight",
+    "q_norm": "attn_q_norm.weight", "k_norm": "attn_k_norm.weight",
+    "post_attn_norm": "post_attention_norm.weight", "post_ffn_norm": "post_ffw_norm.weight",
+    "bq": "attn_q.bias", "bk": "attn_k.bias", "bv": "attn_v.bias", "bo": "attn_output.bias",
 }
-_BLK = re.compile(r"^blk\.(\d+)\.(.+)\.weight$")
-GLOBAL_TENSORS = {"token_embd.weight", "output_norm.weight", "output.weight", "rope_freqs.weight"}
+FUSED_QKV = "attn_qkv.weight"        # rows: q, then k, then v (phi3)
+EXPERT_TENSORS = {"gate_inp": "ffn_gate_inp.weight", "gate": "ffn_gate_exps.weight",
+                  "up": "ffn_up_exps.weight", "down": "ffn_down_exps.weight"}
+_BLK = re.compile(r"^blk\.(\d+)\.(.+)$")
+GLOBAL_TENSORS = {"token_embd.weight", "output_norm.weight", "output.weight"}
 
 
 def _required(g: GGUFFile, suffix: str) -> int | float:
@@ -143,61 +180,137 @@ def read_hparams(g: GGUFFile) -> HParams:
         rope_base=float(g.arch_get("rope.freq_base", 10000.0)),
         rope_freq_scale=1.0 / factor,
         n_rot=int(g.arch_get("rope.dimension_count", head_dim)),
+        n_expert=int(g.arch_get("expert_count", 0) or 0),
+        n_expert_used=int(g.arch_get("expert_used_count", 0) or 0),
+        n_ff_exp=int(g.arch_get("expert_feed_forward_length", 0) or g.arch_get("feed_forward_length", 0)),
     )
+    if hp.n_expert and not (0 < hp.n_expert_used <= hp.n_expert <= 256):
+        raise CorruptModelFile(g.path, f"{hp.n_expert_used} experts used of {hp.n_expert} "
+                               "(1 <= used <= count <= 256 required)")
     if min(hp.n_layer, hp.n_embd, hp.n_head, hp.n_head_kv, hp.head_dim, hp.n_ff) <= 0 \
             or hp.n_head % hp.n_head_kv or hp.n_layer > 4096:
         raise CorruptModelFile(g.path, f"inconsistent hyper-parameters {hp}")
     return hp
 
 
-def _matrix(t: TensorInfo) -> Matrix:
+def _matrix(t: TensorInfo, r0: int = 0, r1: int | None = None) -> Matrix:
+    """Rows [r0, r1) of a 2-D tensor: a view into the mmap (fused tensors split without copies)."""
     if len(t.ne) != 2:
         raise CorruptModelFile("", f"tensor {t.name!r} should be a matrix, has shape {t.shape}")
-    return Matrix(t.data, t.ggml_type, int(t.ne[1]), int(t.ne[0]))
+    rows, r1 = int(t.ne[1]), int(t.ne[1]) if r1 is None else r1
+    row_bytes = t.data.size // max(rows, 1)
+    if not 0 <= r0 < r1 <= rows:
+        raise CorruptModelFile("", f"tensor {t.name!r} has {rows} rows, {r1} needed")
+    return Matrix(t.data[r0 * row_bytes:r1 * row_bytes], t.ggml_type, r1 - r0, int(t.ne[0]))
+
+
+def _experts(t: TensorInfo, n_expert: int) -> tuple[Matrix, ...]:
+    """A 3-D expert tensor (ne: cols, rows, n_expert) as one matrix view per expert."""
+    if len(t.ne) != 3 or int(t.ne[2]) != n_expert:
+        raise CorruptModelFile("", f"tensor {t.name!r} should hold {n_expert} expert matrices, "
+                               f"has shape {t.shape}")
+    size = t.data.size // n_expert
+    return tuple(Matrix(t.data[e * size:(e + 1) * size], t.ggml_type, int(t.ne[1]), int(t.ne[0]))
+                 for e in range(n_expert))
 
 
 def _vector(t: TensorInfo) -> np.ndarray:
     return dequantize(t).reshape(-1)
 
 
-def check_tensors(g: GGUFFile, spec: ModelSpec) -> None:
-    """Refuse files with tensors this plan would ignore (biases, MoE routers, ...)."""
-    known = set(LAYER_TENSORS.values())
-    for name in g.tensors:
-        m = _BLK.match(name)
-        if name in GLOBAL_TENSORS or (m and m.group(2) in known and int(m.group(1)) < len(spec.layers)):
-            continue
-        raise UnsupportedArchitecture(
-            g.architecture or "?", reason=f"tensor {name!r} has no place in rase's "
-            f"{g.architecture} forward (biases, mixture-of-experts and extra layers are not supported)")
+class _Tensors:
+    """A file's tensors as the plan takes them; whatever is never taken is refused (unused())."""
+
+    def __init__(self, g: GGUFFile) -> None:
+        self.g, self.taken = g, set()
+
+    def has(self, name: str) -> bool:
+        return name in self.g.tensors
+
+    def take(self, name: str) -> TensorInfo:
+        self.taken.add(name)
+        return self.g.tensor(name)
+
+    def unused(self) -> list[str]:
+        return [n for n in self.g.tensors if n not in self.taken]
+
+
+def _attention_parts(ts: _Tensors, il: int, hp: HParams, ls: LayerSpec) -> dict:
+    blk = f"blk.{il}."
+    parts: dict = {}
+    if ts.has(blk + FUSED_QKV) and not ts.has(blk + LAYER_TENSORS["wq"]):
+        t, nq, nkv = ts.take(blk + FUSED_QKV), hp.n_head * hp.head_dim, hp.n_head_kv * hp.head_dim
+        parts.update(wq=_matrix(t, 0, nq), wk=_matrix(t, nq, nq + nkv), wv=_matrix(t, nq + nkv, nq + 2 * nkv))
+        if int(t.ne[1]) != nq + 2 * nkv:
+            raise CorruptModelFile(ts.g.path, f"{t.name} has {int(t.ne[1])} rows, expected {nq + 2 * nkv}")
+    else:
+        parts.update({k: _matrix(ts.take(blk + LAYER_TENSORS[k])) for k in ("wq", "wk", "wv")})
+    parts["wo"] = _matrix(ts.take(blk + LAYER_TENSORS["wo"]))
+    for key in ("bq", "bk", "bv", "bo"):  # optional, as in llama.cpp
+        if ts.has(blk + LAYER_TENSORS[key]):
+            parts[key] = _vector(ts.take(blk + LAYER_TENSORS[key]))
+    names = ["attn_norm"] * ls.pre_norms + ["q_norm", "k_norm"] * (ls.qk_norm or ls.qk_norm_full)
+    names += ["post_attn_norm"] * ls.post_norms
+    parts.update({k: _vector(ts.take(blk + LAYER_TENSORS[k])) for k in names})
+    parts.setdefault("attn_norm", None)
+    return parts
+
+
+def _ffn_parts(ts: _Tensors, il: int, hp: HParams, ls: LayerSpec) -> dict:
+    blk = f"blk.{il}."
+    parts: dict = {"wgate": None, "wup": None, "wdown": None}
+    if ts.has(blk + EXPERT_TENSORS["gate_inp"]):
+        if not hp.n_expert:
+            raise CorruptModelFile(ts.g.path, f"{blk}ffn_gate_inp is present but expert_count is not set")
+        gate_inp = _matrix(ts.take(blk + EXPERT_TENSORS["gate_inp"]))
+        ex = {k: _experts(ts.take(blk + EXPERT_TENSORS[k]), hp.n_expert) for k in ("gate", "up", "down")}
+        parts["experts"] = Experts(gate_inp, ex["gate"], ex["up"], ex["down"])
+    elif ts.has(blk + LAYER_TENSORS["wgate"]):
+        parts.update({k: _matrix(ts.take(blk + LAYER_TENSORS[k])) for k in ("wgate", "wup", "wdown")})
+    else:  # gate and up fused in ffn_up: rows [0, n_ff) gate, [n_ff, 2 n_ff) up (phi3)
+        t = ts.take(blk + LAYER_TENSORS["wup"])
+        if int(t.ne[1]) != 2 * hp.n_ff:
+            raise CorruptModelFile(ts.g.path, f"{blk}ffn_gate is missing and {t.name} is not a fused "
+                                   f"gate+up of {2 * hp.n_ff} rows")
+        parts.update(wgate=_matrix(t, 0, hp.n_ff), wup=_matrix(t, hp.n_ff, 2 * hp.n_ff),
+                     wdown=_matrix(ts.take(blk + LAYER_TENSORS["wdown"])))
+    names = ["ffn_norm"] * ls.pre_norms + ["post_ffn_norm"] * ls.post_norms
+    parts.update({k: _vector(ts.take(blk + LAYER_TENSORS[k])) for k in names})
+    parts.setdefault("ffn_norm", None)
+    return parts
+
+
+def _refuse_unused(g: GGUFFile, ts: _Tensors) -> None:
+    """Tensors this plan would ignore (shared experts, extra layers, RoPE factors ...) are refused."""
+    for name in ts.unused():
+        reason = f"tensor {name!r} has no place in rase's {g.architecture} forward"
+        if name == "rope_freqs.weight" or "rope_factors" in name:
+            reason = "per-dimension RoPE frequency factors (Llama 3.1 rope_freqs, Phi-3 128k " \
+                     "rope_factors) are not implemented yet; use a model without them"
+        elif "shexp" in name:
+            reason = f"shared experts ({name!r}) are not implemented yet"
+        raise UnsupportedArchitecture(g.architecture or "?", reason=reason)
 
 
 def build_plan(g: GGUFFile, hp: HParams, spec: ModelSpec, n_ctx: int) -> ForwardPlan:
-    """The typed plan for _kernels.Weights; weights stay in the mmap."""
-    check_tensors(g, spec)
-    if "rope_freqs.weight" in g.tensors:
-        raise UnsupportedArchitecture(
-            g.architecture or "?", reason="per-dimension RoPE frequency factors (Llama 3.1 "
-            "rope_freqs) are not implemented yet")
+    """The typed plan for _kernels.Weights; weights stay in the mmap (fused tensors as views)."""
+    ts = _Tensors(g)
     rope = list(spec.rope) + [(0.0, 1.0)] * (2 - len(spec.rope))
-    embd = g.tensor("token_embd.weight")
-    output = g.tensors.get("output.weight", embd)  # tied when absent
+    embd = ts.take("token_embd.weight")
+    output = ts.take("output.weight") if ts.has("output.weight") else embd  # tied when absent
     layers = []
     for il, ls in enumerate(spec.layers):
-        need = ["wq", "wk", "wv", "wo", "wgate", "wup", "wdown", "attn_norm", "ffn_norm"]
-        need += ["q_norm", "k_norm"] if ls.qk_norm else []
-        need += ["post_attn_norm", "post_ffn_norm"] if ls.post_norms else []
-        parts = {}
-        for key in need:
-            t = g.tensor(f"blk.{il}.{LAYER_TENSORS[key]}.weight")
-            parts[key] = _matrix(t) if key.startswith("w") else _vector(t)
-        layers.append(LayerPlan(**parts, window=ls.window, rope_slot=ls.rope_slot))
+        parts = {**_attention_parts(ts, il, hp, ls), **_ffn_parts(ts, il, hp, ls)}
+        layers.append(LayerPlan(**parts, qk_norm_full=ls.qk_norm_full, window=ls.window, rope_slot=ls.rope_slot))
+    output_norm = _vector(ts.take("output_norm.weight"))
+    _refuse_unused(g, ts)
     return ForwardPlan(
         n_layer=hp.n_layer, n_embd=hp.n_embd, n_head=hp.n_head, n_head_kv=hp.n_head_kv,
         head_dim=hp.head_dim, n_ff=hp.n_ff, n_vocab=hp.n_vocab, n_ctx=n_ctx, n_rot=hp.n_rot,
         rope_neox=spec.rope_neox, gelu=spec.gelu, attn_prescale=spec.attn_prescale, eps=hp.eps,
         embd_scale=spec.embd_scale,
         attn_scale=spec.attn_scale if spec.attn_scale is not None else 1.0 / math.sqrt(hp.head_dim),
+        attn_softcap=spec.attn_softcap, final_softcap=spec.final_softcap, n_expert=hp.n_expert,
+        n_expert_used=hp.n_expert_used, n_ff_exp=hp.n_ff_exp, expert_norm=spec.expert_norm,
         rope_base=(rope[0][0], rope[1][0]), rope_freq_scale=(rope[0][1], rope[1][1]),
-        tok_embd=_matrix(embd), output=_matrix(output),
-        output_norm=_vector(g.tensor("output_norm.weight")), layers=tuple(layers))
+        tok_embd=_matrix(embd), output=_matrix(output), output_norm=output_norm, layers=tuple(layers))

@@ -1,0 +1,11 @@
+"""olmoe: OLMoE. Pre-norm blocks with full-width Q/K norms (as olmo2) and NeoX RoPE; every
+layer's FFN routed: softmax over experts, top n_expert_used, weights not renormalized."""
+from __future__ import annotations
+
+from ..gguf import GGUFFile
+from .base import HParams, LayerSpec, ModelSpec
+
+
+def spec(g: GGUFFile, hp: HParams) -> ModelSpec:
+    return ModelSpec(layers=(LayerSpec(qk_norm_full=True),) * hp.n_layer,
+                     rope=((hp.rope_base, hp.rope_freq_scale),), rope_neox=True, expert_norm=False)

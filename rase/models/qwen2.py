@@ -1,0 +1,11 @@
+"""qwen2: Qwen2 / Qwen2.5. llama blocks with Q/K/V biases (optional biases are read for every
+architecture, as llama.cpp does), NeoX-style RoPE."""
+from __future__ import annotations
+
+from ..gguf import GGUFFile
+from .base import HParams, LayerSpec, ModelSpec
+
+
+def spec(g: GGUFFile, hp: HParams) -> ModelSpec:
+    return ModelSpec(layers=(LayerSpec(),) * hp.n_layer, rope=((hp.rope_base, hp.rope_freq_scale),),
+                     rope_neox=True)
