@@ -90,9 +90,11 @@ def test_dot_shape_checks():
         _kernels.vec_dot(8, w[:30], np.zeros((1, 32), np.float32))
 
 
-def _attention_spec(q, k, v, scale, j0):
+def _attention_spec(q, k, v, scale, j0, softcap=0.0):
     kf, vf = k.view(np.float16).astype(np.float64), v.view(np.float16).astype(np.float64)
     s = kf[j0:] @ q.astype(np.float64) * scale
+    if softcap:
+        s = softcap * np.tanh(s / softcap)
     p = np.exp(s - s.max())
     return (p / p.sum()) @ vf[j0:]
 
@@ -115,6 +117,27 @@ def test_attention_against_scalar_and_spec(hd, n, j0):
             qg = rng.standard_normal((g, hd)).astype(np.float32)
             wide = _kernels.attention(qg, k, v, scale, j0, "avx512")
             assert wide.tobytes() == _kernels.attention(qg, k, v, scale, j0, "avx2").tobytes(), g
+
+
+@pytest.mark.parametrize("hd", [64, 128, 40])
+@pytest.mark.parametrize("n,j0", [(1, 0), (33, 0), (100, 37)])
+def test_attention_softcap(hd, n, j0):
+    """Gemma 2's soft-capped scores (cap * tanh(s / cap) before the softmax): every ISA near the
+    spec, AVX-512 bit for bit AVX2, and the cap binds (the uncapped result is far)."""
+    rng = np.random.default_rng(hd + n)
+    q = (rng.standard_normal((2, hd)) * 3).astype(np.float32)  # large scores, so a cap of 2 binds
+    k = rng.standard_normal((n, hd)).astype(np.float16).view(np.uint16)
+    v = rng.standard_normal((n, hd)).astype(np.float16).view(np.uint16)
+    for h in range(2):
+        spec = _attention_spec(q[h], k, v, 1.0, j0, softcap=2.0)
+        for isa in _kernels.isa_supported():
+            got = _kernels.attention(q[h:h + 1], k, v, 1.0, j0, isa, softcap=2.0)[0]
+            assert np.abs(got - spec).max() <= 4e-3 * np.abs(spec).max() + 1e-6, isa
+        if n > 1:
+            assert np.abs(_attention_spec(q[h], k, v, 1.0, j0) - spec).max() > 0.05
+    if "avx512" in _kernels.isa_supported():
+        assert _kernels.attention(q, k, v, 1.0, j0, "avx512", softcap=2.0).tobytes() == \
+            _kernels.attention(q, k, v, 1.0, j0, "avx2", softcap=2.0).tobytes()
 
 
 @pytest.mark.parametrize("n", [1, 7, 8, 33, 1536])

@@ -10,6 +10,7 @@ import pytest
 from rase import QuantType, _kernels
 from rase.decoder import GGUFDecoder
 from rase.plan import load_plan
+from tests.tinymodels import ARCH_FEATURES
 
 BS = _kernels.KV_BLOCK
 
@@ -64,7 +65,7 @@ def _prompts(rng, n_vocab: int, lengths) -> list[list[int]]:
 
 @pytest.mark.parametrize("isa", _kernels.isa_supported())
 @pytest.mark.parametrize("qtype", list(QuantType), ids=lambda t: t.name)
-@pytest.mark.parametrize("arch", ["llama", "qwen3", "gemma3"])
+@pytest.mark.parametrize("arch", list(ARCH_FEATURES))
 def test_batched_steps_equal_each_sequence_alone(tiny_models, arch, qtype, isa):
     previous = _kernels.get_isa()
     _kernels.set_isa(isa)
@@ -112,3 +113,20 @@ def test_sampling_inside_the_step_equals_sampling_alone(tiny_models):
     inside, logits = fwd.step(rows, tables, np.arange(4, dtype=np.int32), [make(*c) for c in configs])
     outside = [make(*c).sample(logits[j]) for j, c in enumerate(configs)]
     assert inside.tolist() == outside
+
+
+@pytest.mark.parametrize("name", ["qwen2-tiny-q4_k_m", "gemma2-tiny-q8_0", "qwen3moe-tiny-q4_k_m",
+                                  "olmoe-tiny-q8_0", "llama-moe-tiny-q4_k_m"])
+def test_llamacpp_quantized_architectures_batched_equal_alone(name):
+    """Files made by llama.cpp's quantizer, dense and MoE (tests/fixtures/archs): a sequence's
+    logits in mixed steps, at 1 and 2 threads, equal it fed alone; in a MoE layer the other rows
+    of a step choose other experts and change how the pairs are grouped, never the bits."""
+    from tests.test_archs import ARCHS
+
+    plan = load_plan(ARCHS / f"{name}.gguf", n_ctx=256)
+    prompts = _prompts(np.random.default_rng(3), plan.vocab_size, [70, 9, 41, 1, 25])
+    want = [alone(plan, p) for p in prompts]
+    for seed, threads in ((0, 1), (1, 2)):
+        got = mixed(plan, prompts, seed, threads)
+        for s, (g, w) in enumerate(zip(got, want)):
+            assert np.array_equal(g, w), (seed, threads, s)

@@ -11,7 +11,8 @@ from rase.quants import QUANT_BLOCKS, QuantType
 HP = dict(n_embd=256, n_ff=512, n_head=4, n_head_kv=2, head_dim=64, n_vocab=160, n_ctx=64)
 N_LAYER = {"gemma3": 6}  # gemma3: layer 5 is the global one; 2 layers elsewhere
 WINDOW = 5  # gemma3/gemma2 sliding window, small so that tests cross it
-N_EXPERT, N_EXPERT_USED, N_FF_EXP = 4, 2, 256
+# MoE files: 8 experts (the router softmax's 8-lane exp path), 3 chosen (the sum order binds)
+HP.update(n_expert=8, n_expert_used=3, n_ff_exp=256)
 
 # what each architecture's file holds beyond plain llama blocks (file architecture, features)
 ARCH_FEATURES = {
@@ -73,17 +74,18 @@ def _add_tiny_vocab(w, n_vocab: int, extra: dict[str, int] | None = None, eos: s
 
 
 def write_tiny_model(path: Path, arch: str, qtype: QuantType, seed: int = 0, extra_tokens: dict | None = None,
-                     chat_template: str | None = None, eos: str = "</s>") -> Path:
-    """arch: an ARCH_FEATURES key (llama-moe is a llama file with experts)."""
+                     chat_template: str | None = None, eos: str = "</s>", hp: dict | None = None) -> Path:
+    """arch: an ARCH_FEATURES key (llama-moe is a llama file with experts); hp: HP overrides."""
     import gguf
 
     rng = np.random.default_rng(seed)
-    E, F, H, KV, D, V = (HP[k] for k in ("n_embd", "n_ff", "n_head", "n_head_kv", "head_dim", "n_vocab"))
+    hp = {**HP, **(hp or {})}
+    E, F, H, KV, D, V = (hp[k] for k in ("n_embd", "n_ff", "n_head", "n_head_kv", "head_dim", "n_vocab"))
     file_arch, feat = ARCH_FEATURES[arch]
     L = N_LAYER.get(arch, 2)
     w = gguf.GGUFWriter(str(path), file_arch)
     w.add_block_count(L)
-    w.add_context_length(HP["n_ctx"])
+    w.add_context_length(hp["n_ctx"])
     w.add_embedding_length(E)
     w.add_feed_forward_length(F)
     w.add_head_count(H)
@@ -99,9 +101,9 @@ def write_tiny_model(path: Path, arch: str, qtype: QuantType, seed: int = 0, ext
         w.add_float32(f"{file_arch}.attn_logit_softcapping", 2.0)  # small: binds on these scores
         w.add_float32(f"{file_arch}.final_logit_softcapping", 30.0)
     if "moe" in feat:
-        w.add_expert_count(N_EXPERT)
-        w.add_expert_used_count(N_EXPERT_USED)
-        w.add_uint32(f"{file_arch}.expert_feed_forward_length", N_FF_EXP)
+        w.add_expert_count(hp["n_expert"])
+        w.add_expert_used_count(hp["n_expert_used"])
+        w.add_uint32(f"{file_arch}.expert_feed_forward_length", hp["n_ff_exp"])
     _add_tiny_vocab(w, V, extra_tokens, eos)
     if chat_template is not None:
         w.add_chat_template(chat_template)
@@ -123,7 +125,7 @@ def write_tiny_model(path: Path, arch: str, qtype: QuantType, seed: int = 0, ext
     if "untied" in feat:
         mat("output.weight", V, E)
     for i in range(L):
-        _write_layer(w, f"blk.{i}.", feat, mat, vec, rng)
+        _write_layer(w, f"blk.{i}.", feat, mat, vec, rng, hp)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -131,8 +133,9 @@ def write_tiny_model(path: Path, arch: str, qtype: QuantType, seed: int = 0, ext
     return path
 
 
-def _write_layer(w, p: str, feat: set, mat, vec, rng) -> None:
-    E, F, H, KV, D = (HP[k] for k in ("n_embd", "n_ff", "n_head", "n_head_kv", "head_dim"))
+def _write_layer(w, p: str, feat: set, mat, vec, rng, hp: dict) -> None:
+    E, F, H, KV, D = (hp[k] for k in ("n_embd", "n_ff", "n_head", "n_head_kv", "head_dim"))
+    NE, NF = hp["n_expert"], hp["n_ff_exp"]
     if "fused" in feat:
         mat(p + "attn_qkv.weight", (H + 2 * KV) * D, E)
     else:
@@ -144,10 +147,10 @@ def _write_layer(w, p: str, feat: set, mat, vec, rng) -> None:
         for name, n in (("attn_q", H * D), ("attn_k", KV * D), ("attn_v", KV * D)):
             vec(p + name + ".bias", n, 0.0, 0.5)
     if "moe" in feat:
-        w.add_tensor(p + "ffn_gate_inp.weight", (rng.standard_normal((N_EXPERT, E)) * 0.2).astype(np.float32))
-        mat(p + "ffn_gate_exps.weight", N_FF_EXP, E, experts=N_EXPERT)
-        mat(p + "ffn_up_exps.weight", N_FF_EXP, E, experts=N_EXPERT)
-        mat(p + "ffn_down_exps.weight", E, N_FF_EXP, experts=N_EXPERT)
+        w.add_tensor(p + "ffn_gate_inp.weight", (rng.standard_normal((NE, E)) * 0.2).astype(np.float32))
+        mat(p + "ffn_gate_exps.weight", NF, E, experts=NE)
+        mat(p + "ffn_up_exps.weight", NF, E, experts=NE)
+        mat(p + "ffn_down_exps.weight", E, NF, experts=NE)
     elif "fused" in feat:
         mat(p + "ffn_up.weight", 2 * F, E)
         mat(p + "ffn_down.weight", E, F)
