@@ -136,10 +136,10 @@ BUILTIN: dict[str, Callable[[Sequence[Message]], str]] = {
     "llama2": render_mistral, "gemma": render_gemma,
 }
 
-ARCH_DEFAULT = {  # the seed's for_architecture, plus gemma3
+ARCH_DEFAULT = {  # the seed's for_architecture, plus the architectures rase added (when a file has no template)
     "qwen3": "chatml", "qwen3-gguf": "chatml", "llama3": "llama3", "llama": "mistral",
     "llama2": "mistral", "llama-gguf": "mistral", "mistral": "mistral", "mixtral": "mistral",
-    "gemma3": "gemma",
+    "gemma3": "gemma", "gemma2": "gemma", "gemma": "gemma", "qwen2": "chatml", "qwen3moe": "chatml",
 }
 
 

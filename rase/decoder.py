@@ -106,8 +106,9 @@ class GGUFDecoder:
 
 
 def load_gguf_decoder(architecture: str | None, path: str | os.PathLike[str], **kwargs) -> GGUFDecoder:
-    """The manual's dispatcher: llama/llama2/llama3/mistral/mixtral -> llama, qwen3, gemma3;
-    qwen2 and phi are refused with the manual's messages."""
+    """The manual's dispatcher, widened: every models.ARCHITECTURES name and alias
+    (llama2/llama3/mistral/mixtral -> llama, qwen2.5 -> qwen2, phi4 -> phi3); phi2, Qwen 1 and
+    qwen2moe are refused by name with what to use instead."""
     if architecture is not None:
         resolve(architecture)  # refuse before touching the file
     return GGUFDecoder(path, architecture, **kwargs)

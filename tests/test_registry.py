@@ -90,11 +90,11 @@ def test_import_errors(tmp_path, model_file):
         reg.import_local("m", tmp_path / "w.bin")
     with pytest.raises(ManifestError, match="unknown chat template 'zephyr'"):
         reg.import_local("m", model_file, chat_template="zephyr")
-    qwen2 = tmp_path / "q2.gguf"
-    qwen2.write_bytes(GGUFSpec(kvs=[("general.architecture", 8, "qwen2")],
-                               tensors=[Tensor("t", (4,), 0, b"\0" * 16)]).build())
-    with pytest.raises(UnsupportedArchitecture, match="replaced by Qwen3"):
-        reg.import_local("m", qwen2)
+    phi2 = tmp_path / "p2.gguf"
+    phi2.write_bytes(GGUFSpec(kvs=[("general.architecture", 8, "phi2")],
+                              tensors=[Tensor("t", (4,), 0, b"\0" * 16)]).build())
+    with pytest.raises(UnsupportedArchitecture, match="use a Phi-3 or Phi-4 GGUF"):
+        reg.import_local("m", phi2)
     assert reg.list() == []
 
 
