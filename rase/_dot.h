@@ -313,6 +313,9 @@ RASE_TARGET_AVX2 static void quant_q8_k_avx2(const float *x, void *dst, int64_t 
 
 // -- float weights
 
+// ggml_vec_dot_f32 on AVX2, step for step (llama.cpp's one-token F32 matmul, e.g. MoE routers):
+// 4 accumulators over 32-element steps, ggml's reduction (rase_avx2_reduce4), the remaining
+// n % 32 products added one by one in f64, rounded to f32 once
 RASE_TARGET_AVX2 static float vec_dot_f32_f32_avx2(int64_t n, const void *w, const void *a) {
     const float *x = (const float *)w, *y = (const float *)a;
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
@@ -320,10 +323,9 @@ RASE_TARGET_AVX2 static float vec_dot_f32_f32_avx2(int64_t n, const void *w, con
     for (; i + 32 <= n; i += 32)
         for (int k = 0; k < 4; ++k)
             acc[k] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8 * k), _mm256_loadu_ps(y + i + 8 * k), acc[k]);
-    for (; i + 8 <= n; i += 8) acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc[0]);
-    float s = rase_avx2_hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
-    for (; i < n; ++i) s += x[i] * y[i];
-    return s;
+    double s = (double)rase_avx2_reduce4(acc[0], acc[1], acc[2], acc[3]);
+    for (; i < n; ++i) s += (double)(x[i] * y[i]);
+    return (float)s;
 }
 
 RASE_TARGET_AVX2 static float vec_dot_f16_f32_avx2(int64_t n, const void *w, const void *a) {
