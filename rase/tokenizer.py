@@ -27,6 +27,11 @@ PRE_REGEXES: dict[str, list[str]] = {
     "default": [_GPT2],
     **dict.fromkeys(("smollm", "starcoder", "refact", "command-r", "codeshell", "exaone",
                      "minerva-7b"), [r"\p{N}", _GPT2]),
+    **dict.fromkeys(("olmo", "mpt", "jais", "gpt-2"), [_GPT2]),
+    # Qwen2/2.5/3 (and what llama.cpp maps to its QWEN2 pre-tokenizer): llama3's, digits one by one
+    **dict.fromkeys(("qwen2", "deepseek-r1-qwen", "megrez", "stablelm2", "hunyuan"), [
+        r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|"
+        r"\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"]),
     **dict.fromkeys(("llama3", "llama-bpe", "llama-v3", "smaug-bpe"), [
         r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|"
         r"\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"]),
