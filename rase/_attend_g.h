@@ -72,7 +72,7 @@ RASE_ATTN_TARGET static inline __attribute__((always_inline)) void RASE_ATTN_NAM
         }
     }
     if (softcap > 0.0f)
-        for (int h = 0; h < G; ++h) mx[h] = rase_softcap_scores(scratch + h * qstride, j0, j1, softcap);
+        for (int h = 0; h < G; ++h) mx[h] = rase_softcap(scratch + h * qstride, j0, j1, softcap);
     for (int h = 0; h < G; ++h) {
         float *s = scratch + h * qstride;
         double sum = 0.0;

@@ -32,11 +32,11 @@ static inline int64_t rase_attend_scratch(int64_t n_ctx, int hd) {
 }
 
 // s[j] = cap * tanh(s[j] / cap) for j in [j0, j1) (ggml_scale, ggml_tanh, ggml_scale: Gemma 2's
-// attention soft-capping, on scores already scaled); returns their new max
-static float rase_softcap_scores(float *s, int j0, int j1, float cap) {
+// soft-capping of attention scores, already scaled, and of logits); returns their new max
+static float rase_softcap(float *s, int64_t j0, int64_t j1, float cap) {
     const float inv = 1.0f / cap;
     float mx = -INFINITY;
-    for (int j = j0; j < j1; ++j) {
+    for (int64_t j = j0; j < j1; ++j) {
         s[j] = tanhf(s[j] * inv) * cap;
         if (s[j] > mx) mx = s[j];
     }
@@ -53,7 +53,7 @@ static void attend_ref(const float *q, const rase_kv_view *kv, int j0, int j1, i
         s[j] = d * scale;
         if (s[j] > mx) mx = s[j];
     }
-    if (softcap > 0.0f) mx = rase_softcap_scores(s, j0, j1, softcap);
+    if (softcap > 0.0f) mx = rase_softcap(s, j0, j1, softcap);
     double sum = 0.0;
     for (int j = j0; j < j1; ++j) { s[j] = expf(s[j] - mx); sum += s[j]; }
     const float inv = (float)(1.0 / sum);
@@ -116,7 +116,7 @@ RASE_ATTEND_FN(attend_512, RASE_TARGET_AVX512, attend_512_g)
 
 // g (1..RASE_ATTN_G) query heads q[h] -> out[h] over one KV head; scratch: g * qstride floats,
 // qstride >= rase_attend_scratch(n_ctx, hd). Each query's result does not depend on g.
-// softcap > 0: scores capped (rase_softcap_scores) before the softmax.
+// softcap > 0: scores capped (rase_softcap) before the softmax.
 static void rase_attend(int g, const float *const *q, const rase_kv_view *kv, int j0, int j1, int hd,
                         float scale, float softcap, float *scratch, int64_t qstride, float *const *out, int isa) {
 #if RASE_HAVE_X86

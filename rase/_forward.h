@@ -710,11 +710,10 @@ static void rase_step(rase_model *m, const rase_batch *b, const rase_sampler_ref
             rase_rmsnorm(m->s->x + (int64_t)b->out_rows[j] * E, m->w->output_norm, m->s->h + j * E, E, m->w->hp.eps);
         rase_sync(m, ith);
         if (b->n_out > 0) rase_matmul(m, &m->w->output, m->s->h, b->n_out, b->logits, NULL, ith, nth);
-        if (m->w->hp.final_softcap > 0.0f) {  // ggml_scale, ggml_tanh, ggml_scale (gemma2)
+        if (m->w->hp.final_softcap > 0.0f) {  // gemma2
             rase_sync(m, ith);
-            const float cap = m->w->hp.final_softcap, inv = 1.0f / cap;
             rase_split((int64_t)b->n_out * V, ith, nth, &lo, &hi);
-            for (int64_t i = lo; i < hi; ++i) b->logits[i] = tanhf(b->logits[i] * inv) * cap;
+            rase_softcap(b->logits, lo, hi, m->w->hp.final_softcap);
         }
         if (samplers) {
             rase_sync(m, ith);

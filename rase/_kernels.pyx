@@ -217,6 +217,7 @@ import numpy as _np
 KV_BLOCK = RASE_KV_BLOCK  # positions per KV block
 
 _MATS = ("wq", "wk", "wv", "wo", "wgate", "wup", "wdown")
+_FFN_MATS = ("wgate", "wup", "wdown")
 _VECS = ("attn_norm", "ffn_norm", "q_norm", "k_norm", "post_attn_norm", "post_ffn_norm", "bq", "bk", "bv", "bo")
 
 
@@ -307,7 +308,7 @@ cdef class Weights:
                    &L.bq, &L.bk, &L.bv, &L.bo]
         experts = spec.experts
         for j, name in enumerate(_MATS):
-            if j < 4 or experts is None:
+            if experts is None or name not in _FFN_MATS:  # a MoE layer's FFN is its experts
                 self._mat(mats[j], getattr(spec, name), shapes[name][0], shapes[name][1], f"blk.{il}.{name}")
         if experts is not None:
             self._experts(L, il, experts)

@@ -83,3 +83,26 @@ def small_spec() -> GGUFSpec:
         tensors=[Tensor("w.f32", (4, 2), 0, np.arange(8, dtype=np.float32).tobytes()),
                  Tensor("w.q8", (32, 2), 8, bytes(q8))],
     )
+
+
+def rewrite_gguf(src, dst, set_strings: dict | None = None, add_tensors: dict | None = None):
+    """A copy of the GGUF file src at dst (through the gguf package) with some string metadata
+    replaced and some F32 tensors added; returns dst."""
+    import gguf
+
+    set_strings, add_tensors = set_strings or {}, add_tensors or {}
+    reader = gguf.GGUFReader(str(src))
+    arch = reader.fields["general.architecture"].contents()
+    w = gguf.GGUFWriter(str(dst), arch)
+    for f in reader.fields.values():
+        if f.name in set_strings:
+            w.add_string(f.name, set_strings[f.name])
+        elif not f.name.startswith("GGUF.") and f.name != "general.architecture":
+            sub = f.types[1] if f.types[0] == gguf.GGUFValueType.ARRAY else None
+            w.add_key_value(f.name, f.contents(), f.types[0], sub)
+    for t in reader.tensors:
+        w.add_tensor(t.name, t.data, raw_shape=t.data.shape, raw_dtype=t.tensor_type)
+    for name, data in add_tensors.items():
+        w.add_tensor(name, data)
+    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+    return dst

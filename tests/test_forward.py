@@ -170,22 +170,11 @@ def test_new_aliases(tiny_models, alias, arch):
 
 
 def _with_extra_tensor(tmp_path, arch: str, name: str, data: np.ndarray):
-    import gguf
-
-    from tests.tinymodels import ARCH_FEATURES, write_tiny_model
+    from tests.ggufbuild import rewrite_gguf
+    from tests.tinymodels import write_tiny_model
 
     base = write_tiny_model(tmp_path / "m.gguf", arch, QuantType.Q8_0)
-    reader = gguf.GGUFReader(str(base))
-    file_arch = ARCH_FEATURES[arch][0]
-    w = gguf.GGUFWriter(str(tmp_path / "extra.gguf"), file_arch)
-    for field in reader.fields.values():
-        if field.name.startswith(file_arch + ".") or field.name.startswith("tokenizer"):
-            w.add_key_value(field.name, field.contents(), field.types[0])
-    for t in reader.tensors:
-        w.add_tensor(t.name, t.data, raw_shape=t.data.shape, raw_dtype=t.tensor_type)
-    w.add_tensor(name, data)
-    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
-    return tmp_path / "extra.gguf"
+    return rewrite_gguf(base, tmp_path / "extra.gguf", add_tensors={name: data})
 
 
 @pytest.mark.parametrize("arch,name,fragment", [

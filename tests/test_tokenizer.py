@@ -121,21 +121,12 @@ PRE_TEXTS = [
 def test_pre_tokenizers_equal_llamacpp(tmp_path, pre):
     """The byte-level BPE pre-tokenizers rase knows, on one vocabulary (the qwen2 tiny file's)
     relabelled with each `tokenizer.ggml.pre`, tokenize as llama.cpp itself does."""
-    import gguf
     from llama_cpp import Llama
 
+    from tests.ggufbuild import rewrite_gguf
+
     src = Path(__file__).parent / "fixtures" / "archs" / "qwen2-tiny-q8_0.gguf"
-    reader = gguf.GGUFReader(str(src))
-    w = gguf.GGUFWriter(str(tmp_path / "m.gguf"), "qwen2")
-    for field in reader.fields.values():
-        if field.name == "tokenizer.ggml.pre":
-            w.add_string(field.name, pre)
-        elif not field.name.startswith("GGUF.") and field.name != "general.architecture":
-            w.add_key_value(field.name, field.contents(), field.types[0],
-                            field.types[1] if field.types[0] == gguf.GGUFValueType.ARRAY else None)
-    for t in reader.tensors:
-        w.add_tensor(t.name, t.data, raw_shape=t.data.shape, raw_dtype=t.tensor_type)
-    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+    rewrite_gguf(src, tmp_path / "m.gguf", set_strings={"tokenizer.ggml.pre": pre})
     ref = Llama(str(tmp_path / "m.gguf"), vocab_only=True, verbose=False)
     tok = LocalTokenizer.from_gguf(GGUFFile(tmp_path / "m.gguf"))
     for text in PRE_TEXTS:

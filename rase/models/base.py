@@ -240,9 +240,9 @@ def _attention_parts(ts: _Tensors, il: int, hp: HParams, ls: LayerSpec) -> dict:
     parts: dict = {}
     if ts.has(blk + FUSED_QKV) and not ts.has(blk + LAYER_TENSORS["wq"]):
         t, nq, nkv = ts.take(blk + FUSED_QKV), hp.n_head * hp.head_dim, hp.n_head_kv * hp.head_dim
+        if len(t.ne) != 2 or int(t.ne[1]) != nq + 2 * nkv:
+            raise CorruptModelFile(ts.g.path, f"{t.name} has shape {t.shape}, expected {nq + 2 * nkv} rows")
         parts.update(wq=_matrix(t, 0, nq), wk=_matrix(t, nq, nq + nkv), wv=_matrix(t, nq + nkv, nq + 2 * nkv))
-        if int(t.ne[1]) != nq + 2 * nkv:
-            raise CorruptModelFile(ts.g.path, f"{t.name} has {int(t.ne[1])} rows, expected {nq + 2 * nkv}")
     else:
         parts.update({k: _matrix(ts.take(blk + LAYER_TENSORS[k])) for k in ("wq", "wk", "wv")})
     parts["wo"] = _matrix(ts.take(blk + LAYER_TENSORS["wo"]))
