@@ -13,20 +13,29 @@ static int64_t rase_bench_matmul(int isa, const rase_mat *w, const uint8_t *A, s
     rase_model m;
     memset(&m, 0, sizeof m);
     m.isa = isa;  // rase_mm_rows reads only the ISA of the model
+    rase_job_slot *slots = rase_alloc((size_t)n_threads * sizeof(rase_job_slot));
+    if (!slots) return -1;
     const int64_t chunks = (w->rows + RASE_CHUNK_ROWS - 1) / RASE_CHUNK_ROWS;
     const int64_t t0 = rase_now_ns();
     for (int rep = 0; rep < reps; ++rep) {
-        int64_t next = 0;
+        for (int i = 0; i < n_threads; ++i) slots[i].next = 0;
 #pragma omp parallel num_threads(n_threads)
         {
-            for (int64_t c = __atomic_fetch_add(&next, 1, __ATOMIC_RELAXED); c < chunks;
-                 c = __atomic_fetch_add(&next, 1, __ATOMIC_RELAXED)) {
+            int ith = 0, nth = 1;
+#ifdef _OPENMP
+            ith = omp_get_thread_num();
+            nth = omp_get_num_threads();
+#endif
+            rase_jobs jobs = rase_jobs_start(slots, chunks, ith, nth);
+            for (int64_t c = rase_jobs_next(&jobs); c < chunks; c = rase_jobs_next(&jobs)) {
                 const int64_t r0 = c * RASE_CHUNK_ROWS, r1 = r0 + RASE_CHUNK_ROWS < w->rows ? r0 + RASE_CHUNK_ROWS : w->rows;
                 rase_mm_rows(&m, w, A, as, T, Y, r0, r1);
             }
         }
     }
-    return rase_now_ns() - t0;
+    const int64_t dt = rase_now_ns() - t0;
+    free(slots);
+    return dt;
 }
 
 static uint64_t rase_bench_xor_ref(const uint8_t *p, int64_t lines) {

@@ -95,6 +95,7 @@ typedef struct {
     uint8_t *act_rows;     // (ACT_COUNT, max_rows, act_stride): shared quantized rows
     const float **act_src; // (n_threads, 2, ACT_COUNT): which input each buffer holds
     int64_t act_stride;
+    rase_job_slot *jobs;   // (n_threads,): each thread's work counter (rase_jobs), reset at barriers
 } rase_scratch;
 
 typedef struct { int32_t token, seq, pos; } rase_entry;
@@ -122,7 +123,6 @@ typedef struct {
     rase_kv_pool *kv;
     rase_scratch *s;
     int isa;
-    _Alignas(64) int job;      // next unit of the current op's work (rase_next_job), reset at barriers
     float *trace;              // NULL, or (n_layer, n, n_embd): residual stream after each layer
     int profile;               // 1: thread 0 accumulates the ns below (RASE_PROFILE=1)
     int64_t prof_matmul_ns, prof_attn_ns;
@@ -179,7 +179,7 @@ static void rase_kv_copy_rows(rase_kv_pool *kv, int32_t src, int32_t dst, int n)
 static void rase_scratch_free(rase_scratch *s) {
     void *bufs[] = {s->x, s->h, s->o, s->q, s->att, s->k, s->v, s->g, s->u, s->rope, s->scores,
                     s->act, s->act_rows, (void *)s->act_src, s->router, s->sel, s->pair, s->wsel,
-                    s->ptok, s->seg, s->cursor, s->pg, s->pu, s->pd, s->pact};
+                    s->ptok, s->seg, s->cursor, s->pg, s->pu, s->pd, s->pact, s->jobs};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); ++i) free(bufs[i]);
     memset(s, 0, sizeof(*s));
 }
@@ -212,6 +212,7 @@ static int rase_scratch_alloc(rase_scratch *s, const rase_hparams *hp, int max_r
     s->act = rase_alloc((size_t)n_threads * ACT_COUNT * s->act_stride);
     s->act_rows = rase_alloc((size_t)ACT_COUNT * B * s->act_stride);
     s->act_src = rase_alloc((size_t)n_threads * 2 * ACT_COUNT * sizeof(float *));
+    s->jobs = rase_alloc((size_t)n_threads * sizeof(rase_job_slot));
     if (hp->n_expert > 0) {
         const int64_t P = B * hp->n_expert_used;
         s->router = rase_alloc(B * hp->n_expert * 4);
@@ -232,7 +233,7 @@ static int rase_scratch_alloc(rase_scratch *s, const rase_hparams *hp, int max_r
         }
     }
     if (!s->x || !s->h || !s->o || !s->q || !s->att || !s->k || !s->v || !s->g || !s->u || !s->rope ||
-        !s->scores || !s->act || !s->act_rows || !s->act_src) {
+        !s->scores || !s->act || !s->act_rows || !s->act_src || !s->jobs) {
         rase_scratch_free(s);
         return -1;
     }
@@ -374,7 +375,7 @@ static void rase_rope_table(float *cs, int pos, int n_rot, float base, float fre
 // ---------------------------------------------------------------- matmul over quantized activations
 
 static void rase_sync(rase_model *m, int ith) {
-    rase_barrier_wait_reset(&m->barrier, &m->job);
+    rase_barrier_wait_reset(&m->barrier, m->s->jobs);
     for (int a = 0; a < 2 * ACT_COUNT; ++a) m->s->act_src[ith * 2 * ACT_COUNT + a] = NULL;
 }
 
@@ -441,7 +442,7 @@ static void rase_mm_rows(const rase_model *m, const rase_mat *w, const uint8_t *
 }
 
 // Y[i] (T, rows_i) = X (T, cols) w[i]^T for n matrices sharing their input (Q/K/V), their
-// chunks of RASE_CHUNK_ROWS rows handed out one at a time from m->job (reset by the barrier
+// chunks of RASE_CHUNK_ROWS rows in one list split by rase_jobs (counters reset by the barrier
 // that precedes every call). gate_u: the matrices are (gate, up) of an FFN; a chunk computes
 // both and then act(gate) * up on its rows, written into Y[0].
 // bias (n pointers) or NULL: b[i] (rows_i,) or NULL is added to Y[i] (ggml_add after the matmul).
@@ -456,7 +457,8 @@ static void rase_matmuls(rase_model *m, int n, const rase_mat *const *w, const f
         first[i] = total;
         total += (w[i]->rows + RASE_CHUNK_ROWS - 1) / RASE_CHUNK_ROWS;
     }
-    for (int64_t c = rase_next_job(&m->job); c < total; c = rase_next_job(&m->job)) {
+    rase_jobs jobs = rase_jobs_start(m->s->jobs, total, ith, nth);
+    for (int64_t c = rase_jobs_next(&jobs); c < total; c = rase_jobs_next(&jobs)) {
         int i = 0;
         while (i + 1 < (gate_u ? 1 : n) && c >= first[i + 1]) ++i;
         const int64_t r0 = (c - first[i]) * RASE_CHUNK_ROWS;
@@ -694,7 +696,7 @@ static void rase_step(rase_model *m, const rase_batch *b, const rase_sampler_ref
         {
             m->barrier.n = nth;
             m->barrier.count = 0;
-            m->job = 0;
+            for (int i = 0; i < nth; ++i) m->s->jobs[i].next = 0;
         }  // implicit barrier: every thread sees n
         for (int a = 0; a < 2 * ACT_COUNT; ++a) m->s->act_src[ith * 2 * ACT_COUNT + a] = NULL;
         rase_embed(m, b, ith, nth);

@@ -891,6 +891,8 @@ cdef class BenchMatrix:
         cdef float[:, ::1] ov = out
         with nogil:
             ns = rase_bench_matmul(self.path, &self.mat, &a[0], row, T, &ov[0, 0], n_threads, reps)
+        if ns < 0:
+            raise MemoryError("bench_matmul: no memory for the work counters")
         return out, ns / reps / 1e9
 
 

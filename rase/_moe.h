@@ -83,14 +83,18 @@ typedef struct {
 } rase_moe_mm;
 
 // n (1 or 2: gate and up, then act(gate) * up into mm[0].Y) expert matmuls over every expert
-// with pairs, chunks of RASE_CHUNK_ROWS rows handed out from m->job; a barrier after
-static void rase_moe_matmuls(rase_model *m, const rase_moe_mm *mm, int n, int ith) {
+// with pairs, chunks of RASE_CHUNK_ROWS rows split by rase_jobs; a barrier after
+static void rase_moe_matmuls(rase_model *m, const rase_moe_mm *mm, int n, int ith, int nth) {
     const rase_scratch *s = m->s;
     const int ne = m->w->hp.n_expert;
     const int64_t rows = mm[0].w[0].rows, per = (rows + RASE_CHUNK_ROWS - 1) / RASE_CHUNK_ROWS;
+    int64_t total = 0;
+    for (int x = 0; x < ne; ++x) total += s->seg[x + 1] > s->seg[x] ? per : 0;
     int e = 0;
-    int64_t first = 0;  // the first job of expert e (jobs come in increasing order per thread)
-    for (int64_t c = rase_next_job(&m->job);; c = rase_next_job(&m->job)) {
+    int64_t first = 0;  // the first job of expert e
+    rase_jobs jobs = rase_jobs_start(s->jobs, total, ith, nth);
+    for (int64_t c = rase_jobs_next(&jobs); c < total; c = rase_jobs_next(&jobs)) {
+        if (c < first) e = 0, first = 0;  // helping a thread whose share comes earlier
         while (e < ne && c >= first + (s->seg[e + 1] > s->seg[e] ? per : 0)) {
             first += s->seg[e + 1] > s->seg[e] ? per : 0;
             ++e;
@@ -141,11 +145,11 @@ static void rase_moe_ffn(rase_model *m, const rase_layer *L, int T, int ith, int
     const size_t rg = rase_moe_quantize(m, act_g, s->h, E, 1, s->pact, P, ith, nth);
     const size_t ru = act_u == act_g ? rg : rase_moe_quantize(m, act_u, s->h, E, 1, A1, P, ith, nth);
     const rase_moe_mm gu[2] = {{L->exp_gate, s->pact, rg, s->pg}, {L->exp_up, act_u == act_g ? s->pact : A1, ru, s->pu}};
-    rase_moe_matmuls(m, gu, 2, ith);
+    rase_moe_matmuls(m, gu, 2, ith, nth);
     // 5. down of every pair
     const size_t rd = rase_moe_quantize(m, DOT_TRAITS[L->exp_down[0].type].act, s->pg, F, 0, s->pact, P, ith, nth);
     const rase_moe_mm dn = {L->exp_down, s->pact, rd, s->pd};
-    rase_moe_matmuls(m, &dn, 1, ith);
+    rase_moe_matmuls(m, &dn, 1, ith, nth);
     // 6. weighted sum per token in slot order (ggml_mul, then ggml_add expert by expert)
     for (int64_t t = lo; t < hi; ++t) {
         float *o = s->o + t * E;
