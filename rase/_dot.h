@@ -11,7 +11,10 @@
 
 // Activation blocks. q8_0/q8_1 keep ggml's values (d and s rounded to f16) but store them as
 // f32, so kernels do not convert them once per weight row; q8_K is ggml's block_q8_K.
-typedef struct { float d; int8_t qs[32]; } act_q8_0;            // 36 B
+// q8_0 also carries each 4-element slice's sum as the start of an unsigned-weight dot product
+// (m128[s] = -128 * sum(qs[4s..4s+3]), m8[s] = -8 * that sum; rase/_repack.h's VNNI kernels),
+// computed once per row here instead of once per 16 weight rows there
+typedef struct { float d; int8_t qs[32]; int32_t m128[8], m8[8]; } act_q8_0;  // 100 B
 typedef struct { float d, s; int8_t qs[32]; } act_q8_1;         // 40 B; s = f16(d * sum(qs))
 typedef struct { float d; int8_t qs[256]; int16_t bsums[16]; } block_q8_K;  // 292 B
 
@@ -32,6 +35,14 @@ static inline size_t rase_act_bytes(int act, int64_t n) {
 
 static inline float rase_f16_round(float x) { return rase_fp16_to_fp32(rase_fp32_to_fp16(x)); }
 
+static void act_q8_0_starts(act_q8_0 *y) {
+    for (int s = 0; s < 8; ++s) {
+        const int32_t sum = y->qs[4 * s] + y->qs[4 * s + 1] + y->qs[4 * s + 2] + y->qs[4 * s + 3];
+        y->m128[s] = -128 * sum;
+        y->m8[s] = -8 * sum;
+    }
+}
+
 static void quant_q8_0_ref(const float *x, void *dst, int64_t n) {
     act_q8_0 *y = (act_q8_0 *)dst;
     for (int64_t i = 0; i < n / 32; ++i, x += 32) {
@@ -40,6 +51,7 @@ static void quant_q8_0_ref(const float *x, void *dst, int64_t n) {
         const float d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
         y[i].d = rase_f16_round(d);
         for (int j = 0; j < 32; ++j) y[i].qs[j] = (int8_t)nearbyintf(x[j] * id);
+        act_q8_0_starts(&y[i]);
     }
 }
 
@@ -269,7 +281,11 @@ RASE_TARGET_AVX2 static void quant_q8_0_avx2(const float *x, void *dst, int64_t 
         const float amax = rase_avx2_absmax(x, 32);
         const float d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
         y[i].d = rase_f16_round(d);
-        _mm256_storeu_si256((__m256i *)y[i].qs, rase_avx2_quant32(x, id));
+        const __m256i q = rase_avx2_quant32(x, id);
+        _mm256_storeu_si256((__m256i *)y[i].qs, q);
+        const __m256i sum = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), q), _mm256_set1_epi16(1));
+        _mm256_storeu_si256((__m256i *)y[i].m128, _mm256_mullo_epi32(sum, _mm256_set1_epi32(-128)));
+        _mm256_storeu_si256((__m256i *)y[i].m8, _mm256_mullo_epi32(sum, _mm256_set1_epi32(-8)));
     }
 }
 

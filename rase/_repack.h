@@ -269,8 +269,8 @@ RASE_R16_KERNEL_AVX2(r16_q5_1_avx2, 7, r16_q5_1)
 // One zmm per slice holds all 16 rows, so the activation slice is a plain 4-byte broadcast.
 // Signed weights become unsigned: u = w + 128 (Q8_0, Q5_0: the sign bit flipped) with each
 // slice's dot starting from -128 * the slice's activation sum, or Q4_0's nibble u = w + 8 as
-// stored, starting from -8 * that sum: the exact integer sum of the reference either way, then
-// the same FMA per slice and the same hsum.
+// stored, starting from -8 * that sum (both starts precomputed with the activation row, act_q8_0):
+// the exact integer sum of the reference either way, then the same FMA per slice and the same hsum.
 // Tiles of up to 2 tokens keep the 8 unpacked weight registers live beside 16 accumulators.
 #define RASE_R16_TILE_512 2
 
@@ -285,14 +285,13 @@ static inline int32_t rase_ld32(const void *p) {
                                                            size_t astride, const int nt, float *y, \
                                                            int64_t ys, int nr) {              \
         enum { HAS_MIN = TYPE == 3 || TYPE == 7, NIB = TYPE == 2 || TYPE == 3, FLIP = TYPE == 8 || TYPE == 6, \
-               SIGNED = !HAS_MIN, OFF_SHIFT = TYPE == 2 ? 3 : 7 };                            \
+               SIGNED = !HAS_MIN, OFF_SHIFT = TYPE == 2 ? 3 : 7 };  /* -8 or -128 x slice sum */ \
         __m512 acc[RASE_R16_TILE_512][8], summ[RASE_R16_TILE_512];                            \
         for (int t = 0; t < nt; ++t) {                                                        \
             summ[t] = _mm512_setzero_ps();                                                    \
             for (int sl = 0; sl < 8; ++sl) acc[t][sl] = _mm512_setzero_ps();                  \
         }                                                                                     \
         const __m512i m4 = _mm512_set1_epi8(0xF), flip = _mm512_set1_epi8((char)0x80);         \
-        const __m256i ones = _mm256_set1_epi8(1);                                             \
         const RT *blk = (const RT *)w;                                                        \
         for (int64_t b = 0; b < n / 32; ++b) {                                                \
             RASE_PREFETCH_AHEAD(&blk[b], sizeof(RT));                                         \
@@ -311,27 +310,18 @@ static inline int32_t rase_ld32(const void *p) {
             }                                                                                 \
             const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk[b].d)); \
             for (int t = 0; t < nt; ++t) {                                                    \
-                const int8_t *yq;                                                             \
+                const int8_t *yb;  /* slices and starts broadcast from memory */              \
+                const int32_t *nbp = 0;                                                       \
                 float dy;                                                                     \
                 if (HAS_MIN) {                                                                \
                     const act_q8_1 *ya = (const act_q8_1 *)((const char *)a + t * astride) + b; \
-                    yq = ya->qs, dy = ya->d;                                                  \
+                    yb = ya->qs, dy = ya->d;                                                  \
                     summ[t] = _mm512_add_ps(summ[t], _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk[b].d + 16))), \
                                                                    _mm512_set1_ps(ya->s)));   \
-                } else {                                                                      \
+                } else {  /* the activation's own -B x slice-sum starts */                    \
                     const act_q8_0 *ya = (const act_q8_0 *)((const char *)a + t * astride) + b; \
-                    yq = ya->qs, dy = ya->d;                                                  \
+                    yb = ya->qs, dy = ya->d, nbp = OFF_SHIFT == 3 ? ya->m8 : ya->m128;         \
                 }                                                                             \
-                /* slices and starts broadcast from memory (a load each): laundered pointers   \
-                   keep the compiler from turning them into register shuffles */              \
-                _Alignas(32) int32_t nb[8];                                                   \
-                const int32_t *nbp = nb;                                                      \
-                const int8_t *yb = yq;                                                        \
-                if (SIGNED)                                                                   \
-                    _mm256_store_si256((__m256i *)nb, _mm256_sub_epi32(_mm256_setzero_si256(), \
-                        _mm256_slli_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), ones,   \
-                                                              _mm256_loadu_si256((const __m256i *)yq)), OFF_SHIFT))); \
-                __asm__("" : "+r"(nbp), "+r"(yb));                                            \
                 const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(dy));                   \
                 for (int sl = 0; sl < 8; ++sl) {                                              \
                     const __m512i i0 = SIGNED ? _mm512_set1_epi32(nbp[sl]) : _mm512_setzero_si512(); \
