@@ -6,9 +6,10 @@
 // holds elements 4s..4s+3 of every row: byte 4r + i of slice s is element 4s + i of row r, so
 // one 64-byte register (AVX-512) or each 32-byte half (AVX2: rows 0-7, 8-15) against a
 // broadcast 4-byte activation slice gives every row at once, each in its own 32-bit lane. The
-// nibble types keep slice k's low nibbles and slice k + 4's high nibbles in one 64-byte plane.
-// Scales stay f16 as in the file (converted as they are used), so a repacked matrix is no
-// larger than the plain one except Q5_0/Q5_1 (a byte per value).
+// nibble types (Q4_*, Q5_*) keep slice k's low nibbles and slice k + 4's high nibbles in one
+// 64-byte plane; Q5_*'s fifth bits are one 64-bit mask per slice (bit 4r + i: element 4s + i of
+// row r), which AVX-512 applies as a byte mask. Scales stay f16 as in the file (converted as they
+// are used), so a repacked matrix is never larger than the plain one.
 //
 // Numerics: llama.cpp's one-token (vec_dot) order, the same in the scalar reference and every
 // SIMD kernel, for every tile shape. Per row, slice s has its own f32 accumulator (ggml's
@@ -27,51 +28,38 @@ enum { RASE_LAYOUT_PLAIN = 0, RASE_LAYOUT_R16 = 1 };
 typedef struct { uint16_t d[16]; int8_t q[8][64]; } r16_q8_0;           // slices of int8 weights
 typedef struct { uint16_t d[16]; uint8_t q[4][64]; } r16_q4_0;          // q[k]: low nibbles slice k, high k + 4
 typedef struct { uint16_t d[16], m[16]; uint8_t q[4][64]; } r16_q4_1;
-typedef struct { uint16_t d[16]; int8_t q[8][64]; } r16_q5_0;           // q - 16, one int8 per element
-typedef struct { uint16_t d[16], m[16]; uint8_t q[8][64]; } r16_q5_1;   // unsigned 5-bit values
-_Static_assert(sizeof(r16_q8_0) == 544, "r16_q8_0");
-_Static_assert(sizeof(r16_q4_0) == 288, "r16_q4_0");
-_Static_assert(sizeof(r16_q4_1) == 320, "r16_q4_1");
-_Static_assert(sizeof(r16_q5_0) == 544, "r16_q5_0");
-_Static_assert(sizeof(r16_q5_1) == 576, "r16_q5_1");
+typedef struct { uint16_t d[16]; uint8_t q[4][64]; uint64_t h[8]; } r16_q5_0;  // h[s]: fifth bits of slice s
+typedef struct { uint16_t d[16], m[16]; uint8_t q[4][64]; uint64_t h[8]; } r16_q5_1;
+_Static_assert(sizeof(r16_q8_0) == 544 && sizeof(r16_q8_0) == 16 * sizeof(block_q8_0), "r16_q8_0");
+_Static_assert(sizeof(r16_q4_0) == 288 && sizeof(r16_q4_0) == 16 * sizeof(block_q4_0), "r16_q4_0");
+_Static_assert(sizeof(r16_q4_1) == 320 && sizeof(r16_q4_1) == 16 * sizeof(block_q4_1), "r16_q4_1");
+_Static_assert(sizeof(r16_q5_0) == 352 && sizeof(r16_q5_0) == 16 * sizeof(block_q5_0), "r16_q5_0");
+_Static_assert(sizeof(r16_q5_1) == 384 && sizeof(r16_q5_1) == 16 * sizeof(block_q5_1), "r16_q5_1");
 _Static_assert(sizeof(block_q4_0) == 18 && sizeof(block_q4_1) == 20 && sizeof(block_q5_0) == 22 &&
                sizeof(block_q5_1) == 24 && sizeof(block_q8_0) == 34, "ggml block sizes");
 
 // ---------------------------------------------------------------- repack (once, at load)
 
-// element values of one plain block as integers: q[j] (Q4_*, Q5_*: unsigned, before the offset)
-static void rase_r16_unpack(int type, const uint8_t *blk, int16_t *q) {
-    switch (type) {
-        case 8:
-            for (int j = 0; j < 32; ++j) q[j] = ((const block_q8_0 *)blk)->qs[j];
-            break;
-        case 2: case 3: {
-            const uint8_t *qs = type == 2 ? ((const block_q4_0 *)blk)->qs : ((const block_q4_1 *)blk)->qs;
-            for (int j = 0; j < 16; ++j) { q[j] = qs[j] & 0xF; q[j + 16] = qs[j] >> 4; }
-            break;
-        }
-        default: {  // 6: q5_0, 7: q5_1
-            const uint8_t *qh = type == 6 ? ((const block_q5_0 *)blk)->qh : ((const block_q5_1 *)blk)->qh;
-            const uint8_t *qs = type == 6 ? ((const block_q5_0 *)blk)->qs : ((const block_q5_1 *)blk)->qs;
-            uint32_t h;
-            memcpy(&h, qh, 4);
-            for (int j = 0; j < 16; ++j) {
-                q[j] = (int16_t)((qs[j] & 0xF) | (((h >> j) & 1) << 4));
-                q[j + 16] = (int16_t)((qs[j] >> 4) | (((h >> (j + 16)) & 1) << 4));
-            }
-            break;
-        }
-    }
-}
-
-static inline int rase_r16_nib(int type) { return type == 2 || type == 3; }
+static inline int rase_r16_nib(int type) { return type != 8; }
 static inline int rase_r16_has_min(int type) { return type == 3 || type == 7; }
+static inline int rase_r16_has_h(int type) { return type == 6 || type == 7; }
+// bytes of one repacked block (16 rows x 32 columns) / one plain block
+static inline size_t rase_r16_blk(int type) {
+    return type == 8 ? sizeof(r16_q8_0) : type == 2 ? sizeof(r16_q4_0) : type == 3 ? sizeof(r16_q4_1)
+         : type == 6 ? sizeof(r16_q5_0) : sizeof(r16_q5_1);
+}
+// offsets in a repacked block: the nibble or byte planes, the fifth-bit masks
+static inline size_t rase_r16_qoff(int type) { return rase_r16_has_min(type) ? 64 : 32; }
+static inline size_t rase_r16_hoff(int type) { return rase_r16_qoff(type) + 256; }
 
 // Group g of a (rows x n) plain matrix (rows `row_bytes` apart) into dst (n / 32 blocks).
 static inline __attribute__((always_inline)) void rase_r16_repack_group(int type, const uint8_t *src, int64_t row_bytes, int64_t rows, int64_t n,
                                   int64_t g, uint8_t *dst, size_t blk_bytes) {
-    const int src_blk = type == 8 ? 34 : type == 2 ? 18 : type == 3 ? 20 : type == 6 ? 22 : 24;
-    const int has_min = rase_r16_has_min(type), qoff = has_min ? 64 : 32;
+    const int src_blk = (int)(rase_r16_blk(type) / 16);  // ggml's block size
+    const int has_min = rase_r16_has_min(type), has_h = rase_r16_has_h(type);
+    const size_t qoff = rase_r16_qoff(type), hoff = rase_r16_hoff(type);
+    // the plain block's nibbles or bytes (qs) and fifth bits (qh)
+    const int qs_at = type == 8 ? 2 : type == 2 ? 2 : type == 3 ? 4 : type == 6 ? 6 : 8, qh_at = has_min ? 4 : 2;
     if ((g + 1) * RASE_R16 > rows) memset(dst, 0, (size_t)(n / 32) * blk_bytes);  // a full group writes every byte
     for (int r = 0; r < RASE_R16 && g * RASE_R16 + r < rows; ++r) {
         const uint8_t *row = src + (g * RASE_R16 + r) * row_bytes;
@@ -81,15 +69,14 @@ static inline __attribute__((always_inline)) void rase_r16_repack_group(int type
             uint16_t *dd = (uint16_t *)o;
             dd[r] = ((const uint16_t *)x)[0];  // d (and m) as stored: the first two halves
             if (has_min) dd[16 + r] = ((const uint16_t *)x)[1];
-            if (type == 8 || type == 2 || type == 3) {  // bytes as stored: 4 at a time per slice
-                const uint8_t *q = x + (type == 3 ? 4 : 2);
-                for (int s = 0; s < (type == 8 ? 8 : 4); ++s) memcpy(qs + s * 64 + 4 * r, q + 4 * s, 4);
-                continue;
+            for (int sl = 0; sl < (type == 8 ? 8 : 4); ++sl) memcpy(qs + sl * 64 + 4 * r, x + qs_at + 4 * sl, 4);
+            if (has_h) {  // bit j of qh is element j's fifth bit: slice j / 4, lane j % 4
+                uint32_t qh;
+                uint64_t *h = (uint64_t *)(o + hoff);
+                memcpy(&qh, x + qh_at, 4);
+                for (int sl = 0; sl < 8; ++sl)
+                    h[sl] = (h[sl] & ~(0xFull << (4 * r))) | ((uint64_t)((qh >> (4 * sl)) & 0xF) << (4 * r));
             }
-            int16_t q[32];
-            rase_r16_unpack(type, x, q);
-            for (int e = 0; e < 32; ++e)  // q5_0 signed (q - 16), q5_1 unsigned
-                qs[(e / 4) * 64 + 4 * r + e % 4] = (uint8_t)(type == 6 ? q[e] - 16 : q[e]);
         }
     }
 }
@@ -101,15 +88,18 @@ static inline __attribute__((always_inline)) void rase_r16_repack_group(int type
 typedef void (*rase_r16_fn)(int64_t n, const uint8_t *w, const void *a, size_t astride, int nt, float *y,
                             int64_t ys, int nr);
 
-static inline int rase_r16_weight(int type, const uint8_t *qs, int s, int r, int i) {
-    const uint8_t b = rase_r16_nib(type) ? qs[(s & 3) * 64 + 4 * r + i] : qs[s * 64 + 4 * r + i];
-    switch (type) {
-        case 8: return (int8_t)b;
-        case 2: return (s < 4 ? (b & 0xF) : (b >> 4)) - 8;
-        case 3: return s < 4 ? (b & 0xF) : (b >> 4);
-        case 6: return (int8_t)b;
-        default: return b;  // q5_1
+// element 4 s + i of row r of the repacked block o, as the integer ggml's dot product uses
+static inline int rase_r16_weight(int type, const uint8_t *o, int s, int r, int i) {
+    const uint8_t *qs = o + rase_r16_qoff(type);
+    if (type == 8) return (int8_t)qs[s * 64 + 4 * r + i];
+    const uint8_t b = qs[(s & 3) * 64 + 4 * r + i];
+    int v = s < 4 ? (b & 0xF) : (b >> 4);
+    if (rase_r16_has_h(type)) {
+        uint64_t h;
+        memcpy(&h, o + rase_r16_hoff(type) + 8 * s, 8);
+        v |= (int)((h >> (4 * r + i)) & 1) << 4;
     }
+    return type == 2 ? v - 8 : type == 6 ? v - 16 : v;
 }
 
 // ggml's horizontal sum of an 8-lane accumulator (rase_avx2_hsum's order)
@@ -120,14 +110,13 @@ static inline float rase_hsum8(const float *a) {
 static void rase_r16_ref(int type, int64_t n, const uint8_t *w, const void *a, size_t astride, int nt, float *y,
                          int64_t ys, int nr) {
     const int has_min = rase_r16_has_min(type);
-    const size_t blk = type == 8 || type == 6 ? 544 : type == 2 ? 288 : type == 3 ? 320 : 576;
+    const size_t blk = rase_r16_blk(type);
     for (int t = 0; t < nt; ++t)
         for (int r = 0; r < nr; ++r) {
             float acc[8] = {0}, summ = 0.0f;
             for (int64_t b = 0; b < n / 32; ++b) {
                 const uint8_t *o = w + b * blk;
                 const uint16_t *dd = (const uint16_t *)o;
-                const uint8_t *qs = o + (has_min ? 64 : 32);
                 const int8_t *yq;
                 float dy, sy = 0.0f;
                 if (has_min) {
@@ -140,7 +129,7 @@ static void rase_r16_ref(int type, int64_t n, const uint8_t *w, const void *a, s
                 const float scale = rase_fp16_to_fp32(dd[r]) * dy;
                 for (int sl = 0; sl < 8; ++sl) {
                     int isum = 0;
-                    for (int i = 0; i < 4; ++i) isum += rase_r16_weight(type, qs, sl, r, i) * yq[4 * sl + i];
+                    for (int i = 0; i < 4; ++i) isum += rase_r16_weight(type, o, sl, r, i) * yq[4 * sl + i];
                     acc[sl] = __builtin_fmaf(scale, (float)isum, acc[sl]);
                 }
                 if (has_min) {
@@ -195,7 +184,8 @@ RASE_TARGET_AVX2 static RASE_INLINE __m256i rase_dot4_avx2(__m256i u, __m256i s)
     RASE_TARGET_AVX2 static RASE_INLINE void NAME##_body(int64_t n, const uint8_t *w, const void *a, \
                                                          size_t astride, const int nt, float *y, \
                                                          int64_t ys, int nr) {                \
-        enum { HAS_MIN = TYPE == 3 || TYPE == 7, NIB = TYPE == 2 || TYPE == 3, SIGNED = !HAS_MIN }; \
+        enum { HAS_MIN = TYPE == 3 || TYPE == 7, NIB = TYPE != 8, HAS_H = TYPE == 6 || TYPE == 7, \
+               SIGNED = !HAS_MIN, OFF = TYPE == 2 ? 8 : TYPE == 6 ? 16 : 0 };                 \
         const RT *blk = (const RT *)w;                                                        \
         for (int h = 0; h < 2 && 8 * h < nr; ++h) {                                           \
             __m256 acc[RASE_NT][8], summ[RASE_NT];                                            \
@@ -207,12 +197,16 @@ RASE_TARGET_AVX2 static RASE_INLINE __m256i rase_dot4_avx2(__m256i u, __m256i s)
                 if (h == 0) RASE_PREFETCH_AHEAD(&blk[b], sizeof(RT));                         \
                 __m256i q[8];                                                                 \
                 if (NIB) {                                                                    \
-                    const __m256i m4 = _mm256_set1_epi8(0xF), eight = _mm256_set1_epi8(8);    \
+                    const __m256i m4 = _mm256_set1_epi8(0xF), off = _mm256_set1_epi8(OFF);    \
                     for (int k = 0; k < 4; ++k) {                                             \
                         const __m256i raw = _mm256_loadu_si256((const __m256i *)(blk[b].q[k] + 32 * h)); \
                         q[k] = _mm256_and_si256(raw, m4);                                     \
                         q[k + 4] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);           \
-                        if (TYPE == 2) { q[k] = _mm256_sub_epi8(q[k], eight); q[k + 4] = _mm256_sub_epi8(q[k + 4], eight); } \
+                    }                                                                         \
+                    for (int k = 0; k < 8; ++k) {                                             \
+                        if (HAS_H) q[k] = _mm256_or_si256(q[k], _mm256_and_si256(_mm256_set1_epi8(0x10), \
+                                              rase_avx2_bytes_from_bits32((const uint8_t *)&blk[b] + rase_r16_hoff(TYPE) + 8 * k + 4 * h))); \
+                        if (OFF) q[k] = _mm256_sub_epi8(q[k], off);                           \
                     }                                                                         \
                 } else {                                                                      \
                     for (int k = 0; k < 8; ++k) q[k] = _mm256_loadu_si256((const __m256i *)(blk[b].q[k] + 32 * h)); \
@@ -267,7 +261,8 @@ RASE_R16_KERNEL_AVX2(r16_q5_1_avx2, 7, r16_q5_1)
 
 // ---------------------------------------------------------------- AVX-512 VNNI
 // One zmm per slice holds all 16 rows, so the activation slice is a plain 4-byte broadcast.
-// Signed weights become unsigned: u = w + 128 (Q8_0, Q5_0: the sign bit flipped) with each
+// Signed weights become unsigned: u = w + 128 (Q8_0: the sign bit flipped; Q5_0: the nibble
+// + 112, + 16 where the fifth bit is set) with each
 // slice's dot starting from -128 * the slice's activation sum, or Q4_0's nibble u = w + 8 as
 // stored, starting from -8 * that sum (both starts precomputed with the activation row, act_q8_0):
 // the exact integer sum of the reference either way, then the same FMA per slice and the same hsum.
@@ -284,7 +279,7 @@ static inline int32_t rase_ld32(const void *p) {
     RASE_TARGET_AVX512 static RASE_INLINE void NAME##_body(int64_t n, const uint8_t *w, const void *a, \
                                                            size_t astride, const int nt, float *y, \
                                                            int64_t ys, int nr) {              \
-        enum { HAS_MIN = TYPE == 3 || TYPE == 7, NIB = TYPE == 2 || TYPE == 3, FLIP = TYPE == 8 || TYPE == 6, \
+        enum { HAS_MIN = TYPE == 3 || TYPE == 7, NIB = TYPE != 8, HAS_H = TYPE == 6 || TYPE == 7, \
                SIGNED = !HAS_MIN, OFF_SHIFT = TYPE == 2 ? 3 : 7 };  /* -8 or -128 x slice sum */ \
         __m512 acc[RASE_R16_TILE_512][8], summ[RASE_R16_TILE_512];                            \
         for (int t = 0; t < nt; ++t) {                                                        \
@@ -292,21 +287,22 @@ static inline int32_t rase_ld32(const void *p) {
             for (int sl = 0; sl < 8; ++sl) acc[t][sl] = _mm512_setzero_ps();                  \
         }                                                                                     \
         const __m512i m4 = _mm512_set1_epi8(0xF), flip = _mm512_set1_epi8((char)0x80);         \
+        const __m512i up = _mm512_set1_epi8(TYPE == 6 ? 0x70 : 0), sixteen = _mm512_set1_epi8(0x10); \
         const RT *blk = (const RT *)w;                                                        \
         for (int64_t b = 0; b < n / 32; ++b) {                                                \
             RASE_PREFETCH_AHEAD(&blk[b], sizeof(RT));                                         \
             __m512i u[8];                                                                     \
-            if (NIB) {                                                                        \
+            if (NIB) {  /* Q5_0: u = nibble + 112 + 16 x fifth bit = w + 128 (0xEA: (a & b) | c) */ \
                 for (int k = 0; k < 4; ++k) {                                                 \
                     const __m512i raw = _mm512_loadu_si512((const void *)blk[b].q[k]);        \
-                    u[k] = _mm512_and_si512(raw, m4);                                         \
-                    u[k + 4] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);               \
+                    u[k] = _mm512_ternarylogic_epi32(raw, m4, up, 0xEA);                      \
+                    u[k + 4] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(raw, 4), m4, up, 0xEA); \
                 }                                                                             \
+                if (HAS_H)                                                                    \
+                    for (int k = 0; k < 8; ++k) u[k] = _mm512_mask_add_epi8(u[k], _load_mask64((const __mmask64 *)((const uint8_t *)&blk[b] + rase_r16_hoff(TYPE)) + k), u[k], sixteen); \
             } else {                                                                          \
-                for (int k = 0; k < 8; ++k) {                                                 \
-                    u[k] = _mm512_loadu_si512((const void *)blk[b].q[k]);                     \
-                    if (FLIP) u[k] = _mm512_xor_si512(u[k], flip);                            \
-                }                                                                             \
+                for (int k = 0; k < 8; ++k)                                                   \
+                    u[k] = _mm512_xor_si512(_mm512_loadu_si512((const void *)blk[b].q[k]), flip); \
             }                                                                                 \
             const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk[b].d)); \
             for (int t = 0; t < nt; ++t) {                                                    \
@@ -408,7 +404,7 @@ static inline size_t rase_r16_bytes(int type, int64_t rows, int64_t n) {
 static void rase_r16_repack(int type, const uint8_t *src, int64_t row_bytes, int64_t rows, int64_t n, uint8_t *dst,
                             int64_t g0, int64_t g1, int n_threads) {
     const size_t group = (size_t)(n / 32) * R16_TRAITS[type].blk_bytes;
-    (void)n_threads;
+    (void)n_threads;  // used by the pragma
     switch (type) {
         case 2: RASE_R16_REPACK_LOOP(2); break;
         case 3: RASE_R16_REPACK_LOOP(3); break;
