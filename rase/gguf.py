@@ -10,7 +10,6 @@ import mmap
 import os
 import struct
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np

@@ -89,7 +89,7 @@ class KVCache:
         """Past the full blocks: a cached block that starts like the rest of the prompt gives
         its leading positions (copied into req's next block; K/V are bit-identical however
         they were computed, so this changes no result)."""
-        bs, done = self.block_size, req.n_computed
+        done = req.n_computed
         src, k = self.cache.partial(req.nodes[-1] if req.nodes else None, req.tokens[done:limit])
         if src is None:
             return

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rase import ContextOverflow, GGUFFile, InvalidGenerationConfig, InvalidLogits
+from rase import ContextOverflow, GGUFFile, InvalidGenerationConfig
 from rase._kernels import Sampler
 from rase.chat import select_template
 from rase.decoder import load_gguf_decoder

@@ -21,16 +21,17 @@ def _mutate(rng: np.random.Generator, buf: bytearray, header_end: int):
     kind = rng.integers(0, 5)
     pos = int(rng.integers(0, header_end))
     if kind == 4:
-        return [], int(rng.integers(0, header_end)), f"truncate at {pos}"
+        cut = int(rng.integers(0, header_end))
+        return [], cut, f"truncate at {cut}"
     if kind == 0:
-        width, raw = 1, bytes([int(rng.integers(0, 256))])
+        raw = bytes([int(rng.integers(0, 256))])
     elif kind == 1:
-        width, raw = 8, struct.pack("<Q", EXTREMES[int(rng.integers(0, len(EXTREMES)))])
+        raw = struct.pack("<Q", EXTREMES[int(rng.integers(0, len(EXTREMES)))])
     elif kind == 2:
-        width, raw = 4, struct.pack("<I", int(rng.integers(0, 64)))  # small ints: types, dims
+        raw = struct.pack("<I", int(rng.integers(0, 64)))  # small ints: types, dims
     else:
         n = int(rng.integers(1, 4))
-        width, raw = n, bytes(int(b) ^ (1 << int(rng.integers(0, 8))) for b in buf[pos:pos + n])
+        raw = bytes(int(b) ^ (1 << int(rng.integers(0, 8))) for b in buf[pos:pos + n])
     raw = raw[: len(buf) - pos]
     undo = [(pos, bytes(buf[pos:pos + len(raw)]))]
     buf[pos:pos + len(raw)] = raw

@@ -2,7 +2,6 @@
 pulls from a local fake Hugging Face Hub and from PyPI."""
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
