@@ -1,6 +1,7 @@
 """rase vs llama.cpp on the same GGUF, same threads, interleaved: decode (tg128), prefill
 (pp512), time to first token (the first 8-token prompt after load), load time and peak RSS,
-with the ratios. Each measurement runs in a fresh process, alternating engines round by round,
+with the ratios, and rase's decode as a share of the roofline (the read bandwidth measured right
+after each round / the weight bytes a token reads). Each measurement runs in a fresh process, alternating engines round by round,
 because this kind of machine is shared and noisy; inside one, each test runs as llama-bench
 runs it: a warm-up, then the mean rate of 3 runs.
 
@@ -72,6 +73,24 @@ def worker_rase(path: str, threads: int) -> dict:
     return dict(load=load, ttft=ttft, **_rates(lambda: None, dec.prefill, dec.decode, ids))
 
 
+def worker_bandwidth(path: str, threads: int) -> dict:
+    """The machine's read bandwidth now (a plain 512 MiB streaming read, best of 5, in its own
+    process so the buffer counts in no engine's RSS) and the weight bytes one decoded token
+    reads: every tensor, less the token embedding when a separate output matrix exists (then
+    only one of its rows is read)."""
+    import numpy as np
+
+    from rase import _kernels
+    from rase.gguf import GGUFFile
+
+    g = GGUFFile(path)
+    weights = sum(t.nbytes for t in g.tensors.values())
+    if "output.weight" in g.tensors and "token_embd.weight" in g.tensors:
+        weights -= g.tensors["token_embd.weight"].nbytes
+    bw = _kernels.bench_read_bandwidth(np.ones(512 << 20, np.uint8), threads, 5)
+    return dict(read_bw=bw, weight_bytes=weights)
+
+
 def worker_llama(path: str, threads: int) -> dict:
     import llama_cpp
 
@@ -110,15 +129,20 @@ def _llama_bench(binary: str, path: str, threads: int) -> dict | None:
 
 
 def _llama_available(python: str) -> bool:
-    return subprocess.run([python, "-c", "import llama_cpp"], capture_output=True).returncode == 0
+    try:
+        return subprocess.run([python, "-c", "import llama_cpp"], capture_output=True).returncode == 0
+    except OSError:  # no such interpreter: run without llama-cpp-python
+        return False
 
 
 def bench(path: str, threads: int, rounds: int, llama_python: str, llama_bench: list[str]) -> None:
     have_llama = _llama_available(llama_python)
     runs: dict[str, list[dict]] = {"rase": [], "llama-cpp-python": []}
     runs.update({f"llama-bench {b}": [] for b in llama_bench})
+    roof: list[dict] = []
     for _ in range(rounds):  # interleaved: noise on the shared machine hits every engine
         runs["rase"].append(_run_worker(sys.executable, "rase", path, threads))
+        roof.append(_run_worker(sys.executable, "bandwidth", path, threads))
         for b in llama_bench:
             runs[f"llama-bench {b}"].append(_llama_bench(b, path, threads))
         if have_llama:
@@ -138,6 +162,13 @@ def bench(path: str, threads: int, rounds: int, llama_python: str, llama_bench: 
         r = med["rase"]
         best = {f: max(med[k][f] for k in anchors) for f in ("tg", "pp")}
         print(f"  rase / better llama-bench: decode {r['tg'] / best['tg']:.2f}x   prefill {r['pp'] / best['pp']:.2f}x")
+    pairs = [(rr, x) for rr, x in zip(runs["rase"], roof) if rr and x]
+    if pairs:  # each round's decode against the bandwidth measured right after it
+        shares = [rr["tg"] / (x["read_bw"] / x["weight_bytes"]) for rr, x in pairs]
+        bws = [x["read_bw"] / 1e9 for _, x in pairs]
+        print(f"  roofline: read {min(bws):.1f}-{max(bws):.1f} GB/s / {pairs[0][1]['weight_bytes'] / 1e6:.1f} MB of "
+              f"weights per token; rase decode at {statistics.median(shares):.0%} of it "
+              f"(rounds {min(shares):.0%}-{max(shares):.0%})")
     if "llama-cpp-python" in med and "rase" in med:
         r, l = med["rase"], med["llama-cpp-python"]
         print(f"  vs llama-cpp-python: ttft {l['ttft'] / r['ttft']:.2f}x faster   load {l['load'] / r['load']:.2f}x "
@@ -153,10 +184,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--llama-python", default=sys.executable)
     ap.add_argument("--llama-bench", action="append", default=[], help="a llama-bench binary (repeatable)")
-    ap.add_argument("--worker", choices=["rase", "llama"])
+    ap.add_argument("--worker", choices=["rase", "llama", "bandwidth"])
     args = ap.parse_args()
     if args.worker:
-        result = (worker_rase if args.worker == "rase" else worker_llama)(args.models[0], args.threads)
+        result = {"rase": worker_rase, "llama": worker_llama, "bandwidth": worker_bandwidth}[args.worker](
+            args.models[0], args.threads)
         result["rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print(json.dumps(result))
         return
