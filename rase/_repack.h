@@ -43,11 +43,8 @@ _Static_assert(sizeof(block_q4_0) == 18 && sizeof(block_q4_1) == 20 && sizeof(bl
 static inline int rase_r16_nib(int type) { return type != 8; }
 static inline int rase_r16_has_min(int type) { return type == 3 || type == 7; }
 static inline int rase_r16_has_h(int type) { return type == 6 || type == 7; }
-// bytes of one repacked block (16 rows x 32 columns) / one plain block
-static inline size_t rase_r16_blk(int type) {
-    return type == 8 ? sizeof(r16_q8_0) : type == 2 ? sizeof(r16_q4_0) : type == 3 ? sizeof(r16_q4_1)
-         : type == 6 ? sizeof(r16_q5_0) : sizeof(r16_q5_1);
-}
+// bytes of one repacked block (16 rows x 32 columns): 16 plain ones (the asserts above)
+static inline size_t rase_r16_blk(int type) { return 16 * (size_t)QUANT_TRAITS[type].size; }
 // offsets in a repacked block: the nibble or byte planes, the fifth-bit masks
 static inline size_t rase_r16_qoff(int type) { return rase_r16_has_min(type) ? 64 : 32; }
 static inline size_t rase_r16_hoff(int type) { return rase_r16_qoff(type) + 256; }
@@ -55,11 +52,11 @@ static inline size_t rase_r16_hoff(int type) { return rase_r16_qoff(type) + 256;
 // Group g of a (rows x n) plain matrix (rows `row_bytes` apart) into dst (n / 32 blocks).
 static inline __attribute__((always_inline)) void rase_r16_repack_group(int type, const uint8_t *src, int64_t row_bytes, int64_t rows, int64_t n,
                                   int64_t g, uint8_t *dst, size_t blk_bytes) {
-    const int src_blk = (int)(rase_r16_blk(type) / 16);  // ggml's block size
+    const int src_blk = QUANT_TRAITS[type].size;
     const int has_min = rase_r16_has_min(type), has_h = rase_r16_has_h(type);
     const size_t qoff = rase_r16_qoff(type), hoff = rase_r16_hoff(type);
-    // the plain block's nibbles or bytes (qs) and fifth bits (qh)
-    const int qs_at = type == 8 ? 2 : type == 2 ? 2 : type == 3 ? 4 : type == 6 ? 6 : 8, qh_at = has_min ? 4 : 2;
+    // ggml's blocks end with their bytes (32) or nibbles (16), Q5_*'s 4 bytes of fifth bits before
+    const int qs_at = src_blk - (type == 8 ? 32 : 16), qh_at = qs_at - 4;
     if ((g + 1) * RASE_R16 > rows) memset(dst, 0, (size_t)(n / 32) * blk_bytes);  // a full group writes every byte
     for (int r = 0; r < RASE_R16 && g * RASE_R16 + r < rows; ++r) {
         const uint8_t *row = src + (g * RASE_R16 + r) * row_bytes;
