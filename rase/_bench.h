@@ -6,15 +6,22 @@
 
 #include "_forward.h"
 
-// Y (T, rows) = A (T quantized activation rows, `as` bytes apart) w^T, reps times on n_threads;
-// returns the wall time of all reps in ns.
+// Y (T, rows) = A (T activation rows in rase_act_for's format, `as` bytes apart) w^T, reps times
+// on n_threads; returns the wall time of all reps in ns, -1 without memory.
 static int64_t rase_bench_matmul(int isa, const rase_mat *w, const uint8_t *A, size_t as, int T, float *Y,
                                  int n_threads, int reps) {
     rase_model m;
     memset(&m, 0, sizeof m);
     m.isa = isa;  // rase_mm_rows reads only the ISA of the model
+    const int act = rase_act_for(w->type, isa, T, w->cols);
+    const int64_t work_stride = RASE_CHUNK_ROWS * w->cols;
     rase_job_slot *slots = rase_alloc((size_t)n_threads * sizeof(rase_job_slot));
-    if (!slots) return -1;
+    float *work = rase_alloc((size_t)n_threads * work_stride * sizeof(float));
+    if (!slots || !work) {
+        free(slots);
+        free(work);
+        return -1;
+    }
     const int64_t chunks = (w->rows + RASE_CHUNK_ROWS - 1) / RASE_CHUNK_ROWS;
     const int64_t t0 = rase_now_ns();
     for (int rep = 0; rep < reps; ++rep) {
@@ -29,12 +36,13 @@ static int64_t rase_bench_matmul(int isa, const rase_mat *w, const uint8_t *A, s
             rase_jobs jobs = rase_jobs_start(slots, chunks, ith, nth);
             for (int64_t c = rase_jobs_next(&jobs); c < chunks; c = rase_jobs_next(&jobs)) {
                 const int64_t r0 = c * RASE_CHUNK_ROWS, r1 = r0 + RASE_CHUNK_ROWS < w->rows ? r0 + RASE_CHUNK_ROWS : w->rows;
-                rase_mm_rows(&m, w, A, as, T, Y, r0, r1);
+                rase_mm_rows(&m, w, A, act, as, T, Y, r0, r1, work + ith * work_stride);
             }
         }
     }
     const int64_t dt = rase_now_ns() - t0;
     free(slots);
+    free(work);
     return dt;
 }
 

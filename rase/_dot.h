@@ -18,7 +18,9 @@ typedef struct { float d; int8_t qs[32]; int32_t m128[8], m8[8]; } act_q8_0;  //
 typedef struct { float d, s; int8_t qs[32]; } act_q8_1;         // 40 B; s = f16(d * sum(qs))
 typedef struct { float d; int8_t qs[256]; int16_t bsums[16]; } block_q8_K;  // 292 B
 
-enum { ACT_F32 = 0, ACT_Q8_0 = 1, ACT_Q8_1 = 2, ACT_Q8_K = 3, ACT_COUNT = 4 };
+// ACT_F32C: f32 in chain-major order, x[k] at (k % 32) * (n / 32) + k / 32 (n % 32 == 0), for
+// the F16 GEMM (rase_f16_rows_512), which reads one FMA chain's columns in a row
+enum { ACT_F32 = 0, ACT_Q8_0 = 1, ACT_Q8_1 = 2, ACT_Q8_K = 3, ACT_F32C = 4, ACT_COUNT = 5 };
 
 // bytes of one quantized activation row of n elements
 static inline size_t rase_act_bytes(int act, int64_t n) {
@@ -29,6 +31,8 @@ static inline size_t rase_act_bytes(int act, int64_t n) {
         default: return (size_t)n * sizeof(float);
     }
 }
+
+#define RASE_CHUNK_ROWS 32  // rows per unit of matmul work (2 groups of the repacked layout)
 
 // ---------------------------------------------------------------- activation quantizers
 // Rounding is nearest-even in both paths (nearbyintf / _MM_FROUND_TO_NEAREST_INT).
@@ -92,6 +96,13 @@ static void quant_q8_k_ref(const float *x, void *dst, int64_t n) {
 }
 
 static void quant_f32_ref(const float *x, void *dst, int64_t n) { memcpy(dst, x, (size_t)n * 4); }
+
+static void quant_f32c_ref(const float *x, void *dst, int64_t n) {
+    float *y = (float *)dst;
+    const int64_t S = n / 32;
+    for (int64_t s = 0; s < S; ++s)
+        for (int j = 0; j < 32; ++j) y[j * S + s] = x[32 * s + j];
+}
 
 // ---------------------------------------------------------------- scalar dots (references)
 
@@ -819,100 +830,123 @@ RASE_TARGET_AVX512 static RASE_INLINE void dotn_f16_512_body(int64_t n, const vo
 }
 RASE_DOTN512(dotn_f16_512)
 
-// F16 rows [r0, r1) x T tokens on AVX-512, blocked so that a panel of 1024 columns of 4 tokens'
-// activations stays in L1 while pairs of rows stream past it; each (row, token) keeps the two
-// zmm chains of dotn_f16_512 (parked in acc between panels) and its tails at the row's end:
-// the same bits as dotn_f16_512 and vec_dot_f16_f32_avx2.
-#define RASE_F16_PANEL 1024
-#ifndef RASE_F16_RP
-#define RASE_F16_RP 2  // rows per pass over a panel
-#endif
-#ifndef RASE_F16_TT
+// F16 GEMM, chain by chain. vec_dot_f16_f32_avx2 is 32 FMA chains per output, chain j over
+// the columns 32s + j (s = 0 .. n/32 - 1), then a fixed tree over the chains. Here a zmm lane
+// holds one row's chain j instead: 16 rows x 1 chain per register, so 2 row registers x 6 tokens
+// make 12 outputs per 24 accumulators, where holding every chain of an output in registers
+// (2 zmm each) made 12 outputs per 2 x 2 x 6. Weights: the 32-row chunk's panel in f32, chain-
+// major (work[(j * S + s) * 32 + r], built here); activations: ACT_F32C rows, chain-major
+// (y[j * S + s]). Same fma order per chain, same tree: the same bits as vec_dot_f16_f32_avx2.
+// Needs n % 32 == 0 (rase_rows_for).
 #define RASE_F16_TT 6  // tokens per tile
-#endif
-RASE_TARGET_AVX512 static RASE_INLINE void rase_f16_panel_512(const int R, const int nt, int64_t i0, int64_t i1,
-                                                            const uint16_t *const *x, const float *const *y, __m512 *acc) {
-    __m512 z[RASE_F16_RP][RASE_F16_TT][2];
-    for (int r = 0; r < R; ++r)
-        for (int t = 0; t < nt; ++t)
-            z[r][t][0] = acc[(r * RASE_F16_TT + t) * 2], z[r][t][1] = acc[(r * RASE_F16_TT + t) * 2 + 1];
-    for (int64_t i = i0; i < i1; i += 32) {
-        __m512 w[RASE_F16_RP][2];
-        for (int r = 0; r < R; ++r) {
-            RASE_PREFETCH_AHEAD(x[r] + i, 64);
-            w[r][0] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(x[r] + i)));
-            w[r][1] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(x[r] + i + 16)));
-        }
-        for (int t = 0; t < nt; ++t) {
-            const __m512 y0 = _mm512_loadu_ps(y[t] + i), y1 = _mm512_loadu_ps(y[t] + i + 16);
-            for (int r = 0; r < R; ++r) {
-                z[r][t][0] = _mm512_fmadd_ps(w[r][0], y0, z[r][t][0]);
-                z[r][t][1] = _mm512_fmadd_ps(w[r][1], y1, z[r][t][1]);
-            }
-        }
+// t[j] lane i = r[i] lane j (16 x 16 f32): 32-bit, 64-bit, then 128-bit interleaves
+RASE_TARGET_AVX512 static RASE_INLINE void rase_transpose16_512(const __m512 *r, __m512 *t) {
+    __m512 a[16], b[16];
+    for (int i = 0; i < 8; ++i) {  // a[2i], a[2i+1] lane L: r[2i], r[2i+1] at 4L, 4L+1 | 4L+2, 4L+3
+        a[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        a[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
     }
-    for (int r = 0; r < R; ++r)
-        for (int t = 0; t < nt; ++t)
-            acc[(r * RASE_F16_TT + t) * 2] = z[r][t][0], acc[(r * RASE_F16_TT + t) * 2 + 1] = z[r][t][1];
+    for (int i = 0; i < 4; ++i)  // b[4i + c] lane L: r[4i .. 4i + 3] at column 4L + c
+        for (int h = 0; h < 2; ++h) {
+            const __m512d x = _mm512_castps_pd(a[4 * i + h]), y = _mm512_castps_pd(a[4 * i + 2 + h]);
+            b[4 * i + 2 * h] = _mm512_castpd_ps(_mm512_unpacklo_pd(x, y));
+            b[4 * i + 2 * h + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(x, y));
+        }
+    for (int c = 0; c < 4; ++c) {  // t[4L + c] = lanes L of b[c], b[4 + c], b[8 + c], b[12 + c]
+        const __m512 d0 = _mm512_shuffle_f32x4(b[c], b[4 + c], 0x88), d1 = _mm512_shuffle_f32x4(b[c], b[4 + c], 0xdd);
+        const __m512 d2 = _mm512_shuffle_f32x4(b[8 + c], b[12 + c], 0x88);
+        const __m512 d3 = _mm512_shuffle_f32x4(b[8 + c], b[12 + c], 0xdd);
+        t[c] = _mm512_shuffle_f32x4(d0, d2, 0x88);
+        t[8 + c] = _mm512_shuffle_f32x4(d0, d2, 0xdd);
+        t[4 + c] = _mm512_shuffle_f32x4(d1, d3, 0x88);
+        t[12 + c] = _mm512_shuffle_f32x4(d1, d3, 0xdd);
+    }
 }
 
-// (R, nt) as constants for the panel loop
-#define RASE_F16_NT(R, nt)                                                                    \
-    switch (nt) {                                                                             \
-        case 1: rase_f16_panel_512(R, 1, i0, i1, x, y, a); break;                             \
-        case 2: rase_f16_panel_512(R, 2, i0, i1, x, y, a); break;                             \
-        case 3: rase_f16_panel_512(R, 3, i0, i1, x, y, a); break;                             \
-        case 4: rase_f16_panel_512(R, 4, i0, i1, x, y, a); break;                             \
-        case 5: rase_f16_panel_512(R, 5, i0, i1, x, y, a); break;                             \
-        default: rase_f16_panel_512(R, 6, i0, i1, x, y, a); break;                            \
-    }
-_Static_assert(RASE_F16_TT <= 6 && RASE_F16_RP <= 3, "RASE_F16_NT / the R switch cover these");
+// P[(j * S + s) * 32 + r] = f32(row r0 + r at column 32s + j): 16 x 16 blocks transposed
+RASE_TARGET_AVX512 static void rase_f16_panel_512(int64_t n, const uint8_t *data, int64_t row_bytes, int64_t r0,
+                                                  int R, float *P) {
+    const int64_t S = n / 32;
+    const uint16_t *x[32];
+    for (int r = 0; r < 32; ++r)  // rows past R repeat row r0: computed, never stored
+        x[r] = (const uint16_t *)(data + (r0 + (r < R ? r : 0)) * row_bytes);
+    for (int64_t s = 0; s < S; ++s)
+        for (int rb = 0; rb < 32; rb += 16)
+            for (int jb = 0; jb < 32; jb += 16) {
+                __m512 v[16], t[16];
+                for (int i = 0; i < 16; ++i)
+                    v[i] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(x[rb + i] + 32 * s + jb)));
+                rase_transpose16_512(v, t);
+                for (int j = 0; j < 16; ++j) _mm512_storeu_ps(P + ((jb + j) * S + s) * 32 + rb, t[j]);
+            }
+}
 
+// out[2t + h] = chain j of rows 16h .. 16h + 15 for token t: fma over s in order, from 0
+RASE_TARGET_AVX512 static RASE_INLINE void rase_f16_chain_512(const int nt, int64_t S, const float *Pj,
+                                                            const float *const *y, __m512 *out) {
+    __m512 a0[RASE_F16_TT], a1[RASE_F16_TT];
+    for (int t = 0; t < nt; ++t) a0[t] = a1[t] = _mm512_setzero_ps();
+    for (int64_t s = 0; s < S; ++s) {
+        const __m512 w0 = _mm512_loadu_ps(Pj + s * 32), w1 = _mm512_loadu_ps(Pj + s * 32 + 16);
+        for (int t = 0; t < nt; ++t) {
+            const __m512 yb = _mm512_set1_ps(y[t][s]);
+            a0[t] = _mm512_fmadd_ps(w0, yb, a0[t]);
+            a1[t] = _mm512_fmadd_ps(w1, yb, a1[t]);
+        }
+    }
+    for (int t = 0; t < nt; ++t) out[2 * t] = a0[t], out[2 * t + 1] = a1[t];
+}
+
+// nt tokens (y[t]: ACT_F32C rows) x the chunk's R rows into Y[t * ys + r0 ..]: the 32 chains
+// in the order of the tree, (c_l + c_l+8) + (c_l+16 + c_l+24) = lane l of ggml's 4-accumulator
+// sum, then rase_avx2_hsum's ((v0 + v4) + (v2 + v6)) + ((v1 + v5) + (v3 + v7))
+RASE_TARGET_AVX512 static RASE_INLINE void rase_f16_tile_512(const int nt, int64_t S, const float *P,
+                                                           const float *const *y, float *Y, int64_t ys, int R) {
+    __m512 v[8][2 * RASE_F16_TT], c[2 * RASE_F16_TT], d[2 * RASE_F16_TT];
+    const float *yj[RASE_F16_TT];
+    for (int l = 0; l < 8; ++l) {
+        for (int q = 0; q < 4; ++q) {
+            const int j = l + 8 * q;
+            for (int t = 0; t < nt; ++t) yj[t] = y[t] + j * S;
+            rase_f16_chain_512(nt, S, P + j * S * 32, yj, q == 0 ? c : q == 2 ? v[l] : d);
+            if (q == 1)
+                for (int i = 0; i < 2 * nt; ++i) c[i] = _mm512_add_ps(c[i], d[i]);
+            if (q == 3)
+                for (int i = 0; i < 2 * nt; ++i) v[l][i] = _mm512_add_ps(c[i], _mm512_add_ps(v[l][i], d[i]));
+        }
+    }
+    for (int i = 0; i < 2 * nt; ++i) {
+        const int rem = R - 16 * (i & 1);
+        if (rem <= 0) continue;
+        const __m512 o = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(v[0][i], v[4][i]), _mm512_add_ps(v[2][i], v[6][i])),
+                                       _mm512_add_ps(_mm512_add_ps(v[1][i], v[5][i]), _mm512_add_ps(v[3][i], v[7][i])));
+        _mm512_mask_storeu_ps(Y + (int64_t)(i >> 1) * ys + 16 * (i & 1), rem >= 16 ? 0xFFFF : (__mmask16)((1u << rem) - 1), o);
+    }
+}
+
+// rows [r0, r1) (r1 - r0 <= 32) x T tokens of ACT_F32C rows A; work: 32 * n floats
 RASE_TARGET_AVX512 static void rase_f16_rows_512(int64_t n, const uint8_t *data, int64_t row_bytes, int64_t r0,
-                                                 int64_t r1, const uint8_t *A, size_t as, int T, float *Y, int64_t ys) {
-    const int64_t nfull = n / 32 * 32;
+                                                 int64_t r1, const uint8_t *A, size_t as, int T, float *Y, int64_t ys,
+                                                 float *work) {
+    const int64_t S = n / 32;
+    const int R = (int)(r1 - r0);
+    rase_f16_panel_512(n, data, row_bytes, r0, R, work);
     for (int t0 = 0; t0 < T; t0 += RASE_F16_TT) {
         const int nt = T - t0 < RASE_F16_TT ? T - t0 : RASE_F16_TT;
         const float *y[RASE_F16_TT];
         for (int t = 0; t < nt; ++t) y[t] = (const float *)(A + (size_t)(t0 + t) * as);
-        __m512 acc[32][RASE_F16_TT][2];  // (row of the chunk, token) chains, parked between panels
-        for (int64_t rb = r0; rb < r1; rb += 32) {
-            const int64_t re = rb + 32 < r1 ? rb + 32 : r1;
-            for (int64_t r = rb; r < re; ++r)
-                for (int t = 0; t < nt; ++t) acc[r - rb][t][0] = acc[r - rb][t][1] = _mm512_setzero_ps();
-            for (int64_t i0 = 0; i0 < nfull; i0 += RASE_F16_PANEL) {
-                const int64_t i1 = i0 + RASE_F16_PANEL < nfull ? i0 + RASE_F16_PANEL : nfull;
-                for (int64_t r = rb; r < re; r += RASE_F16_RP) {
-                    const int R = re - r < RASE_F16_RP ? (int)(re - r) : RASE_F16_RP;
-                    const uint16_t *x[RASE_F16_RP];
-                    for (int k = 0; k < RASE_F16_RP; ++k)
-                        x[k] = (const uint16_t *)(data + (r + (k < R ? k : 0)) * row_bytes);
-                    __m512 *a = &acc[r - rb][0][0];  // rows r.. are adjacent in acc
-                    switch (R) {
-                        case 1: RASE_F16_NT(1, nt) break;
-                        case 2: RASE_F16_NT(2, nt) break;
-                        default: RASE_F16_NT(RASE_F16_RP, nt) break;
-                    }
-                }
-            }
-            for (int64_t r = rb; r < re; ++r) {  // tails and the horizontal sum, as dotn_f16_512
-                const uint16_t *x = (const uint16_t *)(data + r * row_bytes);
-                for (int t = 0; t < nt; ++t) {
-                    const __m512 z0 = acc[r - rb][t][0], z1 = acc[r - rb][t][1];
-                    __m256 a0 = _mm512_castps512_ps256(z0), a2 = _mm512_castps512_ps256(z1);
-                    const __m256 a1 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(z0), 1));
-                    const __m256 a3 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(z1), 1));
-                    int64_t j = nfull;
-                    for (; j + 8 <= n; j += 8)
-                        a0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + j))), _mm256_loadu_ps(y[t] + j), a0);
-                    float s = rase_avx2_hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-                    for (; j < n; ++j) s += rase_fp16_to_fp32(x[j]) * y[t][j];
-                    Y[(int64_t)(t0 + t) * ys + r] = s;
-                }
-            }
+        float *Yt = Y + (int64_t)t0 * ys + r0;
+        switch (nt) {  // nt as a constant for the chain loop
+            case 1: rase_f16_tile_512(1, S, work, y, Yt, ys, R); break;
+            case 2: rase_f16_tile_512(2, S, work, y, Yt, ys, R); break;
+            case 3: rase_f16_tile_512(3, S, work, y, Yt, ys, R); break;
+            case 4: rase_f16_tile_512(4, S, work, y, Yt, ys, R); break;
+            case 5: rase_f16_tile_512(5, S, work, y, Yt, ys, R); break;
+            default: rase_f16_tile_512(RASE_F16_TT, S, work, y, Yt, ys, R); break;
         }
     }
 }
+_Static_assert(RASE_F16_TT == 6 && RASE_CHUNK_ROWS == 32, "rase_f16_rows_512's switch covers nt = 1..6");
 
 // -- float weights: the row stays in L1 across tokens
 #define RASE_FLOAT_DOTN(NAME, SINGLE)                                                          \
@@ -946,20 +980,23 @@ RASE_REF_DOTN(dotn_q4_k_ref, vec_dot_q4_k_q8_k_ref)
 RASE_REF_DOTN(dotn_q5_k_ref, vec_dot_q5_k_q8_k_ref)
 RASE_REF_DOTN(dotn_q6_k_ref, vec_dot_q6_k_q8_k_ref)
 
-// Y[t * ys + r] for rows [r0, r1) of a plain matrix (rows row_bytes apart) and T tokens of A
+// Y[t * ys + r] for rows [r0, r1) (a chunk of at most RASE_CHUNK_ROWS rows) of a plain matrix
+// (rows row_bytes apart) and T tokens of A; work: RASE_CHUNK_ROWS * n floats of the thread's own
 typedef void (*rase_rows_fn)(int64_t n, const uint8_t *data, int64_t row_bytes, int64_t r0, int64_t r1,
-                             const uint8_t *A, size_t as, int T, float *Y, int64_t ys);
+                             const uint8_t *A, size_t as, int T, float *Y, int64_t ys, float *work);
 
 typedef struct {
     int act;                             // ACT_* the weights pair with
     rase_dotn_fn dotn[RASE_ISA_COUNT];   // [scalar reference, AVX2, AVX-512] or 0; up to RASE_NT tokens
-    rase_rows_fn rows[RASE_ISA_COUNT];   // optional, for several tokens: rows blocked over a panel
+    rase_rows_fn rows[RASE_ISA_COUNT];   // optional, for n % 32 == 0: a GEMM (the same bits as dotn)
+    int rows_act;                        // the activation format the rows kernels read
+    int rows_min;                        // tokens from which they pay (below, dotn reuses a row for fewer)
 } rase_dot_traits;
 
 static const rase_dot_traits DOT_TRAITS[RASE_GGML_TYPE_COUNT] = {
     [0] = {ACT_F32, {dotn_f32_ref, RASE_AVX2_DOT(dotn_f32_avx2)}},
     [1] = {ACT_F32, {dotn_f16_ref, RASE_AVX2_DOT(dotn_f16_avx2), RASE_AVX2_DOT(dotn_f16_512)},
-           {0, 0, RASE_AVX2_DOT(rase_f16_rows_512)}},
+           {0, 0, RASE_AVX2_DOT(rase_f16_rows_512)}, ACT_F32C, 8},
     // the 32-element block types run repacked (_repack.h): only their activation format here
     [2] = {ACT_Q8_0},
     [3] = {ACT_Q8_1},
@@ -976,6 +1013,7 @@ static const rase_dot_traits DOT_TRAITS[RASE_GGML_TYPE_COUNT] = {
 
 static const rase_quant_fn ACT_QUANT[ACT_COUNT][RASE_ISA_COUNT] = {
     [ACT_F32] = {quant_f32_ref, quant_f32_ref},
+    [ACT_F32C] = {quant_f32c_ref, quant_f32c_ref},
     [ACT_Q8_0] = {quant_q8_0_ref, RASE_AVX2_DOT(quant_q8_0_avx2)},
     [ACT_Q8_1] = {quant_q8_1_ref, RASE_AVX2_DOT(quant_q8_1_avx2)},
     [ACT_Q8_K] = {quant_q8_k_ref, RASE_AVX2_DOT(quant_q8_k_avx2)},
@@ -986,6 +1024,16 @@ static inline rase_dotn_fn rase_dotn_for(int type, int isa) {
     for (; isa > 0; --isa)  // the level's own kernel, else the nearest level below
         if (DOT_TRAITS[type].dotn[isa]) return DOT_TRAITS[type].dotn[isa];
     return DOT_TRAITS[type].dotn[RASE_ISA_SCALAR];
+}
+
+// the GEMM for T tokens of a plain (rows x n) matrix of `type`, or NULL (then dotn row by row)
+static inline rase_rows_fn rase_rows_for(int type, int isa, int T, int64_t n) {
+    return T >= DOT_TRAITS[type].rows_min && T > 1 && n % 32 == 0 ? DOT_TRAITS[type].rows[isa] : 0;
+}
+
+// the activation format a plain matrix's T-token product reads
+static inline int rase_act_for(int type, int isa, int T, int64_t n) {
+    return rase_rows_for(type, isa, T, n) ? DOT_TRAITS[type].rows_act : DOT_TRAITS[type].act;
 }
 
 static inline rase_quant_fn rase_act_quant_for(int act, int isa) {

@@ -96,7 +96,11 @@ typedef struct {
     const float **act_src; // (n_threads, 2, ACT_COUNT): which input each buffer holds
     int64_t act_stride;
     rase_job_slot *jobs;   // (n_threads,): each thread's work counter (rase_jobs), reset at barriers
+    float *work;           // (n_threads, work_stride): the rows kernels' own (RASE_CHUNK_ROWS x max_cols)
+    int64_t work_stride;
 } rase_scratch;
+
+static inline float *rase_work(const rase_scratch *s, int ith) { return s->work + ith * s->work_stride; }
 
 typedef struct { int32_t token, seq, pos; } rase_entry;
 
@@ -179,7 +183,7 @@ static void rase_kv_copy_rows(rase_kv_pool *kv, int32_t src, int32_t dst, int n)
 static void rase_scratch_free(rase_scratch *s) {
     void *bufs[] = {s->x, s->h, s->o, s->q, s->att, s->k, s->v, s->g, s->u, s->rope, s->scores,
                     s->act, s->act_rows, (void *)s->act_src, s->router, s->sel, s->pair, s->wsel,
-                    s->ptok, s->seg, s->cursor, s->pg, s->pu, s->pd, s->pact, s->jobs};
+                    s->ptok, s->seg, s->cursor, s->pg, s->pu, s->pd, s->pact, s->jobs, s->work};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); ++i) free(bufs[i]);
     memset(s, 0, sizeof(*s));
 }
@@ -213,6 +217,8 @@ static int rase_scratch_alloc(rase_scratch *s, const rase_hparams *hp, int max_r
     s->act_rows = rase_alloc((size_t)ACT_COUNT * B * s->act_stride);
     s->act_src = rase_alloc((size_t)n_threads * 2 * ACT_COUNT * sizeof(float *));
     s->jobs = rase_alloc((size_t)n_threads * sizeof(rase_job_slot));
+    s->work_stride = (RASE_CHUNK_ROWS * max_cols + 15) / 16 * 16;  // pages touched only by a GEMM that uses them
+    s->work = rase_alloc((size_t)n_threads * s->work_stride * sizeof(float));
     if (hp->n_expert > 0) {
         const int64_t P = B * hp->n_expert_used;
         s->router = rase_alloc(B * hp->n_expert * 4);
@@ -233,7 +239,7 @@ static int rase_scratch_alloc(rase_scratch *s, const rase_hparams *hp, int max_r
         }
     }
     if (!s->x || !s->h || !s->o || !s->q || !s->att || !s->k || !s->v || !s->g || !s->u || !s->rope ||
-        !s->scores || !s->act || !s->act_rows || !s->act_src || !s->jobs) {
+        !s->scores || !s->act || !s->act_rows || !s->act_src || !s->jobs || !s->work) {
         rase_scratch_free(s);
         return -1;
     }
@@ -407,8 +413,6 @@ static const uint8_t *rase_quantize_input(rase_model *m, int act, const float *X
     return buf;
 }
 
-#define RASE_CHUNK_ROWS 32  // rows per unit of matmul work (2 groups of the repacked layout)
-
 // Y[t][r] += b[r] for rows [r0, r1) of T rows of `rows` outputs
 static void rase_add_bias(float *Y, int64_t rows, const float *b, int T, int64_t r0, int64_t r1) {
     for (int t = 0; t < T; ++t)
@@ -416,17 +420,18 @@ static void rase_add_bias(float *Y, int64_t rows, const float *b, int T, int64_t
 }
 
 // Y[t][r] = X[t] . w[r] for rows [r0, r1) (r0 a multiple of 16) and T tokens, A = X quantized
-// (rows `as` bytes apart). Tiles change with T (tokens per call, rows per group); the
-// arithmetic of each output element does not.
-static void rase_mm_rows(const rase_model *m, const rase_mat *w, const uint8_t *A, size_t as, int T, float *Y,
-                         int64_t r0, int64_t r1) {
+// to format act (rase_act_for's, or the type's own; rows `as` bytes apart); work: the thread's
+// rase_work. Tiles change with T (tokens per call, rows per group); the arithmetic of each
+// output element does not.
+static void rase_mm_rows(const rase_model *m, const rase_mat *w, const uint8_t *A, int act, size_t as, int T,
+                         float *Y, int64_t r0, int64_t r1, float *work) {
     if (w->layout == RASE_LAYOUT_R16) {
         rase_r16_rows(m->isa, w->type, w->packed, w->group_bytes, w->cols, A, as, T, Y, w->rows, r0, r1);
         return;
     }
-    const rase_rows_fn rows = DOT_TRAITS[w->type].rows[m->isa];
-    if (rows && T > 1) {  // the same bits as dotn, with the activations reused across rows
-        rows(w->cols, w->data, w->row_bytes, r0, r1, A, as, T, Y, w->rows);
+    const rase_rows_fn rows = rase_rows_for(w->type, m->isa, T, w->cols);
+    if (rows && act == DOT_TRAITS[w->type].rows_act) {  // the same bits as dotn
+        rows(w->cols, w->data, w->row_bytes, r0, r1, A, as, T, Y, w->rows, work);
         return;
     }
     const rase_dotn_fn dotn = rase_dotn_for(w->type, m->isa);
@@ -450,8 +455,11 @@ static void rase_matmuls(rase_model *m, int n, const rase_mat *const *w, const f
                          int gate_u, const float *const *bias, int ith, int nth) {
     const uint8_t *A[3];
     size_t as[3];
-    for (int i = 0; i < n; ++i)  // shared formats are quantized once (rase_quantize_input)
-        A[i] = rase_quantize_input(m, DOT_TRAITS[w[i]->type].act, X, T, w[i]->cols, ith, nth, &as[i]);
+    int act[3];
+    for (int i = 0; i < n; ++i) {  // shared formats are quantized once (rase_quantize_input)
+        act[i] = rase_act_for(w[i]->type, m->isa, T, w[i]->cols);
+        A[i] = rase_quantize_input(m, act[i], X, T, w[i]->cols, ith, nth, &as[i]);
+    }
     int64_t total = 0, first[4];
     for (int i = 0; i < (gate_u ? 1 : n); ++i) {
         first[i] = total;
@@ -463,10 +471,10 @@ static void rase_matmuls(rase_model *m, int n, const rase_mat *const *w, const f
         while (i + 1 < (gate_u ? 1 : n) && c >= first[i + 1]) ++i;
         const int64_t r0 = (c - first[i]) * RASE_CHUNK_ROWS;
         const int64_t r1 = r0 + RASE_CHUNK_ROWS < w[i]->rows ? r0 + RASE_CHUNK_ROWS : w[i]->rows;
-        rase_mm_rows(m, w[i], A[i], as[i], T, Y[i], r0, r1);
+        rase_mm_rows(m, w[i], A[i], act[i], as[i], T, Y[i], r0, r1, rase_work(m->s, ith));
         if (bias && bias[i]) rase_add_bias(Y[i], w[i]->rows, bias[i], T, r0, r1);
         if (gate_u) {
-            rase_mm_rows(m, w[1], A[1], as[1], T, Y[1], r0, r1);
+            rase_mm_rows(m, w[1], A[1], act[1], as[1], T, Y[1], r0, r1, rase_work(m->s, ith));
             if (bias && bias[1]) rase_add_bias(Y[1], w[1]->rows, bias[1], T, r0, r1);
             for (int t = 0; t < T; ++t)
                 rase_gate(Y[0] + (int64_t)t * w[0]->rows + r0, Y[1] + (int64_t)t * w[1]->rows + r0, r1 - r0,

@@ -881,10 +881,11 @@ cdef class BenchMatrix:
             raise ValueError(f"x (T, {self.mat.cols}), n_threads and reps >= 1 required")
         cdef int T = x.shape[0], t
         cdef int64_t n = self.mat.cols, ns
-        cdef size_t row = rase_act_bytes(self.act, n)
+        cdef int act = rase_act_for(self.mat.type, self.path, T, n)  # as the forward's matmuls
+        cdef size_t row = rase_act_bytes(act, n)
         abuf = bytearray(row * T + 64)
         cdef unsigned char[::1] a = abuf
-        cdef rase_quant_fn quant = rase_act_quant_for(self.act, self.path)
+        cdef rase_quant_fn quant = rase_act_quant_for(act, self.path)
         for t in range(T):
             quant(&x[t, 0], &a[t * row], n)
         out = _np.zeros((T, self.mat.rows), dtype=_np.float32)

@@ -77,7 +77,7 @@ static void rase_moe_group(const rase_hparams *hp, rase_scratch *s, int T) {
 // rows [r0, r1) of expert matrices w[e] over their pairs: A (slots, as bytes) -> Y (slots, rows)
 typedef struct {
     const rase_mat *w;   // (n_expert,)
-    const uint8_t *A;
+    const uint8_t *A;    // in the type's own activation format (an expert's pairs may be 1 or many)
     size_t as;
     float *Y;
 } rase_moe_mm;
@@ -103,8 +103,8 @@ static void rase_moe_matmuls(rase_model *m, const rase_moe_mm *mm, int n, int it
         const int n_e = s->seg[e + 1] - s->seg[e], p0 = s->seg[e];
         const int64_t r0 = (c - first) * RASE_CHUNK_ROWS, r1 = r0 + RASE_CHUNK_ROWS < rows ? r0 + RASE_CHUNK_ROWS : rows;
         for (int i = 0; i < n; ++i)
-            rase_mm_rows(m, &mm[i].w[e], mm[i].A + (size_t)p0 * mm[i].as, mm[i].as, n_e, mm[i].Y + (int64_t)p0 * rows,
-                         r0, r1);
+            rase_mm_rows(m, &mm[i].w[e], mm[i].A + (size_t)p0 * mm[i].as, DOT_TRAITS[mm[i].w[e].type].act, mm[i].as,
+                         n_e, mm[i].Y + (int64_t)p0 * rows, r0, r1, rase_work(s, ith));
         if (n == 2)
             for (int p = p0; p < p0 + n_e; ++p)
                 rase_gate(mm[0].Y + (int64_t)p * rows + r0, mm[1].Y + (int64_t)p * rows + r0, r1 - r0,

@@ -19,8 +19,10 @@ def _tick_rate(seconds: float, stop: threading.Event | None = None) -> float:
     return n / (time.perf_counter() - start)
 
 
+# The forwards below run on one thread so that a core stays free for the ticker: on a 2-core
+# machine a 2-thread forward takes both cores and the ticker would measure CPU share, not the GIL.
 def test_ticker_keeps_its_rate_while_generating(smollm2_path):
-    dec = load_gguf_decoder(None, smollm2_path)
+    dec = load_gguf_decoder(None, smollm2_path, n_threads=1)
     dec.prefill([1, 2, 3])  # warm up: first-touch page faults out of the measurement
     unloaded = _tick_rate(1.0)
     done = threading.Event()
@@ -88,7 +90,7 @@ def test_ticker_keeps_its_rate_while_four_requests_are_served_together(smollm2_p
     from rase.registry import ModelRegistry
 
     ModelRegistry(tmp_path).import_local("smollm2", smollm2_path)
-    engine = Engine(tmp_path, max_batch=4)
+    engine = Engine(tmp_path, max_batch=4, n_threads=1)
     engine.chat("smollm2", [{"role": "user", "content": "Hi"}], max_tokens=2)  # load and warm up
     unloaded = _tick_rate(1.0)
     handles = [engine.submit_chat("smollm2", [{"role": "user", "content": f"Tell me a story about {w}."}],
