@@ -948,6 +948,111 @@ RASE_TARGET_AVX512 static void rase_f16_rows_512(int64_t n, const uint8_t *data,
 }
 _Static_assert(RASE_F16_TT == 6 && RASE_CHUNK_ROWS == 32, "rase_f16_rows_512's switch covers nt = 1..6");
 
+// The same GEMM on AVX2: a ymm lane per row, 16 rows (2 ymm) x 6 tokens per chain pass (12 of
+// 16 ymm), the chunk's two 16-row halves one after the other; the same panel, chains and tree.
+RASE_TARGET_AVX2 static RASE_INLINE void rase_transpose8_avx2(const __m256 *r, __m256 *t) {
+    __m256 a[8], b[8];
+    for (int i = 0; i < 4; ++i) {
+        a[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        a[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 2; ++i)
+        for (int h = 0; h < 2; ++h) {
+            b[4 * i + 2 * h] = _mm256_shuffle_ps(a[4 * i + h], a[4 * i + 2 + h], 0x44);
+            b[4 * i + 2 * h + 1] = _mm256_shuffle_ps(a[4 * i + h], a[4 * i + 2 + h], 0xEE);
+        }
+    for (int c = 0; c < 4; ++c) {
+        t[c] = _mm256_permute2f128_ps(b[c], b[4 + c], 0x20);
+        t[4 + c] = _mm256_permute2f128_ps(b[c], b[4 + c], 0x31);
+    }
+}
+
+RASE_TARGET_AVX2 static void rase_f16_panel_avx2(int64_t n, const uint8_t *data, int64_t row_bytes, int64_t r0,
+                                                 int R, float *P) {
+    const int64_t S = n / 32;
+    const uint16_t *x[32];
+    for (int r = 0; r < 32; ++r) x[r] = (const uint16_t *)(data + (r0 + (r < R ? r : 0)) * row_bytes);
+    for (int64_t s = 0; s < S; ++s)
+        for (int rb = 0; rb < 32; rb += 8)
+            for (int jb = 0; jb < 32; jb += 8) {
+                __m256 v[8], t[8];
+                for (int i = 0; i < 8; ++i)
+                    v[i] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x[rb + i] + 32 * s + jb)));
+                rase_transpose8_avx2(v, t);
+                for (int j = 0; j < 8; ++j) _mm256_storeu_ps(P + ((jb + j) * S + s) * 32 + rb, t[j]);
+            }
+}
+
+// out[4t + 2h + e] = chain j of rows 16h + 8e .. + 7 for token t (Pj: the chain's panel at half h)
+RASE_TARGET_AVX2 static RASE_INLINE void rase_f16_chain_avx2(const int nt, int64_t S, const float *Pj,
+                                                           const float *const *y, int h, __m256 *out) {
+    __m256 a0[RASE_F16_TT], a1[RASE_F16_TT];
+    for (int t = 0; t < nt; ++t) a0[t] = a1[t] = _mm256_setzero_ps();
+    for (int64_t s = 0; s < S; ++s) {
+        const __m256 w0 = _mm256_loadu_ps(Pj + s * 32), w1 = _mm256_loadu_ps(Pj + s * 32 + 8);
+        for (int t = 0; t < nt; ++t) {
+            const __m256 yb = _mm256_broadcast_ss(y[t] + s);
+            a0[t] = _mm256_fmadd_ps(w0, yb, a0[t]);
+            a1[t] = _mm256_fmadd_ps(w1, yb, a1[t]);
+        }
+    }
+    for (int t = 0; t < nt; ++t) out[4 * t + 2 * h] = a0[t], out[4 * t + 2 * h + 1] = a1[t];
+}
+
+RASE_TARGET_AVX2 static RASE_INLINE void rase_f16_tile_avx2(const int nt, int64_t S, const float *P,
+                                                          const float *const *y, float *Y, int64_t ys, int R) {
+    __m256 v[8][4 * RASE_F16_TT], c[4 * RASE_F16_TT], d[4 * RASE_F16_TT];
+    const float *yj[RASE_F16_TT];
+    for (int l = 0; l < 8; ++l) {
+        for (int q = 0; q < 4; ++q) {
+            const int j = l + 8 * q;
+            for (int t = 0; t < nt; ++t) yj[t] = y[t] + j * S;
+            __m256 *o = q == 0 ? c : q == 2 ? v[l] : d;
+            for (int h = 0; h < 2; ++h) rase_f16_chain_avx2(nt, S, P + j * S * 32 + 16 * h, yj, h, o);
+            if (q == 1)
+                for (int i = 0; i < 4 * nt; ++i) c[i] = _mm256_add_ps(c[i], d[i]);
+            if (q == 3)
+                for (int i = 0; i < 4 * nt; ++i) v[l][i] = _mm256_add_ps(c[i], _mm256_add_ps(v[l][i], d[i]));
+        }
+    }
+    for (int i = 0; i < 4 * nt; ++i) {
+        const int r = 8 * (i & 3);
+        if (r >= R) continue;
+        const __m256 o = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(v[0][i], v[4][i]), _mm256_add_ps(v[2][i], v[6][i])),
+                                       _mm256_add_ps(_mm256_add_ps(v[1][i], v[5][i]), _mm256_add_ps(v[3][i], v[7][i])));
+        float *dst = Y + (int64_t)(i >> 2) * ys + r;
+        if (R - r >= 8) {
+            _mm256_storeu_ps(dst, o);
+        } else {
+            float tmp[8];
+            _mm256_storeu_ps(tmp, o);
+            for (int e = 0; e < R - r; ++e) dst[e] = tmp[e];
+        }
+    }
+}
+
+RASE_TARGET_AVX2 static void rase_f16_rows_avx2(int64_t n, const uint8_t *data, int64_t row_bytes, int64_t r0,
+                                                int64_t r1, const uint8_t *A, size_t as, int T, float *Y, int64_t ys,
+                                                float *work) {
+    const int64_t S = n / 32;
+    const int R = (int)(r1 - r0);
+    rase_f16_panel_avx2(n, data, row_bytes, r0, R, work);
+    for (int t0 = 0; t0 < T; t0 += RASE_F16_TT) {
+        const int nt = T - t0 < RASE_F16_TT ? T - t0 : RASE_F16_TT;
+        const float *y[RASE_F16_TT];
+        for (int t = 0; t < nt; ++t) y[t] = (const float *)(A + (size_t)(t0 + t) * as);
+        float *Yt = Y + (int64_t)t0 * ys + r0;
+        switch (nt) {
+            case 1: rase_f16_tile_avx2(1, S, work, y, Yt, ys, R); break;
+            case 2: rase_f16_tile_avx2(2, S, work, y, Yt, ys, R); break;
+            case 3: rase_f16_tile_avx2(3, S, work, y, Yt, ys, R); break;
+            case 4: rase_f16_tile_avx2(4, S, work, y, Yt, ys, R); break;
+            case 5: rase_f16_tile_avx2(5, S, work, y, Yt, ys, R); break;
+            default: rase_f16_tile_avx2(RASE_F16_TT, S, work, y, Yt, ys, R); break;
+        }
+    }
+}
+
 // -- float weights: the row stays in L1 across tokens
 #define RASE_FLOAT_DOTN(NAME, SINGLE)                                                          \
     RASE_TARGET_AVX2 static void NAME(int64_t n, const void *w, const void *a, size_t astride, \
@@ -996,7 +1101,7 @@ typedef struct {
 static const rase_dot_traits DOT_TRAITS[RASE_GGML_TYPE_COUNT] = {
     [0] = {ACT_F32, {dotn_f32_ref, RASE_AVX2_DOT(dotn_f32_avx2)}},
     [1] = {ACT_F32, {dotn_f16_ref, RASE_AVX2_DOT(dotn_f16_avx2), RASE_AVX2_DOT(dotn_f16_512)},
-           {0, 0, RASE_AVX2_DOT(rase_f16_rows_512)}, ACT_F32C, 8},
+           {0, RASE_AVX2_DOT(rase_f16_rows_avx2), RASE_AVX2_DOT(rase_f16_rows_512)}, ACT_F32C, 16},
     // the 32-element block types run repacked (_repack.h): only their activation format here
     [2] = {ACT_Q8_0},
     [3] = {ACT_Q8_1},

@@ -43,14 +43,15 @@ def test_read_bandwidth_is_a_rate():
 
 @pytest.mark.parametrize("n", [576, 1000, 2085, 4096, 40])
 def test_f16_gemm_gives_the_row_by_row_bits(n):
-    """From 8 tokens an F16 matrix with n % 32 == 0 runs the chain-major GEMM (AVX-512: a lane per
-    row, one FMA chain at a time, tiles of 6 tokens, the last chunk's 5 rows masked); below 8
+    """From 16 tokens an F16 matrix with n % 32 == 0 runs the chain-major GEMM (a lane per row, one
+    FMA chain at a time, tiles of 6 tokens, the last chunk's 5 rows masked), AVX2 and AVX-512; below 16
     tokens, and for other n, the one-row kernel over several tokens. Every (row, token) gets the
     bits of the one-row kernel."""
     rng = np.random.default_rng(n)
     w = rng.standard_normal((37, n)).astype(np.float16).view(np.uint8).reshape(37, -1)
-    m = _kernels.BenchMatrix(1, w, n)
-    for T in (2, 5, 7, 8, 9, 13, 48, 49, 101):
-        x = rng.standard_normal((T, n)).astype(np.float32)
-        y, _ = m.matmul(x, 2)
-        assert y.tobytes() == _kernels.matmul(1, w, x).tobytes(), T
+    for isa in set(_kernels.isa_supported()) - {"scalar"}:
+        m = _kernels.BenchMatrix(1, w, n, isa)
+        for T in (2, 5, 7, 15, 16, 17, 22, 48, 49, 101):
+            x = rng.standard_normal((T, n)).astype(np.float32)
+            y, _ = m.matmul(x, 2)
+            assert y.tobytes() == _kernels.matmul(1, w, x, isa).tobytes(), (isa, T)
