@@ -924,29 +924,31 @@ RASE_TARGET_AVX512 static RASE_INLINE void rase_f16_tile_512(const int nt, int64
     }
 }
 
-// rows [r0, r1) (r1 - r0 <= 32) x T tokens of ACT_F32C rows A; work: 32 * n floats
-RASE_TARGET_AVX512 static void rase_f16_rows_512(int64_t n, const uint8_t *data, int64_t row_bytes, int64_t r0,
-                                                 int64_t r1, const uint8_t *A, size_t as, int T, float *Y, int64_t ys,
-                                                 float *work) {
-    const int64_t S = n / 32;
-    const int R = (int)(r1 - r0);
-    rase_f16_panel_512(n, data, row_bytes, r0, R, work);
-    for (int t0 = 0; t0 < T; t0 += RASE_F16_TT) {
-        const int nt = T - t0 < RASE_F16_TT ? T - t0 : RASE_F16_TT;
-        const float *y[RASE_F16_TT];
-        for (int t = 0; t < nt; ++t) y[t] = (const float *)(A + (size_t)(t0 + t) * as);
-        float *Yt = Y + (int64_t)t0 * ys + r0;
-        switch (nt) {  // nt as a constant for the chain loop
-            case 1: rase_f16_tile_512(1, S, work, y, Yt, ys, R); break;
-            case 2: rase_f16_tile_512(2, S, work, y, Yt, ys, R); break;
-            case 3: rase_f16_tile_512(3, S, work, y, Yt, ys, R); break;
-            case 4: rase_f16_tile_512(4, S, work, y, Yt, ys, R); break;
-            case 5: rase_f16_tile_512(5, S, work, y, Yt, ys, R); break;
-            default: rase_f16_tile_512(RASE_F16_TT, S, work, y, Yt, ys, R); break;
-        }
+// rows [r0, r1) (r1 - r0 <= 32) x T tokens of ACT_F32C rows A; work: 32 * n floats. One driver
+// per ISA: the chunk's panel once, then tiles of RASE_F16_TT tokens (nt a constant for the chains).
+#define RASE_F16_ROWS(NAME, TARGET, PANEL, TILE)                                                    \
+    TARGET static void NAME(int64_t n, const uint8_t *data, int64_t row_bytes, int64_t r0, int64_t r1,  \
+                            const uint8_t *A, size_t as, int T, float *Y, int64_t ys, float *work) {    \
+        const int64_t S = n / 32;                                                                    \
+        const int R = (int)(r1 - r0);                                                                \
+        PANEL(n, data, row_bytes, r0, R, work);                                                      \
+        for (int t0 = 0; t0 < T; t0 += RASE_F16_TT) {                                                \
+            const int nt = T - t0 < RASE_F16_TT ? T - t0 : RASE_F16_TT;                              \
+            const float *y[RASE_F16_TT];                                                             \
+            for (int t = 0; t < nt; ++t) y[t] = (const float *)(A + (size_t)(t0 + t) * as);          \
+            float *Yt = Y + (int64_t)t0 * ys + r0;                                                   \
+            switch (nt) {                                                                            \
+                case 1: TILE(1, S, work, y, Yt, ys, R); break;                                       \
+                case 2: TILE(2, S, work, y, Yt, ys, R); break;                                       \
+                case 3: TILE(3, S, work, y, Yt, ys, R); break;                                       \
+                case 4: TILE(4, S, work, y, Yt, ys, R); break;                                       \
+                case 5: TILE(5, S, work, y, Yt, ys, R); break;                                       \
+                default: TILE(RASE_F16_TT, S, work, y, Yt, ys, R); break;                            \
+            }                                                                                        \
+        }                                                                                            \
     }
-}
-_Static_assert(RASE_F16_TT == 6 && RASE_CHUNK_ROWS == 32, "rase_f16_rows_512's switch covers nt = 1..6");
+_Static_assert(RASE_F16_TT == 6 && RASE_CHUNK_ROWS == 32, "RASE_F16_ROWS's switch covers nt = 1..6");
+RASE_F16_ROWS(rase_f16_rows_512, RASE_TARGET_AVX512, rase_f16_panel_512, rase_f16_tile_512)
 
 // The same GEMM on AVX2: a ymm lane per row, 16 rows (2 ymm) x 6 tokens per chain pass (12 of
 // 16 ymm), the chunk's two 16-row halves one after the other; the same panel, chains and tree.
@@ -1031,27 +1033,8 @@ RASE_TARGET_AVX2 static RASE_INLINE void rase_f16_tile_avx2(const int nt, int64_
     }
 }
 
-RASE_TARGET_AVX2 static void rase_f16_rows_avx2(int64_t n, const uint8_t *data, int64_t row_bytes, int64_t r0,
-                                                int64_t r1, const uint8_t *A, size_t as, int T, float *Y, int64_t ys,
-                                                float *work) {
-    const int64_t S = n / 32;
-    const int R = (int)(r1 - r0);
-    rase_f16_panel_avx2(n, data, row_bytes, r0, R, work);
-    for (int t0 = 0; t0 < T; t0 += RASE_F16_TT) {
-        const int nt = T - t0 < RASE_F16_TT ? T - t0 : RASE_F16_TT;
-        const float *y[RASE_F16_TT];
-        for (int t = 0; t < nt; ++t) y[t] = (const float *)(A + (size_t)(t0 + t) * as);
-        float *Yt = Y + (int64_t)t0 * ys + r0;
-        switch (nt) {
-            case 1: rase_f16_tile_avx2(1, S, work, y, Yt, ys, R); break;
-            case 2: rase_f16_tile_avx2(2, S, work, y, Yt, ys, R); break;
-            case 3: rase_f16_tile_avx2(3, S, work, y, Yt, ys, R); break;
-            case 4: rase_f16_tile_avx2(4, S, work, y, Yt, ys, R); break;
-            case 5: rase_f16_tile_avx2(5, S, work, y, Yt, ys, R); break;
-            default: rase_f16_tile_avx2(RASE_F16_TT, S, work, y, Yt, ys, R); break;
-        }
-    }
-}
+RASE_F16_ROWS(rase_f16_rows_avx2, RASE_TARGET_AVX2, rase_f16_panel_avx2, rase_f16_tile_avx2)
+#undef RASE_F16_ROWS
 
 // -- float weights: the row stays in L1 across tokens
 #define RASE_FLOAT_DOTN(NAME, SINGLE)                                                          \
