@@ -161,23 +161,6 @@ static void kunpack_q3_k(const void *w, int64_t i, rase_kblock *b) {
             }
 }
 
-static void kunpack_q4_k(const void *w, int64_t i, rase_kblock *b) {
-    const block_q4_K *x = (const block_q4_K *)w + i;
-    b->d = rase_fp16_to_fp32(x->d);
-    b->dmin = rase_fp16_to_fp32(x->dmin);
-    for (int j = 0; j < 8; ++j) {
-        uint8_t sc, m;
-        rase_scale_min_k4(j, x->scales, &sc, &m);
-        b->sc[2 * j] = b->sc[2 * j + 1] = sc;
-        b->mn[2 * j] = b->mn[2 * j + 1] = m;
-    }
-    for (int j = 0; j < 4; ++j)
-        for (int l = 0; l < 32; ++l) {
-            b->q[64 * j + l] = (int8_t)(x->qs[32 * j + l] & 0xF);
-            b->q[64 * j + 32 + l] = (int8_t)(x->qs[32 * j + l] >> 4);
-        }
-}
-
 static void kunpack_q5_k(const void *w, int64_t i, rase_kblock *b) {
     const block_q5_K *x = (const block_q5_K *)w + i;
     b->d = rase_fp16_to_fp32(x->d);
@@ -234,7 +217,6 @@ static inline float rase_kdot_ref(rase_kunpack_fn unpack, int64_t n, const void 
 
 static float vec_dot_q2_k_q8_k_ref(int64_t n, const void *w, const void *a) { return rase_kdot_ref(kunpack_q2_k, n, w, a); }
 static float vec_dot_q3_k_q8_k_ref(int64_t n, const void *w, const void *a) { return rase_kdot_ref(kunpack_q3_k, n, w, a); }
-static float vec_dot_q4_k_q8_k_ref(int64_t n, const void *w, const void *a) { return rase_kdot_ref(kunpack_q4_k, n, w, a); }
 static float vec_dot_q5_k_q8_k_ref(int64_t n, const void *w, const void *a) { return rase_kdot_ref(kunpack_q5_k, n, w, a); }
 static float vec_dot_q6_k_q8_k_ref(int64_t n, const void *w, const void *a) { return rase_kdot_ref(kunpack_q6_k, n, w, a); }
 
@@ -453,23 +435,6 @@ RASE_TARGET_AVX2 static RASE_INLINE void rase_kdotn(const rase_kblock_avx2 *kb, 
     }                                                                                         \
     RASE_DOTN(NAME)
 
-RASE_TARGET_AVX2 static RASE_INLINE void kunpack_q4_k_avx2(const block_q4_K *x, rase_kblock_avx2 *kb) {
-    for (int j = 0; j < 8; ++j) {
-        uint8_t sc, m;
-        rase_scale_min_k4(j, x->scales, &sc, &m);
-        kb->sc[2 * j] = kb->sc[2 * j + 1] = sc;
-        kb->mn[2 * j] = kb->mn[2 * j + 1] = m;
-    }
-    for (int j = 0; j < 4; ++j) {
-        const __m256i raw = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * j));
-        kb->u[2 * j] = rase_avx2_bits(raw, 0, 0xF);
-        kb->u[2 * j + 1] = rase_avx2_bits(raw, 4, 0xF);
-    }
-    kb->off = 0;
-    kb->dx = rase_h2f(x->d);
-    kb->dmin = rase_h2f(x->dmin);
-}
-
 RASE_TARGET_AVX2 static RASE_INLINE void kunpack_q5_k_avx2(const block_q5_K *x, rase_kblock_avx2 *kb) {
     for (int j = 0; j < 8; ++j) {
         uint8_t sc, m;
@@ -536,33 +501,6 @@ RASE_TARGET_AVX2 static RASE_INLINE void kunpack_q3_k_avx2(const block_q3_K *x, 
 RASE_KDOT_BODY(dotn_q2_k_avx2, block_q2_K, kunpack_q2_k_avx2)
 RASE_KDOT_BODY(dotn_q3_k_avx2, block_q3_K, kunpack_q3_k_avx2)
 RASE_KDOT_BODY(dotn_q5_k_avx2, block_q5_K, kunpack_q5_k_avx2)
-
-// Q4_K in the rounding of llama.cpp's x86 one-token repacked kernel (ggml_gemv_q4_K_8x8_q8_K, used
-// for every Q4_K matrix with a multiple of 8 rows): per block the exact integer sums S (scaled
-// dots) and M (mins x bsums), then acc = fma(S, dx*dy, acc), accm = fma(M, dmin*dy, accm).
-RASE_TARGET_AVX2 static RASE_INLINE void dotn_q4_k_avx2_body(int64_t n, const void *w, const void *a,
-                                                           size_t astride, int nt, float *out) {
-    const block_q4_K *x = (const block_q4_K *)w;
-    float acc[RASE_NT], accm[RASE_NT];
-    for (int t = 0; t < nt; ++t) acc[t] = accm[t] = 0.0f;
-    rase_kblock_avx2 kb;
-    for (int64_t b = 0; b < n / 256; ++b) {
-        RASE_PREFETCH_AHEAD(&x[b], sizeof(block_q4_K));
-        kunpack_q4_k_avx2(&x[b], &kb);
-        for (int t = 0; t < nt; ++t) {
-            const block_q8_K *y = RASE_ACT(block_q8_K, t, b);
-            __m256i sumi = _mm256_setzero_si256();
-            for (int v = 0; v < 8; ++v)
-                sumi = _mm256_add_epi32(sumi, rase_avx2_kdot(kb.u[v], y->qs + 32 * v, kb.sc[2 * v], kb.sc[2 * v + 1]));
-            int mins = 0;
-            for (int g = 0; g < 16; ++g) mins += kb.mn[g] * y->bsums[g];
-            acc[t] = __builtin_fmaf((float)rase_avx2_hsum_i32(sumi), kb.dx * y->d, acc[t]);
-            accm[t] = __builtin_fmaf((float)mins, kb.dmin * y->d, accm[t]);
-        }
-    }
-    for (int t = 0; t < nt; ++t) out[t] = acc[t] - accm[t];
-}
-RASE_DOTN(dotn_q4_k_avx2)
 
 // Q6_K in the rounding of ggml's AVX2 vec_dot: 8 int32 lanes per block (unsigned values times
 // scales), minus 32 * (scale . bsums) laid over the lanes pairwise, one FMA per block, hsum.
@@ -653,83 +591,6 @@ static const int16_t RASE_K4_MIN_IDX[16] = {8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 
     for (int j = 0; j < 4; ++j) pair_idx[j] = _mm512_loadu_si512((const void *)RASE_K4_PAIR_IDX[j]); \
     const __m512i min_idx = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)RASE_K4_MIN_IDX)); \
     (void)one
-
-// 8 x 8 int32 -> lane t = the sum of v[t]'s lanes (exact: integer adds in any order)
-RASE_TARGET_AVX512 static RASE_INLINE __m256i rase_avx2_hsum8x8_i32(const __m256i v[8]) {
-    const __m256i h01 = _mm256_hadd_epi32(v[0], v[1]), h23 = _mm256_hadd_epi32(v[2], v[3]);
-    const __m256i h45 = _mm256_hadd_epi32(v[4], v[5]), h67 = _mm256_hadd_epi32(v[6], v[7]);
-    const __m256i h0123 = _mm256_hadd_epi32(h01, h23), h4567 = _mm256_hadd_epi32(h45, h67);
-    return _mm256_add_epi32(_mm256_permute2x128_si256(h0123, h4567, 0x20),
-                            _mm256_permute2x128_si256(h0123, h4567, 0x31));
-}
-
-// Q4_K for tiles of 4..8 tokens: the per-token integer sums of a block are reduced together
-// (lane t = token t) and the two FMAs run on those lanes: per token the same exact integers and
-// the same fma(S, dx * dy, acc) as dotn_q4_k_512_body, so the same bits.
-RASE_TARGET_AVX512 static RASE_INLINE void dotn_q4_k_512_wide(int64_t n, const void *w, const void *a,
-                                                            size_t astride, int nt, float *out) {
-    const block_q4_K *x = (const block_q4_K *)w;
-    __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
-    RASE_K45_CONSTS512();
-    const __m512i qh2 = _mm512_setzero_si512();
-    (void)qh2;
-    const __m256i tok = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    const __m256i live = _mm256_cmpgt_epi32(_mm256_set1_epi32(nt), tok);
-    const __m256i off = _mm256_mullo_epi32(tok, _mm256_set1_epi32((int)astride));  // bytes to token t
-    for (int64_t b = 0; b < n / 256; ++b) {
-        RASE_PREFETCH_AHEAD(&x[b], sizeof(block_q4_K));
-        __m512i u[4], scv[4];
-        __m256i mn16;
-        RASE_K45_UNPACK512(&x[b], 0, u, scv, mn16);
-        __m256i S8[8], M8[8];
-        for (int t = 0; t < 8; ++t) S8[t] = M8[t] = _mm256_setzero_si256();
-        for (int t = 0; t < nt; ++t) {
-            const block_q8_K *y = RASE_ACT(block_q8_K, t, b);
-            __m512i sumi = _mm512_setzero_si512();
-            for (int j = 0; j < 4; ++j) sumi = rase_k512_dot(sumi, u[j], y->qs + 64 * j, scv[j]);
-            S8[t] = _mm256_add_epi32(_mm512_castsi512_si256(sumi), _mm512_extracti64x4_epi64(sumi, 1));
-            M8[t] = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), mn16);
-        }
-        const __m256 dy = _mm256_mask_i32gather_ps(_mm256_setzero_ps(), &RASE_ACT(block_q8_K, 0, b)->d, off,
-                                                   _mm256_castsi256_ps(live), 1);
-        const __m256 S = _mm256_cvtepi32_ps(rase_avx2_hsum8x8_i32(S8)), M = _mm256_cvtepi32_ps(rase_avx2_hsum8x8_i32(M8));
-        acc = _mm256_fmadd_ps(S, _mm256_mul_ps(_mm256_set1_ps(rase_h2f(x[b].d)), dy), acc);
-        accm = _mm256_fmadd_ps(M, _mm256_mul_ps(_mm256_set1_ps(rase_h2f(x[b].dmin)), dy), accm);
-    }
-    float r[8];
-    _mm256_storeu_ps(r, _mm256_sub_ps(acc, accm));
-    for (int t = 0; t < nt; ++t) out[t] = r[t];
-}
-
-// Q4_K, the rounding of dotn_q4_k_avx2
-RASE_TARGET_AVX512 static RASE_INLINE void dotn_q4_k_512_body(int64_t n, const void *w, const void *a,
-                                                            size_t astride, int nt, float *out) {
-    if (nt >= 4) { dotn_q4_k_512_wide(n, w, a, astride, nt, out); return; }
-    const block_q4_K *x = (const block_q4_K *)w;
-    float acc[RASE_NT], accm[RASE_NT];
-    for (int t = 0; t < nt; ++t) acc[t] = accm[t] = 0.0f;
-    RASE_K45_CONSTS512();
-    const __m512i qh2 = _mm512_setzero_si512();
-    (void)qh2;
-    for (int64_t b = 0; b < n / 256; ++b) {
-        RASE_PREFETCH_AHEAD(&x[b], sizeof(block_q4_K));
-        __m512i u[4], scv[4];
-        __m256i mn16;
-        RASE_K45_UNPACK512(&x[b], 0, u, scv, mn16);
-        const float dx = rase_h2f(x[b].d), dmin = rase_h2f(x[b].dmin);
-        for (int t = 0; t < nt; ++t) {
-            const block_q8_K *y = RASE_ACT(block_q8_K, t, b);
-            __m512i sumi = _mm512_setzero_si512();
-            for (int j = 0; j < 4; ++j) sumi = rase_k512_dot(sumi, u[j], y->qs + 64 * j, scv[j]);
-            const int S = _mm512_reduce_add_epi32(sumi);
-            const int M = rase_avx2_hsum_i32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), mn16));
-            acc[t] = __builtin_fmaf((float)S, dx * y->d, acc[t]);
-            accm[t] = __builtin_fmaf((float)M, dmin * y->d, accm[t]);
-        }
-    }
-    for (int t = 0; t < nt; ++t) out[t] = acc[t] - accm[t];
-}
-RASE_DOTN512(dotn_q4_k_512)
 
 // Q5_K, the rounding of dotn_q5_k_avx2 (rase_kdotn with off = 0)
 RASE_TARGET_AVX512 static RASE_INLINE void dotn_q5_k_512_body(int64_t n, const void *w, const void *a,
@@ -1064,7 +925,6 @@ RASE_REF_DOTN(dotn_f16_ref, vec_dot_f16_f32_ref)
 RASE_REF_DOTN(dotn_bf16_ref, vec_dot_bf16_f32_ref)
 RASE_REF_DOTN(dotn_q2_k_ref, vec_dot_q2_k_q8_k_ref)
 RASE_REF_DOTN(dotn_q3_k_ref, vec_dot_q3_k_q8_k_ref)
-RASE_REF_DOTN(dotn_q4_k_ref, vec_dot_q4_k_q8_k_ref)
 RASE_REF_DOTN(dotn_q5_k_ref, vec_dot_q5_k_q8_k_ref)
 RASE_REF_DOTN(dotn_q6_k_ref, vec_dot_q6_k_q8_k_ref)
 
@@ -1085,7 +945,7 @@ static const rase_dot_traits DOT_TRAITS[RASE_GGML_TYPE_COUNT] = {
     [0] = {ACT_F32, {dotn_f32_ref, RASE_AVX2_DOT(dotn_f32_avx2)}},
     [1] = {ACT_F32, {dotn_f16_ref, RASE_AVX2_DOT(dotn_f16_avx2), RASE_AVX2_DOT(dotn_f16_512)},
            {0, RASE_AVX2_DOT(rase_f16_rows_avx2), RASE_AVX2_DOT(rase_f16_rows_512)}, ACT_F32C, 16},
-    // the 32-element block types run repacked (_repack.h): only their activation format here
+    // the 32-element block types and Q4_K run repacked (_repack.h): only their activation format here
     [2] = {ACT_Q8_0},
     [3] = {ACT_Q8_1},
     [6] = {ACT_Q8_0},
@@ -1093,7 +953,7 @@ static const rase_dot_traits DOT_TRAITS[RASE_GGML_TYPE_COUNT] = {
     [8] = {ACT_Q8_0},
     [10] = {ACT_Q8_K, {dotn_q2_k_ref, RASE_AVX2_DOT(dotn_q2_k_avx2)}},
     [11] = {ACT_Q8_K, {dotn_q3_k_ref, RASE_AVX2_DOT(dotn_q3_k_avx2)}},
-    [12] = {ACT_Q8_K, {dotn_q4_k_ref, RASE_AVX2_DOT(dotn_q4_k_avx2), RASE_AVX2_DOT(dotn_q4_k_512)}},
+    [12] = {ACT_Q8_K},  // repacked too (_repack_k.h)
     [13] = {ACT_Q8_K, {dotn_q5_k_ref, RASE_AVX2_DOT(dotn_q5_k_avx2), RASE_AVX2_DOT(dotn_q5_k_512)}},
     [14] = {ACT_Q8_K, {dotn_q6_k_ref, RASE_AVX2_DOT(dotn_q6_k_avx2), RASE_AVX2_DOT(dotn_q6_k_512)}},
     [30] = {ACT_F32, {dotn_bf16_ref, RASE_AVX2_DOT(dotn_bf16_avx2)}},

@@ -426,7 +426,7 @@ static void rase_add_bias(float *Y, int64_t rows, const float *b, int T, int64_t
 static void rase_mm_rows(const rase_model *m, const rase_mat *w, const uint8_t *A, int act, size_t as, int T,
                          float *Y, int64_t r0, int64_t r1, float *work) {
     if (w->layout == RASE_LAYOUT_R16) {
-        rase_r16_rows(m->isa, w->type, w->packed, w->group_bytes, w->cols, A, as, T, Y, w->rows, r0, r1);
+        rase_r16_rows(m->isa, w->type, w->packed, w->group_bytes, w->cols, A, as, T, Y, w->rows, r0, r1, (uint8_t *)work);
         return;
     }
     const rase_rows_fn rows = rase_rows_for(w->type, m->isa, T, w->cols);

@@ -153,6 +153,7 @@ def matmul(int qtype, const uint8_t[:, ::1] w, const float[:, ::1] x, isa=None):
     cdef rase_quant_fn quant = rase_act_quant_for(act, path)
     cdef rase_dotn_fn dotn
     cdef const uint8_t[::1] pv
+    cdef unsigned char[::1] wv
     cdef int64_t group
     cdef float tmp[8]
     cdef int j
@@ -162,9 +163,12 @@ def matmul(int qtype, const uint8_t[:, ::1] w, const float[:, ::1] x, isa=None):
         packed = repack(qtype, w, n)
         pv = packed
         group = (n // 32) * R16_TRAITS[qtype].blk_bytes
+        work = bytearray(n * RASE_CHUNK_ROWS * sizeof(float))  # the forward's per-thread work buffer
+        wv = work
         with nogil:  # the forward's path: rows in chunks of 32, each chunk's groups over tiles of tokens
             for g in range(0, rows, 32):
-                rase_r16_rows(path, qtype, &pv[0], group, n, &a[0], row, T, &ov[0, 0], rows, g, min(rows, g + 32))
+                rase_r16_rows(path, qtype, &pv[0], group, n, &a[0], row, T, &ov[0, 0], rows, g, min(rows, g + 32),
+                              &wv[0])
         return out
     dotn = rase_dotn_for(qtype, path)
     with nogil:

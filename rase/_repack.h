@@ -272,36 +272,59 @@ static inline int32_t rase_ld32(const void *p) {
     return v;
 }
 
+// Many tokens: a group's weights unpacked once into a panel (per 32-block: the 8 slice registers,
+// then d and m as f32; RASE_R16_PANEL bytes, in the thread's work buffer) that every pair of
+// tokens then reads, instead of unpacking each block again for every pair. Same integers, same
+// FMAs, same bits.
+#define RASE_R16_PANEL 640     // panel bytes per 32-block: 8 x 64 slices, 16 d, 16 m (f32)
+#define RASE_R16_PANEL_MIN 4   // tokens from which the panel pays
+_Static_assert(RASE_R16_PANEL / 32 <= RASE_CHUNK_ROWS * sizeof(float), "a panel fits the rows kernels' work buffer");
+
+// u[8], dw, dm of block b: unpacked from the repacked block, or read from the panel
+#define RASE_R16_UNPACK_512(TYPE, RT, blk, b, panel, u, dw, dm)                              \
+    do {                                                                                      \
+        enum { NIB_ = TYPE != 8, HAS_H_ = TYPE == 6 || TYPE == 7, HAS_MIN_ = TYPE == 3 || TYPE == 7 }; \
+        if (panel) {                                                                          \
+            const uint8_t *pb = (panel) + (b) * RASE_R16_PANEL;                               \
+            for (int k = 0; k < 8; ++k) u[k] = _mm512_loadu_si512((const void *)(pb + 64 * k)); \
+            dw = _mm512_loadu_ps((const float *)(pb + 512));                                   \
+            dm = _mm512_loadu_ps((const float *)(pb + 576));                                   \
+            break;                                                                            \
+        }                                                                                     \
+        const __m512i m4 = _mm512_set1_epi8(0xF), flip = _mm512_set1_epi8((char)0x80);         \
+        const __m512i up = _mm512_set1_epi8(TYPE == 6 ? 0x70 : 0), sixteen = _mm512_set1_epi8(0x10); \
+        RASE_PREFETCH_AHEAD(&blk[b], sizeof(RT));                                             \
+        if (NIB_) {  /* Q5_0: u = nibble + 112 + 16 x fifth bit = w + 128 (0xEA: (a & b) | c) */ \
+            for (int k = 0; k < 4; ++k) {                                                     \
+                const __m512i raw = _mm512_loadu_si512((const void *)blk[b].q[k]);            \
+                u[k] = _mm512_ternarylogic_epi32(raw, m4, up, 0xEA);                          \
+                u[k + 4] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(raw, 4), m4, up, 0xEA); \
+            }                                                                                 \
+            if (HAS_H_)                                                                       \
+                for (int k = 0; k < 8; ++k) u[k] = _mm512_mask_add_epi8(u[k], _load_mask64((__mmask64 *)((const uint8_t *)&blk[b] + rase_r16_hoff(TYPE)) + k), u[k], sixteen); \
+        } else {                                                                              \
+            for (int k = 0; k < 8; ++k) u[k] = _mm512_xor_si512(_mm512_loadu_si512((const void *)blk[b].q[k]), flip); \
+        }                                                                                     \
+        dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk[b].d));                  \
+        dm = HAS_MIN_ ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)blk[b].d + 16))) : _mm512_setzero_ps(); \
+    } while (0)
+
 #define RASE_R16_KERNEL_512(NAME, TYPE, RT)                                                   \
-    RASE_TARGET_AVX512 static RASE_INLINE void NAME##_body(int64_t n, const uint8_t *w, const void *a, \
-                                                           size_t astride, const int nt, float *y, \
+    RASE_TARGET_AVX512 static RASE_INLINE void NAME##_body(int64_t n, const uint8_t *w, const uint8_t *panel, \
+                                                           const void *a, size_t astride, const int nt, float *y, \
                                                            int64_t ys, int nr) {              \
-        enum { HAS_MIN = TYPE == 3 || TYPE == 7, NIB = TYPE != 8, HAS_H = TYPE == 6 || TYPE == 7, \
-               SIGNED = !HAS_MIN, OFF_SHIFT = TYPE == 2 ? 3 : 7 };  /* -8 or -128 x slice sum */ \
+        enum { HAS_MIN = TYPE == 3 || TYPE == 7, SIGNED = !HAS_MIN,                           \
+               OFF_SHIFT = TYPE == 2 ? 3 : 7 };  /* -8 or -128 x slice sum */                 \
         __m512 acc[RASE_R16_TILE_512][8], summ[RASE_R16_TILE_512];                            \
         for (int t = 0; t < nt; ++t) {                                                        \
             summ[t] = _mm512_setzero_ps();                                                    \
             for (int sl = 0; sl < 8; ++sl) acc[t][sl] = _mm512_setzero_ps();                  \
         }                                                                                     \
-        const __m512i m4 = _mm512_set1_epi8(0xF), flip = _mm512_set1_epi8((char)0x80);         \
-        const __m512i up = _mm512_set1_epi8(TYPE == 6 ? 0x70 : 0), sixteen = _mm512_set1_epi8(0x10); \
         const RT *blk = (const RT *)w;                                                        \
         for (int64_t b = 0; b < n / 32; ++b) {                                                \
-            RASE_PREFETCH_AHEAD(&blk[b], sizeof(RT));                                         \
             __m512i u[8];                                                                     \
-            if (NIB) {  /* Q5_0: u = nibble + 112 + 16 x fifth bit = w + 128 (0xEA: (a & b) | c) */ \
-                for (int k = 0; k < 4; ++k) {                                                 \
-                    const __m512i raw = _mm512_loadu_si512((const void *)blk[b].q[k]);        \
-                    u[k] = _mm512_ternarylogic_epi32(raw, m4, up, 0xEA);                      \
-                    u[k + 4] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(raw, 4), m4, up, 0xEA); \
-                }                                                                             \
-                if (HAS_H)                                                                    \
-                    for (int k = 0; k < 8; ++k) u[k] = _mm512_mask_add_epi8(u[k], _load_mask64((const __mmask64 *)((const uint8_t *)&blk[b] + rase_r16_hoff(TYPE)) + k), u[k], sixteen); \
-            } else {                                                                          \
-                for (int k = 0; k < 8; ++k)                                                   \
-                    u[k] = _mm512_xor_si512(_mm512_loadu_si512((const void *)blk[b].q[k]), flip); \
-            }                                                                                 \
-            const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk[b].d)); \
+            __m512 dw, dm;                                                                    \
+            RASE_R16_UNPACK_512(TYPE, RT, blk, b, panel, u, dw, dm);                          \
             for (int t = 0; t < nt; ++t) {                                                    \
                 const int8_t *yb;  /* slices and starts broadcast from memory */              \
                 const int32_t *nbp = 0;                                                       \
@@ -309,8 +332,7 @@ static inline int32_t rase_ld32(const void *p) {
                 if (HAS_MIN) {                                                                \
                     const act_q8_1 *ya = (const act_q8_1 *)((const char *)a + t * astride) + b; \
                     yb = ya->qs, dy = ya->d;                                                  \
-                    summ[t] = _mm512_add_ps(summ[t], _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk[b].d + 16))), \
-                                                                   _mm512_set1_ps(ya->s)));   \
+                    summ[t] = _mm512_add_ps(summ[t], _mm512_mul_ps(dm, _mm512_set1_ps(ya->s))); \
                 } else {  /* the activation's own -B x slice-sum starts */                    \
                     const act_q8_0 *ya = (const act_q8_0 *)((const char *)a + t * astride) + b; \
                     yb = ya->qs, dy = ya->d, nbp = OFF_SHIFT == 3 ? ya->m8 : ya->m128;         \
@@ -330,12 +352,32 @@ static inline int32_t rase_ld32(const void *p) {
             _mm512_mask_storeu_ps(y + t * ys, (__mmask16)((1u << nr) - 1), _mm512_add_ps(sum, summ[t])); \
         }                                                                                     \
     }                                                                                         \
+    /* tokens in pairs over the repacked blocks (panel NULL) or over the group's panel */      \
+    RASE_TARGET_AVX512 static RASE_INLINE void NAME##_pairs(int64_t n, const uint8_t *w, const uint8_t *panel, const void *a, \
+                                                size_t astride, int nt, float *y, int64_t ys, int nr) { \
+        for (int t0 = 0; t0 < nt; t0 += RASE_R16_TILE_512) {                                  \
+            if (nt - t0 >= 2) NAME##_body(n, w, panel, (const char *)a + t0 * astride, astride, 2, y + t0 * ys, ys, nr); \
+            else NAME##_body(n, w, panel, (const char *)a + t0 * astride, astride, 1, y + t0 * ys, ys, nr); \
+        }                                                                                     \
+    }                                                                                         \
     RASE_TARGET_AVX512 static void NAME(int64_t n, const uint8_t *w, const void *a, size_t astride, int nt, \
                                         float *y, int64_t ys, int nr) {                       \
-        for (int t0 = 0; t0 < nt; t0 += RASE_R16_TILE_512) {                                  \
-            if (nt - t0 >= 2) NAME##_body(n, w, (const char *)a + t0 * astride, astride, 2, y + t0 * ys, ys, nr); \
-            else NAME##_body(n, w, (const char *)a + t0 * astride, astride, 1, y + t0 * ys, ys, nr); \
+        NAME##_pairs(n, w, 0, a, astride, nt, y, ys, nr);                                     \
+    }                                                                                         \
+    /* all T tokens of one group through a panel unpacked into work (n / 32 * RASE_R16_PANEL bytes) */ \
+    RASE_TARGET_AVX512 static void NAME##_panel(int64_t n, const uint8_t *w, const void *a, size_t astride, int T, \
+                                                float *y, int64_t ys, int nr, uint8_t *work) {  \
+        const RT *blk = (const RT *)w;                                                        \
+        for (int64_t b = 0; b < n / 32; ++b) {                                                \
+            __m512i u[8];                                                                     \
+            __m512 dw, dm;                                                                    \
+            RASE_R16_UNPACK_512(TYPE, RT, blk, b, (const uint8_t *)0, u, dw, dm);             \
+            uint8_t *pb = work + b * RASE_R16_PANEL;                                          \
+            for (int k = 0; k < 8; ++k) _mm512_storeu_si512((void *)(pb + 64 * k), u[k]);     \
+            _mm512_storeu_ps((float *)(pb + 512), dw);                                         \
+            _mm512_storeu_ps((float *)(pb + 576), dm);                                         \
         }                                                                                     \
+        NAME##_pairs(n, w, work, a, astride, T, y, ys, nr);                                   \
     }
 
 RASE_R16_KERNEL_512(r16_q8_0_vnni, 8, r16_q8_0)
@@ -344,23 +386,42 @@ RASE_R16_KERNEL_512(r16_q4_1_vnni, 3, r16_q4_1)
 RASE_R16_KERNEL_512(r16_q5_0_vnni, 6, r16_q5_0)
 RASE_R16_KERNEL_512(r16_q5_1_vnni, 7, r16_q5_1)
 #  define RASE_R16_X86_FN(f) f
+#  define RASE_R16_PANEL_FN(f) f##_panel
 #else
 #  define RASE_R16_X86_FN(f) 0
+#  define RASE_R16_PANEL_FN(f) 0
 #endif
+
+#include "_repack_k.h"
+
+#define RASE_R16_TILE 4  // tokens per call of a 32-block type's kernel (the AVX-512 ones split it in 2s)
 
 // ---------------------------------------------------------------- the table, by ggml type id
 
+// y[t * ys + r] for rows r < nr of the group at w and all T tokens, the group's weights unpacked
+// once into work (n / 32 * RASE_R16_PANEL bytes)
+typedef void (*rase_r16_panel_fn)(int64_t n, const uint8_t *w, const void *a, size_t astride, int T, float *y,
+                                  int64_t ys, int nr, uint8_t *work);
+
 typedef struct {
-    size_t blk_bytes;                   // one r16 block: 16 rows x 32 columns; 0 = not repacked
+    size_t blk_bytes;                   // bytes per 16 rows x 32 columns (a K block is 8 of these); 0 = not repacked
     rase_r16_fn kern[RASE_ISA_COUNT];   // [scalar reference, AVX2, AVX-512 VNNI]: the same bits
+    int tile;                           // tokens per kernel call
+    rase_r16_panel_fn panel[RASE_ISA_COUNT];  // optional: a group's T tokens over a panel (the same bits)
 } rase_r16_traits;
 
 static const rase_r16_traits R16_TRAITS[RASE_GGML_TYPE_COUNT] = {
-    [2] = {sizeof(r16_q4_0), {r16_q4_0_ref, RASE_R16_X86_FN(r16_q4_0_avx2), RASE_R16_X86_FN(r16_q4_0_vnni)}},
-    [3] = {sizeof(r16_q4_1), {r16_q4_1_ref, RASE_R16_X86_FN(r16_q4_1_avx2), RASE_R16_X86_FN(r16_q4_1_vnni)}},
-    [6] = {sizeof(r16_q5_0), {r16_q5_0_ref, RASE_R16_X86_FN(r16_q5_0_avx2), RASE_R16_X86_FN(r16_q5_0_vnni)}},
-    [7] = {sizeof(r16_q5_1), {r16_q5_1_ref, RASE_R16_X86_FN(r16_q5_1_avx2), RASE_R16_X86_FN(r16_q5_1_vnni)}},
-    [8] = {sizeof(r16_q8_0), {r16_q8_0_ref, RASE_R16_X86_FN(r16_q8_0_avx2), RASE_R16_X86_FN(r16_q8_0_vnni)}},
+    [2] = {sizeof(r16_q4_0), {r16_q4_0_ref, RASE_R16_X86_FN(r16_q4_0_avx2), RASE_R16_X86_FN(r16_q4_0_vnni)}, RASE_R16_TILE,
+           {0, 0, RASE_R16_PANEL_FN(r16_q4_0_vnni)}},
+    [3] = {sizeof(r16_q4_1), {r16_q4_1_ref, RASE_R16_X86_FN(r16_q4_1_avx2), RASE_R16_X86_FN(r16_q4_1_vnni)}, RASE_R16_TILE,
+           {0, 0, RASE_R16_PANEL_FN(r16_q4_1_vnni)}},
+    [6] = {sizeof(r16_q5_0), {r16_q5_0_ref, RASE_R16_X86_FN(r16_q5_0_avx2), RASE_R16_X86_FN(r16_q5_0_vnni)}, RASE_R16_TILE,
+           {0, 0, RASE_R16_PANEL_FN(r16_q5_0_vnni)}},
+    [7] = {sizeof(r16_q5_1), {r16_q5_1_ref, RASE_R16_X86_FN(r16_q5_1_avx2), RASE_R16_X86_FN(r16_q5_1_vnni)}, RASE_R16_TILE,
+           {0, 0, RASE_R16_PANEL_FN(r16_q5_1_vnni)}},
+    [8] = {sizeof(r16_q8_0), {r16_q8_0_ref, RASE_R16_X86_FN(r16_q8_0_avx2), RASE_R16_X86_FN(r16_q8_0_vnni)}, RASE_R16_TILE,
+           {0, 0, RASE_R16_PANEL_FN(r16_q8_0_vnni)}},
+    [12] = {sizeof(r16_q4_k) / 8, {r16_q4_k_ref, RASE_R16_X86_FN(r16_q4_k_avx2), RASE_R16_X86_FN(r16_q4_k_vnni)}, RASE_R16K_TILE},
 };
 
 static inline rase_r16_fn rase_r16_for(int type, int isa) {
@@ -369,18 +430,23 @@ static inline rase_r16_fn rase_r16_for(int type, int isa) {
     return R16_TRAITS[type].kern[RASE_ISA_SCALAR];
 }
 
-#define RASE_R16_TILE 4  // tokens per kernel call (the AVX-512 kernels split it in 2s)
-
 // Y[t * ys + r] for rows [r0, r1) (r0 a multiple of 16) of a repacked (rows x n) matrix and T
-// tokens of A (rows `as` bytes apart), group by group, tiles of RASE_R16_TILE tokens.
+// tokens of A (rows `as` bytes apart), group by group: through the ISA's panel kernel from
+// RASE_R16_PANEL_MIN tokens (work: the thread's, or NULL), else tiles of the type's tile of tokens.
 static void rase_r16_rows(int isa, int type, const uint8_t *packed, int64_t group_bytes, int64_t n, const uint8_t *A,
-                          size_t as, int T, float *Y, int64_t ys, int64_t r0, int64_t r1) {
+                          size_t as, int T, float *Y, int64_t ys, int64_t r0, int64_t r1, uint8_t *work) {
     const rase_r16_fn kern = rase_r16_for(type, isa);
+    const rase_r16_panel_fn panel = T >= RASE_R16_PANEL_MIN && work ? R16_TRAITS[type].panel[isa] : 0;
+    const int tile = R16_TRAITS[type].tile;
     for (int64_t g = r0 / RASE_R16; g * RASE_R16 < r1; ++g) {
         const uint8_t *pg = packed + g * group_bytes;
         const int nr = r1 - g * RASE_R16 < RASE_R16 ? (int)(r1 - g * RASE_R16) : RASE_R16;
-        for (int t0 = 0; t0 < T; t0 += RASE_R16_TILE) {
-            const int nt = T - t0 < RASE_R16_TILE ? T - t0 : RASE_R16_TILE;
+        if (panel) {
+            panel(n, pg, A, as, T, Y + g * RASE_R16, ys, nr, work);
+            continue;
+        }
+        for (int t0 = 0; t0 < T; t0 += tile) {
+            const int nt = T - t0 < tile ? T - t0 : tile;
             kern(n, pg, A + (size_t)t0 * as, as, nt, Y + (int64_t)t0 * ys + g * RASE_R16, ys, nr);
         }
     }
@@ -396,7 +462,8 @@ static inline size_t rase_r16_bytes(int type, int64_t rows, int64_t n) {
 #define RASE_R16_REPACK_LOOP(T)                                                                        \
     _Pragma("omp parallel for num_threads(n_threads) schedule(static) if (g1 - g0 >= 64)")             \
     for (int64_t g = g0; g < g1; ++g)                                                                  \
-        rase_r16_repack_group(T, src, row_bytes, rows, n, g, dst + g * group, R16_TRAITS[T].blk_bytes)
+        T == 12 ? rase_r16_repack_q4_k(src, row_bytes, rows, n, g, dst + g * group)                    \
+                : rase_r16_repack_group(T, src, row_bytes, rows, n, g, dst + g * group, R16_TRAITS[T].blk_bytes)
 
 static void rase_r16_repack(int type, const uint8_t *src, int64_t row_bytes, int64_t rows, int64_t n, uint8_t *dst,
                             int64_t g0, int64_t g1, int n_threads) {
@@ -407,6 +474,7 @@ static void rase_r16_repack(int type, const uint8_t *src, int64_t row_bytes, int
         case 3: RASE_R16_REPACK_LOOP(3); break;
         case 6: RASE_R16_REPACK_LOOP(6); break;
         case 7: RASE_R16_REPACK_LOOP(7); break;
+        case 12: RASE_R16_REPACK_LOOP(12); break;
         default: RASE_R16_REPACK_LOOP(8); break;
     }
 }

@@ -217,36 +217,43 @@ def _matrix(qtype: QuantType, rows: int, n: int, seed: int):
     return raw, np.nan_to_num(deq.astype(np.float64), posinf=0, neginf=0)
 
 
-def test_the_repacked_types_are_the_32_element_block_types():
-    assert sorted(REPACKED) == [QuantType.Q4_0, QuantType.Q4_1, QuantType.Q5_0, QuantType.Q5_1, QuantType.Q8_0]
+def test_the_repacked_types_are_the_32_element_block_types_and_q4_k():
+    assert sorted(REPACKED) == [QuantType.Q4_0, QuantType.Q4_1, QuantType.Q5_0, QuantType.Q5_1, QuantType.Q8_0,
+                                QuantType.Q4_K]
+
+
+def _cols(qtype: QuantType, n32: int) -> int:
+    """n32 columns for a 32-element block type, 8x as many for a K-quant (256-element blocks)."""
+    return n32 * (8 if ACT_FORMAT.get(int(qtype)) == "q8_K" else 1)
 
 
 @pytest.mark.parametrize("qtype", REPACKED, ids=lambda t: t.name)
-@pytest.mark.parametrize("rows,n", [(1, 32), (7, 64), (8, 96), (9, 32), (16, 64), (17, 32), (37, 256)])
-def test_repacked_matmul_is_the_same_on_every_isa_bit_for_bit(qtype, rows, n):
+@pytest.mark.parametrize("rows,n32", [(1, 32), (7, 64), (8, 96), (9, 32), (16, 64), (17, 32), (37, 256)])
+def test_repacked_matmul_is_the_same_on_every_isa_bit_for_bit(qtype, rows, n32):
     """One definition per type: the scalar reference, the AVX2 kernel and the AVX-512 VNNI one
     (where the CPU has it) give the same bits for every shape (partial groups of 16 rows, every
-    tile of 1..4 tokens), and agree with numpy."""
+    tile of 1..9 tokens), and agree with numpy."""
+    n = _cols(qtype, n32)
     raw, deq = _matrix(qtype, rows, n, seed=rows * n)
     x = np.random.default_rng(rows).standard_normal((9, n)).astype(np.float32)
     scalar = _kernels.matmul(int(qtype), raw, x, "scalar")
     for isa in _kernels.isa_supported():
         assert _kernels.matmul(int(qtype), raw, x, isa).tobytes() == scalar.tobytes(), isa
-        for T in (1, 2, 3, 4):  # few tokens: AVX-512 lays the activations out once (act_r8x)
+        for T in range(1, 9):  # every tile: 1..4 tokens (32-element types), 1..8 (Q4_K)
             assert _kernels.matmul(int(qtype), raw, x[:T], isa).tobytes() == scalar[:T].tobytes(), (isa, T)
-    avx2 = scalar
     spec = quantize_act(x, ACT_FORMAT.get(int(qtype))) @ deq.T
     scale = np.abs(x) @ np.abs(deq).T
-    assert np.all(np.abs(avx2 - spec) <= 2e-3 * scale + 1e-30)
+    assert np.all(np.abs(scalar - spec) <= 2e-3 * scale + 1e-30)
 
 
 @pytest.mark.parametrize("isa", _kernels.isa_supported())
 @pytest.mark.parametrize("qtype", REPACKED, ids=lambda t: t.name)
 def test_a_tokens_result_does_not_depend_on_its_tile(qtype, isa):
-    raw, _ = _matrix(qtype, 21, 128, seed=3)
-    x = np.random.default_rng(4).standard_normal((7, 128)).astype(np.float32)
+    n = _cols(qtype, 128)
+    raw, _ = _matrix(qtype, 21, n, seed=3)
+    x = np.random.default_rng(4).standard_normal((11, n)).astype(np.float32)
     together = _kernels.matmul(int(qtype), raw, x, isa)
-    for t in range(7):
+    for t in range(11):
         assert together[t].tobytes() == _kernels.matmul(int(qtype), raw, x[t:t + 1], isa)[0].tobytes()
 
 

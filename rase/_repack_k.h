@@ -1,0 +1,198 @@
+// rase/_repack_k.h: Q4_K repacked at load, 16 rows interleaved (the layout of _repack.h with a
+// 256-column block), and its matmul kernels: 16 rows x a tile of up to 8 tokens per call.
+//
+// Layout: one r16_q4_k per 16 rows x 256 columns, the size of the 16 plain blocks. d, dmin as in
+// the file; sm[i][r] the i-th 32-bit word of row r's 12 packed scale/min bytes (so the kmask
+// unpack runs on 16 rows at once); q[p][s] byte 4r + i = qs[32p + 4s + i] of row r: low nibble
+// element 64p + 4s + i (sub-block 2p, slice s), high nibble element 64p + 32 + 4s + i (2p + 1).
+//
+// Numerics (llama.cpp's x86 one-token Q4_K, ggml_gemv_q4_K_8x8_q8_K, the t1 fixtures' bits): per row
+// and 256-block b, the exact integers S = sum_j sc_j (w_j . y_j) over the 8 sub-blocks of 32 and
+// M = sum_j mn_j (bsum_2j + bsum_2j+1); acc = fma((float)S, dx * dy, acc), accm = fma((float)M,
+// dmin * dy, accm), block by block; the result is acc - accm. Integers in any order are the same
+// integers, so the scalar reference, AVX2 and AVX-512 VNNI kernels give the same bits.
+#ifndef RASE_REPACK_K_H
+#define RASE_REPACK_K_H
+
+typedef struct { uint16_t d[16], dmin[16]; uint32_t sm[3][16]; uint8_t q[4][8][64]; } r16_q4_k;
+_Static_assert(sizeof(r16_q4_k) == 16 * sizeof(block_q4_K), "r16_q4_k");
+_Static_assert(sizeof(block_q4_K) == 144, "ggml block size");
+#define RASE_R16K_TILE 8  // tokens per kernel call
+
+// Group g of a (rows x n) plain Q4_K matrix into dst (n / 256 blocks); rows past the end are zero.
+static inline __attribute__((always_inline)) void rase_r16_repack_q4_k(const uint8_t *src, int64_t row_bytes, int64_t rows,
+                                                                     int64_t n, int64_t g, uint8_t *dst) {
+    r16_q4_k *o = (r16_q4_k *)dst;
+    if ((g + 1) * RASE_R16 > rows) memset(dst, 0, (size_t)(n / 256) * sizeof(r16_q4_k));
+    for (int r = 0; r < RASE_R16 && g * RASE_R16 + r < rows; ++r) {
+        const block_q4_K *x = (const block_q4_K *)(src + (g * RASE_R16 + r) * row_bytes);
+        for (int64_t b = 0; b < n / 256; ++b) {
+            o[b].d[r] = x[b].d, o[b].dmin[r] = x[b].dmin;
+            for (int i = 0; i < 3; ++i) memcpy(&o[b].sm[i][r], x[b].scales + 4 * i, 4);
+            for (int p = 0; p < 4; ++p)
+                for (int s = 0; s < 8; ++s) memcpy(&o[b].q[p][s][4 * r], x[b].qs + 32 * p + 4 * s, 4);
+        }
+    }
+}
+
+// ---------------------------------------------------------------- the scalar reference
+
+static void r16_q4_k_ref(int64_t n, const uint8_t *w, const void *a, size_t astride, int nt, float *y, int64_t ys,
+                         int nr) {
+    const r16_q4_k *blk = (const r16_q4_k *)w;
+    for (int t = 0; t < nt; ++t)
+        for (int r = 0; r < nr; ++r) {
+            float acc = 0.0f, accm = 0.0f;
+            for (int64_t b = 0; b < n / 256; ++b) {
+                const r16_q4_k *o = &blk[b];
+                const block_q8_K *ya = RASE_ACT(block_q8_K, t, b);
+                uint8_t packed[12];
+                for (int i = 0; i < 3; ++i) memcpy(packed + 4 * i, &o->sm[i][r], 4);
+                int S = 0, M = 0;
+                for (int j = 0; j < 8; ++j) {
+                    uint8_t sc, mn;
+                    rase_scale_min_k4(j, packed, &sc, &mn);
+                    int dot = 0;
+                    for (int l = 0; l < 32; ++l) {
+                        const uint8_t q = o->q[j / 2][l / 4][4 * r + l % 4];
+                        dot += (j & 1 ? q >> 4 : q & 0xF) * ya->qs[32 * j + l];
+                    }
+                    S += sc * dot;
+                    M += mn * (ya->bsums[2 * j] + ya->bsums[2 * j + 1]);
+                }
+                const float dy = ya->d;
+                acc = __builtin_fmaf((float)S, rase_fp16_to_fp32(o->d[r]) * dy, acc);
+                accm = __builtin_fmaf((float)M, rase_fp16_to_fp32(o->dmin[r]) * dy, accm);
+            }
+            y[t * ys + r] = acc - accm;
+        }
+}
+
+#if RASE_HAVE_X86
+// ---------------------------------------------------------------- AVX2
+// Each half of the group (rows 8h .. 8h + 7) in turn, a row per 32-bit lane: per slice
+// maddubs(nibbles, broadcast activation) then madd with the sub-block's scale in both 16-bit
+// halves of the lane gives sc * (4 products) exactly (at most 2 * 15 * 127 per pair), added into S.
+
+// 8 rows' [scale 0..3], [scale 4..7], [min 0..3], [min 4..7] bytes from their 3 packed words
+// (ggml's kmask shuffle on 8 rows at once, rase_k4_scales_mins per lane)
+#define RASE_K4_LANES(V, SI, u0, u1, u2, sc4, sc8, mn4, mn8, km1, km2, km3)                        \
+    do {                                                                                      \
+        sc4 = V##and_##SI(u0, km1);                                                                \
+        mn4 = V##and_##SI(u1, km1);                                                                \
+        sc8 = V##or_##SI(V##and_##SI(u2, km2), V##slli_epi32(V##and_##SI(V##srli_epi32(u0, 6), km3), 4));    \
+        mn8 = V##or_##SI(V##and_##SI(V##srli_epi32(u2, 4), km2), V##slli_epi32(V##and_##SI(V##srli_epi32(u1, 6), km3), 4)); \
+    } while (0)
+
+RASE_TARGET_AVX2 static RASE_INLINE void r16_q4_k_avx2_body(int64_t n, const uint8_t *w, const void *a, size_t astride,
+                                                          const int nt, float *y, int64_t ys, int nr) {
+    const r16_q4_k *blk = (const r16_q4_k *)w;
+    const __m256i m4 = _mm256_set1_epi8(0xF), lo8 = _mm256_set1_epi32(0xFF);
+    const __m256i km1 = _mm256_set1_epi32(0x3f3f3f3f), km2 = _mm256_set1_epi32(0x0f0f0f0f), km3 = _mm256_set1_epi32(0x03030303);
+    for (int h = 0; h < 2 && 8 * h < nr; ++h) {
+        __m256 acc[RASE_R16K_TILE], accm[RASE_R16K_TILE];
+        for (int t = 0; t < nt; ++t) acc[t] = accm[t] = _mm256_setzero_ps();
+        for (int64_t b = 0; b < n / 256; ++b) {
+            const r16_q4_k *o = &blk[b];
+            if (h == 0) RASE_PREFETCH_AHEAD(o, sizeof(r16_q4_k));
+            __m256i sc4, sc8, mn4, mn8;
+            RASE_K4_LANES(_mm256_, si256, _mm256_loadu_si256((const __m256i *)(o->sm[0] + 8 * h)),
+                          _mm256_loadu_si256((const __m256i *)(o->sm[1] + 8 * h)),
+                          _mm256_loadu_si256((const __m256i *)(o->sm[2] + 8 * h)), sc4, sc8, mn4, mn8, km1, km2, km3);
+            __m256i S[RASE_R16K_TILE], M[RASE_R16K_TILE];
+            for (int t = 0; t < nt; ++t) S[t] = M[t] = _mm256_setzero_si256();
+            for (int j = 0; j < 8; ++j) {
+                const __m256i sc = _mm256_and_si256(_mm256_srli_epi32(j < 4 ? sc4 : sc8, 8 * (j % 4)), lo8);
+                const __m256i sc2 = _mm256_or_si256(sc, _mm256_slli_epi32(sc, 16));  // sc in both i16 halves
+                for (int s = 0; s < 8; ++s) {
+                    const __m256i raw = _mm256_loadu_si256((const __m256i *)(o->q[j / 2][s] + 32 * h));
+                    const __m256i q = _mm256_and_si256(j & 1 ? _mm256_srli_epi16(raw, 4) : raw, m4);
+                    for (int t = 0; t < nt; ++t) {
+                        const __m256i ya = _mm256_set1_epi32(rase_ld32(RASE_ACT(block_q8_K, t, b)->qs + 32 * j + 4 * s));
+                        S[t] = _mm256_add_epi32(S[t], _mm256_madd_epi16(_mm256_maddubs_epi16(q, ya), sc2));
+                    }
+                }
+                const __m256i mn = _mm256_and_si256(_mm256_srli_epi32(j < 4 ? mn4 : mn8, 8 * (j % 4)), lo8);
+                const __m256i mn2 = _mm256_or_si256(mn, _mm256_slli_epi32(mn, 16));
+                for (int t = 0; t < nt; ++t)  // mn (bsum_2j + bsum_2j+1)
+                    M[t] = _mm256_add_epi32(M[t], _mm256_madd_epi16(mn2, _mm256_set1_epi32(rase_ld32(RASE_ACT(block_q8_K, t, b)->bsums + 2 * j))));
+            }
+            const __m256 dx = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(o->d + 8 * h)));
+            const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(o->dmin + 8 * h)));
+            for (int t = 0; t < nt; ++t) {
+                const __m256 dy = _mm256_broadcast_ss(&RASE_ACT(block_q8_K, t, b)->d);
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S[t]), _mm256_mul_ps(dx, dy), acc[t]);
+                accm[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(M[t]), _mm256_mul_ps(dm, dy), accm[t]);
+            }
+        }
+        for (int t = 0; t < nt; ++t) rase_r16_store8(_mm256_sub_ps(acc[t], accm[t]), y + t * ys + 8 * h, nr - 8 * h);
+    }
+}
+
+// ---------------------------------------------------------------- AVX-512 VNNI
+// A zmm per slice holds all 16 rows; vpdpbusd gives each slice's 4 products exactly (nibbles are
+// unsigned as stored), summed over the sub-block's 8 slices, then times the sub-block's scale.
+RASE_TARGET_AVX512 static RASE_INLINE void r16_q4_k_vnni_body(int64_t n, const uint8_t *w, const void *a, size_t astride,
+                                                            const int nt, float *y, int64_t ys, int nr) {
+    const r16_q4_k *blk = (const r16_q4_k *)w;
+    const __m512i m4 = _mm512_set1_epi8(0xF), lo8 = _mm512_set1_epi32(0xFF);
+    const __m512i km1 = _mm512_set1_epi32(0x3f3f3f3f), km2 = _mm512_set1_epi32(0x0f0f0f0f), km3 = _mm512_set1_epi32(0x03030303);
+    __m512 acc[RASE_R16K_TILE], accm[RASE_R16K_TILE];
+    for (int t = 0; t < nt; ++t) acc[t] = accm[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < n / 256; ++b) {
+        const r16_q4_k *o = &blk[b];
+        RASE_PREFETCH_AHEAD(o, sizeof(r16_q4_k));
+        __m512i sc4, sc8, mn4, mn8;
+        RASE_K4_LANES(_mm512_, si512, _mm512_loadu_si512((const void *)o->sm[0]), _mm512_loadu_si512((const void *)o->sm[1]),
+                      _mm512_loadu_si512((const void *)o->sm[2]), sc4, sc8, mn4, mn8, km1, km2, km3);
+        __m512i S[RASE_R16K_TILE], M[RASE_R16K_TILE];
+        for (int t = 0; t < nt; ++t) S[t] = M[t] = _mm512_setzero_si512();
+        for (int j = 0; j < 8; ++j) {
+            __m512i D[RASE_R16K_TILE];
+            for (int t = 0; t < nt; ++t) D[t] = _mm512_setzero_si512();
+            for (int s = 0; s < 8; ++s) {
+                const __m512i raw = _mm512_loadu_si512((const void *)o->q[j / 2][s]);
+                const __m512i q = _mm512_and_si512(j & 1 ? _mm512_srli_epi16(raw, 4) : raw, m4);
+                for (int t = 0; t < nt; ++t)
+                    D[t] = _mm512_dpbusd_epi32(D[t], q, _mm512_set1_epi32(rase_ld32(RASE_ACT(block_q8_K, t, b)->qs + 32 * j + 4 * s)));
+            }
+            const __m512i sc = _mm512_and_si512(_mm512_srli_epi32(j < 4 ? sc4 : sc8, 8 * (j % 4)), lo8);
+            const __m512i mn = _mm512_and_si512(_mm512_srli_epi32(j < 4 ? mn4 : mn8, 8 * (j % 4)), lo8);
+            const __m512i mn2 = _mm512_or_si512(mn, _mm512_slli_epi32(mn, 16));  // mn in both i16 halves
+            for (int t = 0; t < nt; ++t) {
+                S[t] = _mm512_add_epi32(S[t], _mm512_mullo_epi32(D[t], sc));
+                M[t] = _mm512_dpwssd_epi32(M[t], mn2, _mm512_set1_epi32(rase_ld32(RASE_ACT(block_q8_K, t, b)->bsums + 2 * j)));
+            }
+        }
+        const __m512 dx = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)o->d));
+        const __m512 dm = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)o->dmin));
+        for (int t = 0; t < nt; ++t) {
+            const __m512 dy = _mm512_set1_ps(RASE_ACT(block_q8_K, t, b)->d);
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S[t]), _mm512_mul_ps(dx, dy), acc[t]);
+            accm[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(M[t]), _mm512_mul_ps(dm, dy), accm[t]);
+        }
+    }
+    for (int t = 0; t < nt; ++t)
+        _mm512_mask_storeu_ps(y + t * ys, (__mmask16)((1u << nr) - 1), _mm512_sub_ps(acc[t], accm[t]));
+}
+
+// nt (1..RASE_R16K_TILE) a constant in each instance
+#define RASE_R16K_ENTRY(NAME, TARGET)                                                         \
+    TARGET static void NAME(int64_t n, const uint8_t *w, const void *a, size_t astride, int nt, float *y, \
+                            int64_t ys, int nr) {                                             \
+        switch (nt) {                                                                         \
+            case 1: NAME##_body(n, w, a, astride, 1, y, ys, nr); break;                       \
+            case 2: NAME##_body(n, w, a, astride, 2, y, ys, nr); break;                       \
+            case 3: NAME##_body(n, w, a, astride, 3, y, ys, nr); break;                       \
+            case 4: NAME##_body(n, w, a, astride, 4, y, ys, nr); break;                       \
+            case 5: NAME##_body(n, w, a, astride, 5, y, ys, nr); break;                       \
+            case 6: NAME##_body(n, w, a, astride, 6, y, ys, nr); break;                       \
+            case 7: NAME##_body(n, w, a, astride, 7, y, ys, nr); break;                       \
+            default: NAME##_body(n, w, a, astride, 8, y, ys, nr); break;                      \
+        }                                                                                     \
+    }
+RASE_R16K_ENTRY(r16_q4_k_avx2, RASE_TARGET_AVX2)
+RASE_R16K_ENTRY(r16_q4_k_vnni, RASE_TARGET_AVX512)
+#endif
+
+#endif  // RASE_REPACK_K_H
