@@ -17,7 +17,8 @@
 typedef struct { uint16_t d[16], dmin[16]; uint32_t sm[3][16]; uint8_t q[4][8][64]; } r16_q4_k;
 _Static_assert(sizeof(r16_q4_k) == 16 * sizeof(block_q4_K), "r16_q4_k");
 _Static_assert(sizeof(block_q4_K) == 144, "ggml block size");
-#define RASE_R16K_TILE 8  // tokens per kernel call
+#define RASE_R16K_TILE 8   // tokens per kernel call
+#define RASE_R16K6_TILE 4  // tokens per Q6_K body (the kernel splits a call's tokens into these)
 
 // Group g of a (rows x n) plain Q4_K matrix into dst (n / 256 blocks); rows past the end are zero.
 static inline __attribute__((always_inline)) void rase_r16_repack_q4_k(const uint8_t *src, int64_t row_bytes, int64_t rows,
@@ -193,6 +194,193 @@ RASE_TARGET_AVX512 static RASE_INLINE void r16_q4_k_vnni_body(int64_t n, const u
     }
 RASE_R16K_ENTRY(r16_q4_k_avx2, RASE_TARGET_AVX2)
 RASE_R16K_ENTRY(r16_q4_k_vnni, RASE_TARGET_AVX512)
+#endif
+
+// ================================================================ Q6_K
+// Layout: one r16_q6_k per 16 rows x 256 columns (the 16 plain blocks' size). d as in the file;
+// sc[g][r] row r's scale of sub-block g (16 elements); ql[2h + c][s] byte 4r + i = ql[64h + 32c +
+// 4s + i] of row r (low nibble: element 128h + 32c + 4s + i, high: + 64); qh[h][s] byte 4r + i =
+// qh[32h + 4s + i] (bits 2q, 2q + 1: element 128h + 32q + 4s + i). So 32-element vector v = 4h + q,
+// slice k (elements 32v + 4k .. + 3) is one zmm of 16 rows' unsigned 6-bit values.
+//
+// Numerics (ggml's AVX2 Q6_K vec_dot, dotn_q6_k_avx2's): per row and block, 8 exact integer lanes
+// L_k = sum_v sc[2v + k / 4] (u_{v,k} . y_{v,k}) - 32 (sc[2k] bsum[2k] + sc[2k + 1] bsum[2k + 1]),
+// acc_k = fma(dy * d, (float)L_k, acc_k) block by block, then rase_hsum8(acc). Repacked only where
+// the ISA has a kernel for it (AVX-512 VNNI; R16_TRAITS' plain_on): AVX2 keeps the plain layout and
+// dotn_q6_k_avx2, the same bits.
+
+typedef struct { uint16_t d[16]; int8_t sc[16][16]; uint8_t ql[4][8][64]; uint8_t qh[2][8][64]; } r16_q6_k;
+_Static_assert(sizeof(r16_q6_k) == 16 * sizeof(block_q6_K), "r16_q6_k");
+_Static_assert(sizeof(block_q6_K) == 210, "ggml block size");
+
+static inline __attribute__((always_inline)) void rase_r16_repack_q6_k(const uint8_t *src, int64_t row_bytes, int64_t rows,
+                                                                     int64_t n, int64_t g, uint8_t *dst) {
+    r16_q6_k *o = (r16_q6_k *)dst;
+    if ((g + 1) * RASE_R16 > rows) memset(dst, 0, (size_t)(n / 256) * sizeof(r16_q6_k));
+    for (int r = 0; r < RASE_R16 && g * RASE_R16 + r < rows; ++r) {
+        const block_q6_K *x = (const block_q6_K *)(src + (g * RASE_R16 + r) * row_bytes);
+        for (int64_t b = 0; b < n / 256; ++b) {
+            o[b].d[r] = x[b].d;
+            for (int j = 0; j < 16; ++j) o[b].sc[j][r] = x[b].scales[j];
+            for (int p = 0; p < 4; ++p)
+                for (int s = 0; s < 8; ++s) memcpy(&o[b].ql[p][s][4 * r], x[b].ql + 32 * p + 4 * s, 4);
+            for (int h = 0; h < 2; ++h)
+                for (int s = 0; s < 8; ++s) memcpy(&o[b].qh[h][s][4 * r], x[b].qh + 32 * h + 4 * s, 4);
+        }
+    }
+}
+
+// the unsigned 6-bit value of element 32 v + 4 k + i of row r
+static inline int rase_r16_q6_k_u(const r16_q6_k *o, int v, int k, int r, int i) {
+    const int h = v / 4, q = v % 4;
+    const uint8_t l = o->ql[2 * h + (q & 1)][k][4 * r + i];
+    return ((q >> 1 ? l >> 4 : l & 0xF) | (((o->qh[h][k][4 * r + i] >> (2 * q)) & 3) << 4));
+}
+
+static void r16_q6_k_ref(int64_t n, const uint8_t *w, const void *a, size_t astride, int nt, float *y, int64_t ys,
+                         int nr) {
+    const r16_q6_k *blk = (const r16_q6_k *)w;
+    for (int t = 0; t < nt; ++t)
+        for (int r = 0; r < nr; ++r) {
+            float acc[8] = {0};
+            for (int64_t b = 0; b < n / 256; ++b) {
+                const r16_q6_k *o = &blk[b];
+                const block_q8_K *ya = RASE_ACT(block_q8_K, t, b);
+                const float scale = ya->d * rase_fp16_to_fp32(o->d[r]);
+                for (int k = 0; k < 8; ++k) {
+                    int L = -32 * (o->sc[2 * k][r] * ya->bsums[2 * k] + o->sc[2 * k + 1][r] * ya->bsums[2 * k + 1]);
+                    for (int v = 0; v < 8; ++v) {
+                        int dot = 0;
+                        for (int i = 0; i < 4; ++i) dot += rase_r16_q6_k_u(o, v, k, r, i) * ya->qs[32 * v + 4 * k + i];
+                        L += o->sc[2 * v + k / 4][r] * dot;
+                    }
+                    acc[k] = __builtin_fmaf(scale, (float)L, acc[k]);
+                }
+            }
+            y[t * ys + r] = rase_hsum8(acc);
+        }
+}
+
+#if RASE_HAVE_X86
+// AVX-512 VNNI: per slice maddubs(u6, broadcast activation) -> 2 exact i16 pair sums per lane,
+// vpdpwssd with the sub-block's scale in both halves adds sc * (4 products) into L_k; L_k starts
+// from -32 (sc . bsum) the same way. Tiles of 4 tokens, the 8 lanes in two halves of 4 (16 live
+// accumulators). From RASE_R16_PANEL_MIN tokens the group's slices, scale pairs and d are
+// unpacked once into a panel (RASE_R16K6_PANEL bytes per block) that every tile reads.
+#define RASE_R16K6_PANEL (64 * 64 + 8 * 64 + 16 * 64 + 64)  // slices, -32 sc pairs, sc pairs, d
+_Static_assert(RASE_R16K6_PANEL / 256 <= RASE_CHUNK_ROWS * sizeof(float), "a panel fits the work buffer");
+
+// slice (v, k) of block o: 16 rows' u6
+RASE_TARGET_AVX512 static RASE_INLINE __m512i rase_q6_k_slice512(const r16_q6_k *o, int v, int k) {
+    const int h = v / 4, q = v % 4;
+    __m512i l = _mm512_loadu_si512((const void *)o->ql[2 * h + (q & 1)][k]);
+    if (q >> 1) l = _mm512_srli_epi16(l, 4);
+    __m512i hb = _mm512_loadu_si512((const void *)o->qh[h][k]);  // bits 2q, 2q + 1 to bits 4, 5
+    hb = q == 0 ? _mm512_slli_epi16(hb, 4) : q == 1 ? _mm512_slli_epi16(hb, 2) : q == 3 ? _mm512_srli_epi16(hb, 2) : hb;
+    return _mm512_ternarylogic_epi32(hb, _mm512_set1_epi8(0x30), _mm512_and_si512(l, _mm512_set1_epi8(0xF)), 0xEA);
+}
+
+// 16 rows' i16 pairs (m0 * sc[g0], m1 * sc[g1])
+RASE_TARGET_AVX512 static RASE_INLINE __m512i rase_q6_k_pair512(const r16_q6_k *o, int g0, int g1, int m) {
+    const __m512i x0 = _mm512_mullo_epi32(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)o->sc[g0])), _mm512_set1_epi32(m));
+    const __m512i x1 = _mm512_mullo_epi32(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)o->sc[g1])), _mm512_set1_epi32(m));
+    return _mm512_or_si512(_mm512_and_si512(x0, _mm512_set1_epi32(0xFFFF)), _mm512_slli_epi32(x1, 16));
+}
+
+// panel layout of one block: slice (v, k) at 64 (8 v + k), -32 pair k at 4096 + 64 k, scale pair g
+// at 4608 + 64 g, d (f32) at 5632
+#define RASE_Q6P_NEG 4096
+#define RASE_Q6P_SC 4608
+#define RASE_Q6P_D 5632
+
+RASE_TARGET_AVX512 static RASE_INLINE void r16_q6_k_vnni_body(int64_t n, const uint8_t *w, const uint8_t *panel,
+                                                            const void *a, size_t astride, const int nt, float *y,
+                                                            int64_t ys, int nr) {
+    const r16_q6_k *blk = (const r16_q6_k *)w;
+    __m512 acc[RASE_R16K6_TILE][8];
+    for (int t = 0; t < nt; ++t)
+        for (int k = 0; k < 8; ++k) acc[t][k] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < n / 256; ++b) {
+        const r16_q6_k *o = &blk[b];
+        const uint8_t *pb = panel ? panel + b * RASE_R16K6_PANEL : 0;
+        if (!panel) RASE_PREFETCH_AHEAD(o, sizeof(r16_q6_k));
+        const __m512 dx = panel ? _mm512_loadu_ps((const float *)(pb + RASE_Q6P_D))
+                                : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)o->d));
+        for (int kh = 0; kh < 2; ++kh) {
+            __m512i L[RASE_R16K6_TILE][4];
+            for (int kk = 0; kk < 4; ++kk) {
+                const int k = 4 * kh + kk;
+                const __m512i neg = panel ? _mm512_loadu_si512((const void *)(pb + RASE_Q6P_NEG + 64 * k))
+                                          : rase_q6_k_pair512(o, 2 * k, 2 * k + 1, -32);
+                for (int t = 0; t < nt; ++t)
+                    L[t][kk] = _mm512_dpwssd_epi32(_mm512_setzero_si512(), neg,
+                                                   _mm512_set1_epi32(rase_ld32(RASE_ACT(block_q8_K, t, b)->bsums + 2 * k)));
+            }
+            for (int v = 0; v < 8; ++v) {
+                const int g = 2 * v + kh;
+                const __m512i sc = panel ? _mm512_loadu_si512((const void *)(pb + RASE_Q6P_SC + 64 * g))
+                                         : rase_q6_k_pair512(o, g, g, 1);
+                for (int kk = 0; kk < 4; ++kk) {
+                    const int k = 4 * kh + kk;
+                    const __m512i u = panel ? _mm512_loadu_si512((const void *)(pb + 64 * (8 * v + k)))
+                                            : rase_q6_k_slice512(o, v, k);
+                    for (int t = 0; t < nt; ++t) {
+                        const __m512i ya = _mm512_set1_epi32(rase_ld32(RASE_ACT(block_q8_K, t, b)->qs + 32 * v + 4 * k));
+                        L[t][kk] = _mm512_dpwssd_epi32(L[t][kk], _mm512_maddubs_epi16(u, ya), sc);
+                    }
+                }
+            }
+            for (int t = 0; t < nt; ++t) {
+                const __m512 scale = _mm512_mul_ps(_mm512_set1_ps(RASE_ACT(block_q8_K, t, b)->d), dx);
+                for (int kk = 0; kk < 4; ++kk)
+                    acc[t][4 * kh + kk] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(L[t][kk]), acc[t][4 * kh + kk]);
+            }
+        }
+    }
+    for (int t = 0; t < nt; ++t) {  // rase_hsum8, lane by lane
+        const __m512 *A = acc[t];
+        const __m512 sum = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(A[4], A[0]), _mm512_add_ps(A[6], A[2])),
+                                         _mm512_add_ps(_mm512_add_ps(A[5], A[1]), _mm512_add_ps(A[7], A[3])));
+        _mm512_mask_storeu_ps(y + t * ys, (__mmask16)((1u << nr) - 1), sum);
+    }
+}
+
+// tiles of up to 4 tokens over the repacked blocks (panel NULL) or a group's panel
+RASE_TARGET_AVX512 static RASE_INLINE void r16_q6_k_vnni_tiles(int64_t n, const uint8_t *w, const uint8_t *panel,
+                                                             const void *a, size_t astride, int nt, float *y,
+                                                             int64_t ys, int nr) {
+    for (int t0 = 0; t0 < nt; t0 += RASE_R16K6_TILE) {
+        const void *at = (const char *)a + (size_t)t0 * astride;
+        float *yt = y + (int64_t)t0 * ys;
+        switch (nt - t0) {
+            case 1: r16_q6_k_vnni_body(n, w, panel, at, astride, 1, yt, ys, nr); break;
+            case 2: r16_q6_k_vnni_body(n, w, panel, at, astride, 2, yt, ys, nr); break;
+            case 3: r16_q6_k_vnni_body(n, w, panel, at, astride, 3, yt, ys, nr); break;
+            default: r16_q6_k_vnni_body(n, w, panel, at, astride, 4, yt, ys, nr); break;
+        }
+    }
+}
+
+RASE_TARGET_AVX512 static void r16_q6_k_vnni(int64_t n, const uint8_t *w, const void *a, size_t astride, int nt,
+                                             float *y, int64_t ys, int nr) {
+    r16_q6_k_vnni_tiles(n, w, 0, a, astride, nt, y, ys, nr);
+}
+
+RASE_TARGET_AVX512 static void r16_q6_k_vnni_panel(int64_t n, const uint8_t *w, const void *a, size_t astride, int T,
+                                                   float *y, int64_t ys, int nr, uint8_t *work) {
+    const r16_q6_k *blk = (const r16_q6_k *)w;
+    for (int64_t b = 0; b < n / 256; ++b) {
+        const r16_q6_k *o = &blk[b];
+        uint8_t *pb = work + b * RASE_R16K6_PANEL;
+        for (int v = 0; v < 8; ++v)
+            for (int k = 0; k < 8; ++k) _mm512_storeu_si512((void *)(pb + 64 * (8 * v + k)), rase_q6_k_slice512(o, v, k));
+        for (int k = 0; k < 8; ++k)
+            _mm512_storeu_si512((void *)(pb + RASE_Q6P_NEG + 64 * k), rase_q6_k_pair512(o, 2 * k, 2 * k + 1, -32));
+        for (int g = 0; g < 16; ++g) _mm512_storeu_si512((void *)(pb + RASE_Q6P_SC + 64 * g), rase_q6_k_pair512(o, g, g, 1));
+        _mm512_storeu_ps((float *)(pb + RASE_Q6P_D), _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)o->d)));
+    }
+    r16_q6_k_vnni_tiles(n, w, work, a, astride, T, y, ys, nr);
+}
 #endif
 
 #endif  // RASE_REPACK_K_H
