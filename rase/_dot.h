@@ -178,6 +178,23 @@ static void kunpack_q5_k(const void *w, int64_t i, rase_kblock *b) {
         }
 }
 
+static void kunpack_q6_k(const void *w, int64_t i, rase_kblock *b) {
+    const block_q6_K *x = (const block_q6_K *)w + i;
+    b->d = rase_fp16_to_fp32(x->d);
+    b->dmin = 0.0f;
+    for (int g = 0; g < 16; ++g) { b->sc[g] = x->scales[g]; b->mn[g] = 0; }
+    for (int half = 0; half < 2; ++half) {
+        const uint8_t *ql = x->ql + 64 * half, *qh = x->qh + 32 * half;
+        int8_t *q = b->q + 128 * half;
+        for (int l = 0; l < 32; ++l) {
+            q[l] = (int8_t)(((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32);
+            q[l + 32] = (int8_t)(((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32);
+            q[l + 64] = (int8_t)(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+            q[l + 96] = (int8_t)(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+        }
+    }
+}
+
 typedef void (*rase_kunpack_fn)(const void *w, int64_t i, rase_kblock *b);
 
 static inline float rase_kdot_ref(rase_kunpack_fn unpack, int64_t n, const void *w, const void *a) {
@@ -201,6 +218,7 @@ static inline float rase_kdot_ref(rase_kunpack_fn unpack, int64_t n, const void 
 static float vec_dot_q2_k_q8_k_ref(int64_t n, const void *w, const void *a) { return rase_kdot_ref(kunpack_q2_k, n, w, a); }
 static float vec_dot_q3_k_q8_k_ref(int64_t n, const void *w, const void *a) { return rase_kdot_ref(kunpack_q3_k, n, w, a); }
 static float vec_dot_q5_k_q8_k_ref(int64_t n, const void *w, const void *a) { return rase_kdot_ref(kunpack_q5_k, n, w, a); }
+static float vec_dot_q6_k_q8_k_ref(int64_t n, const void *w, const void *a) { return rase_kdot_ref(kunpack_q6_k, n, w, a); }
 
 // ---------------------------------------------------------------- AVX2
 #if RASE_HAVE_X86
@@ -602,6 +620,44 @@ RASE_TARGET_AVX512 static RASE_INLINE void dotn_q5_k_512_body(int64_t n, const v
 }
 RASE_DOTN512(dotn_q5_k_512)
 
+// Q6_K, the rounding of dotn_q6_k_avx2: its 8 int32 lanes are the two halves of the zmm added
+RASE_TARGET_AVX512 static RASE_INLINE void dotn_q6_k_512_body(int64_t n, const void *w, const void *a,
+                                                            size_t astride, int nt, float *out) {
+    const block_q6_K *x = (const block_q6_K *)w;
+    __m256 acc[RASE_NT];
+    for (int t = 0; t < nt; ++t) acc[t] = _mm256_setzero_ps();
+    const __m512i m4 = _mm512_set1_epi8(0xF), m3 = _mm512_set1_epi8(3);
+    for (int64_t b = 0; b < n / 256; ++b) {
+        RASE_PREFETCH_AHEAD(&x[b], sizeof(block_q6_K));
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[b].scales));
+        __m512i u[4], scv[4];
+        for (int half = 0; half < 2; ++half) {  // vectors 4 half + 0..3, as kunpack_q6_k_avx2
+            const __m512i l = _mm512_loadu_si512((const void *)(x[b].ql + 64 * half));   // l0 | l1
+            const __m256i h = _mm256_loadu_si256((const __m256i *)(x[b].qh + 32 * half));
+            const __m512i hh = _mm512_inserti64x4(_mm512_castsi256_si512(h), h, 1);
+            // pair (v0, v1): low nibbles of l0 | l1 with qh bits 0-1 | 2-3; (v2, v3): high, bits 4-5 | 6-7
+            const __m512i sh01 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_setzero_si256()), _mm256_set1_epi16(2), 1);
+            const __m512i h01 = _mm512_and_si512(_mm512_srlv_epi16(hh, sh01), m3);
+            const __m512i h23 = _mm512_and_si512(_mm512_srlv_epi16(hh, _mm512_add_epi16(sh01, _mm512_set1_epi16(4))), m3);
+            u[2 * half] = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_slli_epi16(h01, 4));
+            u[2 * half + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4), _mm512_slli_epi16(h23, 4));
+            scv[2 * half] = rase_k512_scales(sc16, 8 * half, 1);
+            scv[2 * half + 1] = rase_k512_scales(sc16, 8 * half + 4, 1);
+        }
+        const float dx = rase_h2f(x[b].d);
+        for (int t = 0; t < nt; ++t) {
+            const block_q8_K *y = RASE_ACT(block_q8_K, t, b);
+            __m512i sumi = _mm512_setzero_si512();
+            for (int v = 0; v < 4; ++v) sumi = rase_k512_dot(sumi, u[v], y->qs + 64 * v, scv[v]);
+            const __m256i s8 = _mm256_add_epi32(_mm512_castsi512_si256(sumi), _mm512_extracti64x4_epi64(sumi, 1));
+            const __m256i off = _mm256_slli_epi32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), sc16), 5);
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * dx), _mm256_cvtepi32_ps(_mm256_sub_epi32(s8, off)), acc[t]);
+        }
+    }
+    for (int t = 0; t < nt; ++t) out[t] = rase_avx2_hsum(acc[t]);
+}
+RASE_DOTN512(dotn_q6_k_512)
+
 // F16 on AVX-512: zmm 0 holds ggml's accumulators 0 | 1, zmm 1 holds 2 | 3, so each lane runs the
 // chain of vec_dot_f16_f32_avx2 (the same bits); one conversion of the weights serves every token.
 RASE_TARGET_AVX512 static RASE_INLINE void dotn_f16_512_body(int64_t n, const void *w, const void *a,
@@ -870,6 +926,7 @@ RASE_REF_DOTN(dotn_bf16_ref, vec_dot_bf16_f32_ref)
 RASE_REF_DOTN(dotn_q2_k_ref, vec_dot_q2_k_q8_k_ref)
 RASE_REF_DOTN(dotn_q3_k_ref, vec_dot_q3_k_q8_k_ref)
 RASE_REF_DOTN(dotn_q5_k_ref, vec_dot_q5_k_q8_k_ref)
+RASE_REF_DOTN(dotn_q6_k_ref, vec_dot_q6_k_q8_k_ref)
 
 // Y[t * ys + r] for rows [r0, r1) (a chunk of at most RASE_CHUNK_ROWS rows) of a plain matrix
 // (rows row_bytes apart) and T tokens of A; work: RASE_CHUNK_ROWS * n floats of the thread's own
@@ -888,7 +945,7 @@ static const rase_dot_traits DOT_TRAITS[RASE_GGML_TYPE_COUNT] = {
     [0] = {ACT_F32, {dotn_f32_ref, RASE_AVX2_DOT(dotn_f32_avx2)}},
     [1] = {ACT_F32, {dotn_f16_ref, RASE_AVX2_DOT(dotn_f16_avx2), RASE_AVX2_DOT(dotn_f16_512)},
            {0, RASE_AVX2_DOT(rase_f16_rows_avx2), RASE_AVX2_DOT(rase_f16_rows_512)}, ACT_F32C, 16},
-    // the 32-element block types, Q4_K and Q6_K run repacked (_repack.h): only their activation format here
+    // the 32-element block types and Q4_K run repacked (_repack.h): only their activation format here
     [2] = {ACT_Q8_0},
     [3] = {ACT_Q8_1},
     [6] = {ACT_Q8_0},
@@ -898,7 +955,7 @@ static const rase_dot_traits DOT_TRAITS[RASE_GGML_TYPE_COUNT] = {
     [11] = {ACT_Q8_K, {dotn_q3_k_ref, RASE_AVX2_DOT(dotn_q3_k_avx2)}},
     [12] = {ACT_Q8_K},  // repacked too (_repack_k.h)
     [13] = {ACT_Q8_K, {dotn_q5_k_ref, RASE_AVX2_DOT(dotn_q5_k_avx2), RASE_AVX2_DOT(dotn_q5_k_512)}},
-    [14] = {ACT_Q8_K, {0, RASE_AVX2_DOT(dotn_q6_k_avx2)}},  // plain on AVX2 only, else repacked (_repack_k.h)
+    [14] = {ACT_Q8_K, {dotn_q6_k_ref, RASE_AVX2_DOT(dotn_q6_k_avx2), RASE_AVX2_DOT(dotn_q6_k_512)}},
     [30] = {ACT_F32, {dotn_bf16_ref, RASE_AVX2_DOT(dotn_bf16_avx2)}},
 };
 

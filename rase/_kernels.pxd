@@ -72,7 +72,6 @@ cdef extern from "_repack.h" nogil:
     void rase_r16_rows(int isa, int type, const uint8_t *packed, int64_t group_bytes, int64_t n, const uint8_t *A,
                        size_t as_, int T, float *Y, int64_t ys, int64_t r0, int64_t r1, uint8_t *work)
     size_t rase_r16_bytes(int qtype, int64_t rows, int64_t n)
-    bint rase_r16_packs(int qtype, int isa)
     void rase_r16_repack(int qtype, const uint8_t *src, int64_t row_bytes, int64_t rows, int64_t n, uint8_t *dst,
                          int64_t g0, int64_t g1, int n_threads)
 

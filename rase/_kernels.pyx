@@ -133,12 +133,10 @@ def repack(int qtype, const uint8_t[:, ::1] w, int64_t cols, int n_threads=1, on
     return out
 
 
-def matmul(int qtype, const uint8_t[:, ::1] w, const float[:, ::1] x, isa=None, repacked=None):
+def matmul(int qtype, const uint8_t[:, ::1] w, const float[:, ::1] x, isa=None):
     """x (T, cols) times the (rows x cols) matrix w of type qtype (rows of ggml blocks) as the
     forward computes it: activations quantized per row, then the type's kernel (repacked 16-row
-    groups, or row by row), tiles of up to RASE_NT tokens. Returns (T, rows) float32.
-    repacked: None = the layout the forward uses on this ISA; True / False forces the 16-row
-    layout (the ISA's kernel, else the scalar reference) / the plain one (tests compare them)."""
+    groups, or row by row), tiles of up to RASE_NT tokens. Returns (T, rows) float32."""
     _check_type(qtype)
     cdef int64_t rows = w.shape[0], n = x.shape[1], t0, g
     cdef int T = x.shape[0], nt, act = DOT_TRAITS[qtype].act, nr
@@ -161,11 +159,7 @@ def matmul(int qtype, const uint8_t[:, ::1] w, const float[:, ::1] x, isa=None, 
     cdef int j
     for t0 in range(T):
         quant(&x[t0, 0], &a[t0 * row], n)
-    if repacked is None:
-        repacked = rase_r16_packs(qtype, path)
-    if repacked and not R16_TRAITS[qtype].blk_bytes or not repacked and rase_dotn_for(qtype, path) == NULL:
-        raise ValueError(f"ggml type {qtype} has no {'repacked' if repacked else 'plain'} kernel")
-    if repacked:
+    if R16_TRAITS[qtype].blk_bytes:
         packed = repack(qtype, w, n)
         pv = packed
         group = (n // 32) * R16_TRAITS[qtype].blk_bytes
@@ -202,9 +196,9 @@ def vec_dot(int qtype, const uint8_t[::1] w, const float[:, ::1] x, isa=None):
         raise ValueError(f"1..{RASE_NT} activation rows, got {nt}")
     if w.shape[0] != (n // blck) * size:
         raise ValueError(f"{n} elements need {(n // blck) * size} bytes, got {w.shape[0]}")
-    cdef int path = rase_isa if isa is None else _isa_id(isa)
-    if rase_r16_packs(qtype, path):  # one row of a repacked type: a group of 1
+    if R16_TRAITS[qtype].blk_bytes:  # one row of a repacked type: a group of 1
         return [float(v) for v in matmul(qtype, _np.asarray(w).reshape(1, -1), x, isa)[:, 0]]
+    cdef int path = rase_isa if isa is None else _isa_id(isa)
     cdef size_t row = rase_act_bytes(act, n)
     buf = bytearray(row * nt + 64)
     cdef unsigned char[::1] a = buf
@@ -371,7 +365,7 @@ cdef class Weights:
         out.layout, out.packed, out.group_bytes = 0, NULL, 0
         self._keep.append(data)
         cdef const uint8_t[::1] pv
-        if rase_r16_packs(qtype, self._isa) and name != "token_embd":  # the embedding is read row by row
+        if R16_TRAITS[qtype].blk_bytes and name != "token_embd":  # the embedding is read row by row
             packed = None if self._cached is None else self._cached.get(name)
             if packed is None or packed.nbytes != rase_r16_bytes(qtype, rows, cols) or packed.ctypes.data % 64:
                 chunk = None if self._on_packed is None else (
@@ -873,7 +867,7 @@ cdef class BenchMatrix:
         self.mat.data, self.mat.type, self.mat.rows, self.mat.cols = &w[0, 0], qtype, w.shape[0], cols
         self.mat.row_bytes, self.mat.layout, self.mat.packed, self.mat.group_bytes = w.shape[1], 0, NULL, 0
         cdef const uint8_t[::1] pv
-        if rase_r16_packs(qtype, self.path):
+        if R16_TRAITS[qtype].blk_bytes:
             self.packed = repack(qtype, w, cols, n_threads)
             pv = self.packed
             self.mat.layout, self.mat.packed = RASE_LAYOUT_R16, &pv[0]

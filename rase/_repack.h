@@ -23,7 +23,6 @@
 #include "_dot.h"
 
 #define RASE_R16 16  // rows per group
-#define RASE_R16_PANEL_MIN 4  // tokens from which a panel kernel (a group's weights unpacked once) pays
 enum { RASE_LAYOUT_PLAIN = 0, RASE_LAYOUT_R16 = 1 };
 
 typedef struct { uint16_t d[16]; int8_t q[8][64]; } r16_q8_0;           // slices of int8 weights
@@ -278,6 +277,7 @@ static inline int32_t rase_ld32(const void *p) {
 // tokens then reads, instead of unpacking each block again for every pair. Same integers, same
 // FMAs, same bits.
 #define RASE_R16_PANEL 640     // panel bytes per 32-block: 8 x 64 slices, 16 d, 16 m (f32)
+#define RASE_R16_PANEL_MIN 4   // tokens from which the panel pays
 _Static_assert(RASE_R16_PANEL / 32 <= RASE_CHUNK_ROWS * sizeof(float), "a panel fits the rows kernels' work buffer");
 
 // u[8], dw, dm of block b: unpacked from the repacked block, or read from the panel
@@ -408,7 +408,6 @@ typedef struct {
     rase_r16_fn kern[RASE_ISA_COUNT];   // [scalar reference, AVX2, AVX-512 VNNI]: the same bits
     int tile;                           // tokens per kernel call
     rase_r16_panel_fn panel[RASE_ISA_COUNT];  // optional: a group's T tokens over a panel (the same bits)
-    int plain_on;                       // ISA bits keeping the plain layout (DOT_TRAITS' kernel, the same bits)
 } rase_r16_traits;
 
 static const rase_r16_traits R16_TRAITS[RASE_GGML_TYPE_COUNT] = {
@@ -423,14 +422,7 @@ static const rase_r16_traits R16_TRAITS[RASE_GGML_TYPE_COUNT] = {
     [8] = {sizeof(r16_q8_0), {r16_q8_0_ref, RASE_R16_X86_FN(r16_q8_0_avx2), RASE_R16_X86_FN(r16_q8_0_vnni)}, RASE_R16_TILE,
            {0, 0, RASE_R16_PANEL_FN(r16_q8_0_vnni)}},
     [12] = {sizeof(r16_q4_k) / 8, {r16_q4_k_ref, RASE_R16_X86_FN(r16_q4_k_avx2), RASE_R16_X86_FN(r16_q4_k_vnni)}, RASE_R16K_TILE},
-    [14] = {sizeof(r16_q6_k) / 8, {r16_q6_k_ref, 0, RASE_R16_X86_FN(r16_q6_k_vnni)}, RASE_R16K_TILE,
-            {0, 0, RASE_R16_PANEL_FN(r16_q6_k_vnni)}, 1 << RASE_ISA_AVX2},
 };
-
-// whether matrices of `type` run repacked on `isa` (else plain, row by row)
-static inline int rase_r16_packs(int type, int isa) {
-    return R16_TRAITS[type].blk_bytes && !((R16_TRAITS[type].plain_on >> isa) & 1);
-}
 
 static inline rase_r16_fn rase_r16_for(int type, int isa) {
     for (int i = isa; i > 0; --i)
@@ -470,9 +462,8 @@ static inline size_t rase_r16_bytes(int type, int64_t rows, int64_t n) {
 #define RASE_R16_REPACK_LOOP(T)                                                                        \
     _Pragma("omp parallel for num_threads(n_threads) schedule(static) if (g1 - g0 >= 64)")             \
     for (int64_t g = g0; g < g1; ++g)                                                                  \
-        T == 12   ? rase_r16_repack_q4_k(src, row_bytes, rows, n, g, dst + g * group)                  \
-        : T == 14 ? rase_r16_repack_q6_k(src, row_bytes, rows, n, g, dst + g * group)                  \
-                  : rase_r16_repack_group(T, src, row_bytes, rows, n, g, dst + g * group, R16_TRAITS[T].blk_bytes)
+        T == 12 ? rase_r16_repack_q4_k(src, row_bytes, rows, n, g, dst + g * group)                    \
+                : rase_r16_repack_group(T, src, row_bytes, rows, n, g, dst + g * group, R16_TRAITS[T].blk_bytes)
 
 static void rase_r16_repack(int type, const uint8_t *src, int64_t row_bytes, int64_t rows, int64_t n, uint8_t *dst,
                             int64_t g0, int64_t g1, int n_threads) {
@@ -484,7 +475,6 @@ static void rase_r16_repack(int type, const uint8_t *src, int64_t row_bytes, int
         case 6: RASE_R16_REPACK_LOOP(6); break;
         case 7: RASE_R16_REPACK_LOOP(7); break;
         case 12: RASE_R16_REPACK_LOOP(12); break;
-        case 14: RASE_R16_REPACK_LOOP(14); break;
         default: RASE_R16_REPACK_LOOP(8); break;
     }
 }

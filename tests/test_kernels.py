@@ -217,9 +217,9 @@ def _matrix(qtype: QuantType, rows: int, n: int, seed: int):
     return raw, np.nan_to_num(deq.astype(np.float64), posinf=0, neginf=0)
 
 
-def test_the_repacked_types_are_the_32_element_block_types_q4_k_and_q6_k():
+def test_the_repacked_types_are_the_32_element_block_types_and_q4_k():
     assert sorted(REPACKED) == [QuantType.Q4_0, QuantType.Q4_1, QuantType.Q5_0, QuantType.Q5_1, QuantType.Q8_0,
-                                QuantType.Q4_K, QuantType.Q6_K]
+                                QuantType.Q4_K]
 
 
 def _cols(qtype: QuantType, n32: int) -> int:
@@ -232,8 +232,7 @@ def _cols(qtype: QuantType, n32: int) -> int:
 def test_repacked_matmul_is_the_same_on_every_isa_bit_for_bit(qtype, rows, n32):
     """One definition per type: the scalar reference, the AVX2 kernel and the AVX-512 VNNI one
     (where the CPU has it) give the same bits for every shape (partial groups of 16 rows, every
-    tile of 1..9 tokens, the panel kernels from 4), and agree with numpy. Q6_K stays plain on
-    AVX2 (dotn_q6_k_avx2, ggml's AVX2 order): the repacked reference must give its bits."""
+    tile of 1..9 tokens), and agree with numpy."""
     n = _cols(qtype, n32)
     raw, deq = _matrix(qtype, rows, n, seed=rows * n)
     x = np.random.default_rng(rows).standard_normal((9, n)).astype(np.float32)
