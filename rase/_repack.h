@@ -363,8 +363,11 @@ _Static_assert(RASE_R16_PANEL / 32 <= RASE_CHUNK_ROWS * sizeof(float), "a panel 
     RASE_TARGET_AVX512 static void NAME(int64_t n, const uint8_t *w, const void *a, size_t astride, int nt, \
                                         float *y, int64_t ys, int nr) {                       \
         NAME##_pairs(n, w, 0, a, astride, nt, y, ys, nr);                                     \
-    }                                                                                         \
-    /* all T tokens of one group through a panel unpacked into work (n / 32 * RASE_R16_PANEL bytes) */ \
+    }
+
+// all T tokens of one group through a panel unpacked into work (n / 32 * RASE_R16_PANEL bytes);
+// only for the types whose unpacking costs more than reading it back (the table below)
+#define RASE_R16_PANEL_512(NAME, TYPE, RT)                                                    \
     RASE_TARGET_AVX512 static void NAME##_panel(int64_t n, const uint8_t *w, const void *a, size_t astride, int T, \
                                                 float *y, int64_t ys, int nr, uint8_t *work) {  \
         const RT *blk = (const RT *)w;                                                        \
@@ -385,6 +388,8 @@ RASE_R16_KERNEL_512(r16_q4_0_vnni, 2, r16_q4_0)
 RASE_R16_KERNEL_512(r16_q4_1_vnni, 3, r16_q4_1)
 RASE_R16_KERNEL_512(r16_q5_0_vnni, 6, r16_q5_0)
 RASE_R16_KERNEL_512(r16_q5_1_vnni, 7, r16_q5_1)
+RASE_R16_PANEL_512(r16_q5_0_vnni, 6, r16_q5_0)
+RASE_R16_PANEL_512(r16_q5_1_vnni, 7, r16_q5_1)
 #  define RASE_R16_X86_FN(f) f
 #  define RASE_R16_PANEL_FN(f) f##_panel
 #else
