@@ -10,10 +10,29 @@ import numpy as np
 POOLING = {"mean": 1, "last": 3}  # llama.cpp's LLAMA_POOLING_TYPE_*
 
 
-def _llama(path, **kw):
+def llama(path, **kw):
+    """llama_cpp.Llama on llama.cpp's plain CPU kernels (use_extra_bufts off, as `--repack 0`): built
+    natively on a CPU with AMX, 0.3.36 repacks the weights for its AMX kernels, which segfault on
+    the first batch there (seen on a Xeon with amx_int8, SmolLM2 and Gemma3 alike)."""
+    import llama_cpp
     from llama_cpp import Llama
 
-    return Llama(model_path=str(path), n_threads=2, verbose=False, **kw)
+    defaults = llama_cpp.llama_cpp.llama_model_default_params  # what Llama() starts from
+
+    def plain():
+        params = defaults()
+        params.use_extra_bufts = False
+        return params
+
+    llama_cpp.llama_cpp.llama_model_default_params = plain
+    try:
+        return Llama(model_path=str(path), verbose=False, **kw)
+    finally:
+        llama_cpp.llama_cpp.llama_model_default_params = defaults
+
+
+def _llama(path, **kw):
+    return llama(path, n_threads=2, **kw)
 
 
 def embeddings(path, texts: list[str], pooling: str) -> list[np.ndarray]:
