@@ -98,6 +98,7 @@ typedef struct {
     rase_job_slot *jobs;   // (n_threads,): each thread's work counter (rase_jobs), reset at barriers
     float *work;           // (n_threads, work_stride): the rows kernels' own (RASE_CHUNK_ROWS x max_cols)
     int64_t work_stride;
+    int nonfinite;         // after rase_step: 1 when one of its logits is NaN or +-inf
 } rase_scratch;
 
 static inline float *rase_work(const rase_scratch *s, int ith) { return s->work + ith * s->work_stride; }
@@ -413,6 +414,18 @@ static const uint8_t *rase_quantize_input(rase_model *m, int act, const float *X
     return buf;
 }
 
+// 1 when one of Y[t][r], r in [r0, r1), t < T, is NaN or +-inf (exponent bits all ones)
+static int rase_any_nonfinite(const float *Y, int64_t rows, int T, int64_t r0, int64_t r1) {
+    uint32_t all = 0;
+    for (int t = 0; t < T; ++t)
+        for (int64_t r = r0; r < r1; ++r) {
+            uint32_t u;
+            memcpy(&u, Y + (int64_t)t * rows + r, 4);
+            all |= (u & 0x7f800000u) == 0x7f800000u;
+        }
+    return (int)all;
+}
+
 // Y[t][r] += b[r] for rows [r0, r1) of T rows of `rows` outputs
 static void rase_add_bias(float *Y, int64_t rows, const float *b, int T, int64_t r0, int64_t r1) {
     for (int t = 0; t < T; ++t)
@@ -473,6 +486,9 @@ static void rase_matmuls(rase_model *m, int n, const rase_mat *const *w, const f
         const int64_t r1 = r0 + RASE_CHUNK_ROWS < w[i]->rows ? r0 + RASE_CHUNK_ROWS : w[i]->rows;
         rase_mm_rows(m, w[i], A[i], act[i], as[i], T, Y[i], r0, r1, rase_work(m->s, ith));
         if (bias && bias[i]) rase_add_bias(Y[i], w[i]->rows, bias[i], T, r0, r1);
+        if (w[i] == &m->w->output && m->w->hp.final_softcap <= 0.0f &&  // checked while in this core's cache
+            rase_any_nonfinite(Y[i], w[i]->rows, T, r0, r1))
+            __atomic_store_n(&m->s->nonfinite, 1, __ATOMIC_RELAXED);
         if (gate_u) {
             rase_mm_rows(m, w[1], A[1], act[1], as[1], T, Y[1], r0, r1, rase_work(m->s, ith));
             if (bias && bias[1]) rase_add_bias(Y[1], w[1]->rows, bias[1], T, r0, r1);
@@ -704,6 +720,7 @@ static void rase_step(rase_model *m, const rase_batch *b, const rase_sampler_ref
         {
             m->barrier.n = nth;
             m->barrier.count = 0;
+            m->s->nonfinite = 0;
             for (int i = 0; i < nth; ++i) m->s->jobs[i].next = 0;
         }  // implicit barrier: every thread sees n
         for (int a = 0; a < 2 * ACT_COUNT; ++a) m->s->act_src[ith * 2 * ACT_COUNT + a] = NULL;
@@ -724,6 +741,8 @@ static void rase_step(rase_model *m, const rase_batch *b, const rase_sampler_ref
             rase_sync(m, ith);
             rase_split((int64_t)b->n_out * V, ith, nth, &lo, &hi);
             rase_softcap(b->logits, lo, hi, m->w->hp.final_softcap);
+            if (rase_any_nonfinite(b->logits + lo, hi - lo, 1, 0, hi - lo))
+                __atomic_store_n(&m->s->nonfinite, 1, __ATOMIC_RELAXED);
         }
         if (samplers) {
             rase_sync(m, ith);

@@ -137,7 +137,7 @@ cdef extern from "_forward.h" nogil:
     ctypedef struct rase_kv_pool:
         int32_t n_blocks
     ctypedef struct rase_scratch:
-        int max_rows, n_threads
+        int max_rows, n_threads, nonfinite
     ctypedef struct rase_entry:
         int32_t token, seq, pos
     ctypedef struct rase_batch:

@@ -574,6 +574,12 @@ cdef class Forward:
     def n_blocks(self):
         return self.kv.n_blocks
 
+    @property
+    def logits_finite(self):
+        """Whether every logit of the last run or step was finite (checked in the step, by the
+        thread that computed it, while in its cache)."""
+        return self.s.nonfinite == 0
+
     def copy_rows(self, int src, int dst, int n):
         """Positions [0, n) of pool block src copied to block dst (every layer, K and V)."""
         if not (0 <= src < self.kv.n_blocks and 0 <= dst < self.kv.n_blocks and src != dst):

@@ -210,3 +210,31 @@ def test_missing_hyperparameter_is_a_corrupt_file(tmp_path):
     (tmp_path / "x.gguf").write_bytes(spec.build())
     with pytest.raises(CorruptModelFile, match="llama.embedding_length"):
         load_gguf_decoder(None, tmp_path / "x.gguf")
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma2"])  # gemma2: its final softcap runs after the LM head
+def test_non_finite_logits_are_an_error_not_an_answer(tmp_path, tiny_models, arch):
+    """A NaN scale in one row of the (tied) LM head makes that logit NaN: prefill (last or all
+    positions) and decode raise InvalidLogits instead of returning it; the step's own check says
+    so too. (A NaN in an activation would not do: its int8 quantization drops it, as ggml's does.)"""
+    import shutil
+
+    import gguf
+
+    from rase import InvalidLogits
+
+    good = load_gguf_decoder(None, tiny_models(arch, QuantType.Q8_0))
+    good.prefill(TOKENS[:4])
+    assert good._fwd.logits_finite and np.isfinite(good.decode(5)).all()
+    path = shutil.copy(tiny_models(arch, QuantType.Q8_0), tmp_path / "nan.gguf")
+    embd = next(t for t in gguf.GGUFReader(str(path), "r+").tensors if t.name == "token_embd.weight")
+    embd.data[40, 0:2] = [0x00, 0x7E]  # row 40 (no token of the prompt), block 0: d = f16 NaN
+    del embd
+    dec = load_gguf_decoder(None, path)
+    for call in (lambda: dec.prefill(TOKENS[:4]), lambda: dec.prefill(TOKENS[:4], all_logits=True),
+                 lambda: dec.decode(5)):
+        with pytest.raises(InvalidLogits, match="NaN or inf"):
+            call()
+        assert not dec._fwd.logits_finite
+    out = dec._fwd.run(np.array(TOKENS[:4], np.int32), 0, 1)
+    assert np.isnan(out[0, 40]) and np.isfinite(np.delete(out[0], 40)).all()
