@@ -318,7 +318,10 @@ cdef class Weights:
             self._experts(L, il, experts)
         for j, name in enumerate(_VECS):
             vec = getattr(spec, name)
-            vecs[j][0] = NULL if vec is None else self._vec(vec, lens[name], f"blk.{il}.{name}")
+            if vec is None:  # not a conditional expression: Cython typed its temporary non-const
+                vecs[j][0] = NULL
+            else:
+                vecs[j][0] = self._vec(vec, lens[name], f"blk.{il}.{name}")
         if L.qk_norm_full and (L.q_norm == NULL or L.k_norm == NULL):
             raise ValueError(f"layer {il}: full-width QK norms need q_norm and k_norm")
         L.window, L.rope_slot = spec.window, spec.rope_slot
