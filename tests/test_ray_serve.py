@@ -133,8 +133,11 @@ def test_a_conversation_stays_on_the_replica_holding_its_prefix(cluster, client)
 
 
 def test_load_spreads_when_the_preferred_replica_is_busy(cluster):
-    body = {"model": "smollm2", "messages": [SYSTEM, {"role": "user", "content": "Count to twenty."}],
-            "max_tokens": 48, "temperature": 0}
+    # answers that run to max_tokens (a story: 160 tokens, no early EOS), so the burst's 20 requests
+    # overlap on a fast CPU; 48-token answers finished about as fast as they came (seen once in CI)
+    story = "Write a long story about a lighthouse keeper and his two daughters."
+    body = {"model": "smollm2", "messages": [SYSTEM, {"role": "user", "content": story}],
+            "max_tokens": 160, "temperature": 0}
     served = []
 
     def one():
