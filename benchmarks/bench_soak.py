@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rase import sources  # noqa: E402
 from rase.registry import ModelRegistry  # noqa: E402
 from tests.conftest import models_dir, rase_serve  # noqa: E402
-from tests.soak import soak  # noqa: E402
+from tests.soak import soak, warm_up  # noqa: E402
 
 
 def main() -> int:
@@ -32,7 +32,7 @@ def main() -> int:
         ModelRegistry(store).import_local("smollm2", model)
         extra = ("--kv-cache-mb", a.kv_cache_mb) if a.kv_cache_mb else ()
         with rase_serve(store, "--threads", a.threads, *extra, with_process=True) as (base, proc):
-            soak(base, proc.pid, 100, a.clients, seed=1)
+            warm_up(base, proc.pid, a.clients)
             r = soak(base, proc.pid, a.requests, a.clients, seed=2, rss_at=(200,))
     rss = r.rss_kb
     drift = rss[r.requests] / rss[200] - 1

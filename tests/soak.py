@@ -81,6 +81,26 @@ def _one(http: httpx.Client, base: str, rng: random.Random, kinds=KINDS) -> tupl
     return kind, None if r.status_code == 400 and r.json()["error"]["message"] else f"{r.status_code} {r.text[:200]}"
 
 
+def warm_up(base: str, pid: int, clients: int = 16) -> SoakResult:
+    """A short soak (every kind seen), then CLIENTS concurrent embeddings of a long text: each
+    holds an executor thread while it waits for the model's lock, so the event loop's executor
+    (threads made on demand up to its size, never ended) is at its full size before any count."""
+    res = soak(base, pid, 100, clients, seed=1)
+    text = " ".join(ASKS * 8)  # about 300 tokens
+    codes: list[int] = []
+    with httpx.Client(timeout=120) as http:
+        def embed() -> None:
+            codes.append(http.post(base + "/v1/embeddings", json={"model": "smollm2", "input": text}).status_code)
+        burst = [threading.Thread(target=embed) for _ in range(clients)]
+        for t in burst:
+            t.start()
+        for t in burst:
+            t.join()
+    if codes != [200] * clients:
+        res.unexpected.append((-1, "embed burst", str(codes)))
+    return res
+
+
 def soak(base: str, pid: int, n_requests: int, clients: int = 16, seed: int = 0,
          rss_at: tuple[int, ...] = (), kinds=KINDS) -> SoakResult:
     res = SoakResult(threads=(_status(pid, "Threads"), 0))
