@@ -736,7 +736,11 @@ static void rase_step(rase_model *m, const rase_batch *b, const rase_sampler_ref
         for (int64_t j = lo; j < hi; ++j)
             rase_rmsnorm(m->s->x + (int64_t)b->out_rows[j] * E, m->w->output_norm, m->s->h + j * E, E, m->w->hp.eps);
         rase_sync(m, ith);
-        if (b->n_out > 0) rase_matmul(m, &m->w->output, m->s->h, b->n_out, b->logits, NULL, ith, nth);
+        if (b->n_out > 0) {  /* the LM head is a matmul too (72% of Gemma3's bytes per token) */
+            RASE_PROF_START(m, ith);
+            rase_matmul(m, &m->w->output, m->s->h, b->n_out, b->logits, NULL, ith, nth);
+            RASE_PROF_ADD(m, ith, prof_matmul_ns);
+        }
         if (m->w->hp.final_softcap > 0.0f) {  // gemma2
             rase_sync(m, ith);
             rase_split((int64_t)b->n_out * V, ith, nth, &lo, &hi);
