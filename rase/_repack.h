@@ -149,6 +149,13 @@ RASE_R16_REF(r16_q5_1_ref, 7)
 
 // ---------------------------------------------------------------- AVX2
 
+static inline int32_t rase_ld32(const void *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+
 #if RASE_HAVE_X86
 // the 8 activation slices of one 32-block, each 4-byte group broadcast to every lane
 RASE_TARGET_AVX2 static RASE_INLINE void rase_r16_yslices(const int8_t *qs, __m256i *ys) {
@@ -174,24 +181,32 @@ RASE_TARGET_AVX2 static RASE_INLINE __m256i rase_dot4_avx2(__m256i u, __m256i s)
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
 }
 
+#ifndef RASE_R16_CHUNK
+#define RASE_R16_CHUNK 8  // 32-blocks per chunk: both halves of a chunk in turn, from L1
+#endif
+
 // TYPE (ggml id): 8 q8_0, 2 q4_0, 6 q5_0 (signed weights, ggml's sign trick); 3 q4_1, 7 q5_1
-// (unsigned). Each half of the group (rows 8 h .. 8 h + 7) in turn; weights unpacked once per
-// block and half for every token of the tile; per token 8 accumulators whose lanes are rows.
-#define RASE_R16_KERNEL_AVX2(NAME, TYPE, RT)                                                  \
-    RASE_TARGET_AVX2 static RASE_INLINE void NAME##_body(int64_t n, const uint8_t *w, const void *a, \
+// (unsigned). Few tokens (decode, memory-bound): each half of the group (rows 8 h .. 8 h + 7) in
+// turn, block by block, all 8 slices unpacked at once; per token 8 accumulators whose lanes are rows.
+#define RASE_R16_BLOCKS_AVX2(NAME, TYPE, RT)                                                  \
+    RASE_TARGET_AVX2 static RASE_INLINE void NAME##_blocks(int64_t n, const uint8_t *w, const void *a, \
                                                          size_t astride, const int nt, float *y, \
                                                          int64_t ys, int nr) {                \
         enum { HAS_MIN = TYPE == 3 || TYPE == 7, NIB = TYPE != 8, HAS_H = TYPE == 6 || TYPE == 7, \
                SIGNED = !HAS_MIN, OFF = TYPE == 2 ? 8 : TYPE == 6 ? 16 : 0 };                 \
         const RT *blk = (const RT *)w;                                                        \
-        for (int h = 0; h < 2 && 8 * h < nr; ++h) {                                           \
-            __m256 acc[RASE_NT][8], summ[RASE_NT];                                            \
+        const int halves = nr > 8 ? 2 : 1, pf = (int)sizeof(RT) / halves;                     \
+        __m256 acc_h[2][4][8], summ_h[2][4];                                                  \
+        for (int h = 0; h < halves; ++h)                                                      \
             for (int t = 0; t < nt; ++t) {                                                    \
-                summ[t] = _mm256_setzero_ps();                                                \
-                for (int sl = 0; sl < 8; ++sl) acc[t][sl] = _mm256_setzero_ps();              \
+                summ_h[h][t] = _mm256_setzero_ps();                                           \
+                for (int sl = 0; sl < 8; ++sl) acc_h[h][t][sl] = _mm256_setzero_ps();         \
             }                                                                                 \
-            for (int64_t b = 0; b < n / 32; ++b) {                                            \
-                if (h == 0) RASE_PREFETCH_AHEAD(&blk[b], sizeof(RT));                         \
+        for (int64_t c0 = 0; c0 < n / 32; c0 += RASE_R16_CHUNK)                               \
+        for (int h = 0; h < halves; ++h) {                                                    \
+            __m256 (*acc)[8] = acc_h[h], *summ = summ_h[h];                                   \
+            for (int64_t b = c0; b < n / 32 && b < c0 + RASE_R16_CHUNK; ++b) {                \
+                RASE_PREFETCH_AHEAD((const char *)&blk[b] + h * pf, pf);  /* each half its share: one stream */ \
                 __m256i q[8];                                                                 \
                 if (NIB) {                                                                    \
                     const __m256i m4 = _mm256_set1_epi8(0xF), off = _mm256_set1_epi8(OFF);    \
@@ -200,10 +215,12 @@ RASE_TARGET_AVX2 static RASE_INLINE __m256i rase_dot4_avx2(__m256i u, __m256i s)
                         q[k] = _mm256_and_si256(raw, m4);                                     \
                         q[k + 4] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);           \
                     }                                                                         \
-                    for (int k = 0; k < 8; ++k) {                                             \
-                        if (HAS_H) q[k] = _mm256_or_si256(q[k], _mm256_and_si256(_mm256_set1_epi8(0x10), \
-                                              rase_avx2_bytes_from_bits32((const uint8_t *)&blk[b] + rase_r16_hoff(TYPE) + 8 * k + 4 * h))); \
-                        if (OFF) q[k] = _mm256_sub_epi8(q[k], off);                           \
+                    for (int k = 0; k < 8; ++k) {  /* the fifth bit: Q5_1 or 16; Q5_0 or 0xF0 where clear = w */ \
+                        if (HAS_H) {                                                          \
+                            const __m256i hb = rase_avx2_bytes_from_bits32((const uint8_t *)&blk[b] + rase_r16_hoff(TYPE) + 8 * k + 4 * h); \
+                            q[k] = _mm256_or_si256(q[k], TYPE == 6 ? _mm256_andnot_si256(hb, _mm256_set1_epi8((char)0xF0)) \
+                                                                   : _mm256_and_si256(hb, _mm256_set1_epi8(0x10))); \
+                        } else if (OFF) q[k] = _mm256_sub_epi8(q[k], off);                    \
                     }                                                                         \
                 } else {                                                                      \
                     for (int k = 0; k < 8; ++k) q[k] = _mm256_loadu_si256((const __m256i *)(blk[b].q[k] + 32 * h)); \
@@ -232,6 +249,83 @@ RASE_TARGET_AVX2 static RASE_INLINE __m256i rase_dot4_avx2(__m256i u, __m256i s)
                     }                                                                         \
                 }                                                                             \
             }                                                                                 \
+        }                                                                                     \
+        for (int h = 0; h < halves; ++h)                                                      \
+            for (int t = 0; t < nt; ++t) {  /* rase_hsum8, lane by lane */                    \
+                const __m256 *A = acc_h[h][t];                                                \
+                const __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(A[4], A[0]), _mm256_add_ps(A[6], A[2])), \
+                                                 _mm256_add_ps(_mm256_add_ps(A[5], A[1]), _mm256_add_ps(A[7], A[3]))); \
+                rase_r16_store8(_mm256_add_ps(sum, summ_h[h][t]), y + t * ys + 8 * h, nr - 8 * h); \
+            }                                                                                 \
+    }
+
+// Many tokens (prefill, compute-bound): each half of the group in turn, its blocks in chunks of
+// RASE_R16_CHUNK; per chunk one slice at a time over the chunk's blocks, that slice's weights
+// unpacked once per block for every token of the tile, so only one accumulator per token is
+// live (8 per token would spill). Each (row, slice) accumulator still sees its blocks in order:
+// the scalar reference's FMAs exactly. Scales dw * dy are made once per chunk.
+#define RASE_R16_NT_AVX2 8  // tokens per tile (the accumulators, weight and temporaries fit 16 ymm)
+#ifndef RASE_R16_FEW_AVX2
+#define RASE_R16_FEW_AVX2 4  // up to this many tokens block by block
+#endif
+#define RASE_R16_KERNEL_AVX2(NAME, TYPE, RT)                                                  \
+    RASE_R16_BLOCKS_AVX2(NAME, TYPE, RT)                                                      \
+    RASE_TARGET_AVX2 static RASE_INLINE void NAME##_body(int64_t n, const uint8_t *w, const void *a, \
+                                                         size_t astride, const int nt, float *y, \
+                                                         int64_t ys, int nr) {                \
+        enum { HAS_MIN = TYPE == 3 || TYPE == 7, NIB = TYPE != 8, HAS_H = TYPE == 6 || TYPE == 7, \
+               SIGNED = !HAS_MIN, ASZ = HAS_MIN ? sizeof(act_q8_1) : sizeof(act_q8_0) };      \
+        const RT *blk = (const RT *)w;                                                        \
+        const int64_t nb = n / 32;                                                            \
+        __m256 sc[RASE_R16_NT_AVX2][RASE_R16_CHUNK];                                          \
+        for (int h = 0; h < 2 && 8 * h < nr; ++h) {                                           \
+            __m256 acc[RASE_R16_NT_AVX2][8], summ[RASE_R16_NT_AVX2];                          \
+            for (int t = 0; t < nt; ++t) {                                                    \
+                summ[t] = _mm256_setzero_ps();                                                \
+                for (int sl = 0; sl < 8; ++sl) acc[t][sl] = _mm256_setzero_ps();              \
+            }                                                                                 \
+            for (int64_t c0 = 0; c0 < nb; c0 += RASE_R16_CHUNK) {                             \
+                const int cb = nb - c0 < RASE_R16_CHUNK ? (int)(nb - c0) : RASE_R16_CHUNK;    \
+                for (int j = 0; j < cb; ++j) {  /* dw * dy; the _1 types' summ in block order */ \
+                    const RT *bk = &blk[c0 + j];                                              \
+                    if (h == 0) RASE_PREFETCH_AHEAD(bk, sizeof(RT));                          \
+                    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(bk->d + 8 * h))); \
+                    for (int t = 0; t < nt; ++t) {                                            \
+                        const char *ya = (const char *)a + t * astride + (c0 + j) * ASZ;      \
+                        sc[t][j] = _mm256_mul_ps(dw, _mm256_broadcast_ss((const float *)ya)); \
+                        if (HAS_MIN)                                                          \
+                            summ[t] = _mm256_add_ps(summ[t], _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(bk->d + 16 + 8 * h))), \
+                                                                           _mm256_broadcast_ss(&((const act_q8_1 *)ya)->s))); \
+                    }                                                                         \
+                }                                                                             \
+                for (int sl = 0; sl < 8; ++sl) {                                              \
+                    __m256 ac[RASE_R16_NT_AVX2];                                              \
+                    for (int t = 0; t < nt; ++t) ac[t] = acc[t][sl];                          \
+                    for (int j = 0; j < cb; ++j) {                                            \
+                        const RT *bk = &blk[c0 + j];                                          \
+                        __m256i q;                                                            \
+                        if (NIB) {                                                            \
+                            const __m256i raw = _mm256_loadu_si256((const __m256i *)(bk->q[sl & 3] + 32 * h)); \
+                            q = _mm256_and_si256(sl < 4 ? raw : _mm256_srli_epi16(raw, 4), _mm256_set1_epi8(0xF)); \
+                            if (HAS_H) {  /* the fifth bit: Q5_1 or 16; Q5_0 ggml's or 0xF0 where clear = w */ \
+                                const __m256i hb = rase_avx2_bytes_from_bits32((const uint8_t *)bk + rase_r16_hoff(TYPE) + 8 * sl + 4 * h); \
+                                q = _mm256_or_si256(q, TYPE == 6 ? _mm256_andnot_si256(hb, _mm256_set1_epi8((char)0xF0)) \
+                                                                 : _mm256_and_si256(hb, _mm256_set1_epi8(0x10))); \
+                            } else if (TYPE == 2) q = _mm256_sub_epi8(q, _mm256_set1_epi8(8)); \
+                        } else {                                                              \
+                            q = _mm256_loadu_si256((const __m256i *)(bk->q[sl] + 32 * h));   \
+                        }                                                                     \
+                        const __m256i u = SIGNED ? _mm256_sign_epi8(q, q) : q;                \
+                        for (int t = 0; t < nt; ++t) {                                        \
+                            const int8_t *yq = (const int8_t *)a + t * astride + (c0 + j) * ASZ + (HAS_MIN ? offsetof(act_q8_1, qs) : offsetof(act_q8_0, qs)); \
+                            const __m256i ysl = _mm256_set1_epi32(rase_ld32(yq + 4 * sl));   \
+                            const __m256i i32 = rase_dot4_avx2(u, SIGNED ? _mm256_sign_epi8(ysl, q) : ysl); \
+                            ac[t] = _mm256_fmadd_ps(sc[t][j], _mm256_cvtepi32_ps(i32), ac[t]); \
+                        }                                                                     \
+                    }                                                                         \
+                    for (int t = 0; t < nt; ++t) acc[t][sl] = ac[t];                          \
+                }                                                                             \
+            }                                                                                 \
             for (int t = 0; t < nt; ++t) {  /* rase_hsum8, lane by lane */                    \
                 const __m256 *A = acc[t];                                                     \
                 const __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(A[4], A[0]), _mm256_add_ps(A[6], A[2])), \
@@ -240,18 +334,32 @@ RASE_TARGET_AVX2 static RASE_INLINE __m256i rase_dot4_avx2(__m256i u, __m256i s)
             }                                                                                 \
         }                                                                                     \
     }                                                                                         \
+    /* up to RASE_R16_FEW_AVX2 tokens block by block (tiles of 4; Q4_1 2: its 4 tokens' 32 */  \
+    /* accumulators spill more than unpacking twice costs, measured on Zen 3), more slice by slice */ \
     RASE_TARGET_AVX2 static void NAME(int64_t n, const uint8_t *w, const void *a, size_t astride, int nt, \
                                       float *y, int64_t ys, int nr) {                         \
-        /* Q4_1: 4 tokens' 32 accumulators spill more than unpacking twice costs (measured on Zen 3) */ \
         enum { NTB = TYPE == 3 ? 2 : 4 };                                                     \
-        for (int t0 = 0; t0 < nt; t0 += NTB) {                                                \
+        for (int t0 = 0; t0 < nt;) {                                                          \
             const void *at = (const char *)a + t0 * astride;                                  \
-            switch (nt - t0 < NTB ? nt - t0 : NTB) {                                          \
-                case 1: NAME##_body(n, w, at, astride, 1, y + t0 * ys, ys, nr); break;        \
-                case 2: NAME##_body(n, w, at, astride, 2, y + t0 * ys, ys, nr); break;        \
-                case 3: NAME##_body(n, w, at, astride, 3, y + t0 * ys, ys, nr); break;        \
-                default: NAME##_body(n, w, at, astride, 4, y + t0 * ys, ys, nr); break;       \
+            float *yt = y + t0 * ys;                                                          \
+            const int left = nt - t0, k = left <= RASE_R16_FEW_AVX2 ? (left < NTB ? left : NTB) \
+                                                                    : (left < RASE_R16_NT_AVX2 ? left : RASE_R16_NT_AVX2); \
+            if (left <= RASE_R16_FEW_AVX2) switch (k) {                                       \
+                case 1: NAME##_blocks(n, w, at, astride, 1, yt, ys, nr); break;               \
+                case 2: NAME##_blocks(n, w, at, astride, 2, yt, ys, nr); break;               \
+                case 3: NAME##_blocks(n, w, at, astride, 3, yt, ys, nr); break;               \
+                default: NAME##_blocks(n, w, at, astride, 4, yt, ys, nr); break;              \
+            } else switch (k) {                                                               \
+                case 1: NAME##_body(n, w, at, astride, 1, yt, ys, nr); break;                 \
+                case 2: NAME##_body(n, w, at, astride, 2, yt, ys, nr); break;                 \
+                case 3: NAME##_body(n, w, at, astride, 3, yt, ys, nr); break;                 \
+                case 4: NAME##_body(n, w, at, astride, 4, yt, ys, nr); break;                 \
+                case 5: NAME##_body(n, w, at, astride, 5, yt, ys, nr); break;                 \
+                case 6: NAME##_body(n, w, at, astride, 6, yt, ys, nr); break;                 \
+                case 7: NAME##_body(n, w, at, astride, 7, yt, ys, nr); break;                 \
+                default: NAME##_body(n, w, at, astride, 8, yt, ys, nr); break;                \
             }                                                                                 \
+            t0 += k;                                                                          \
         }                                                                                     \
     }
 
@@ -270,12 +378,6 @@ RASE_R16_KERNEL_AVX2(r16_q5_1_avx2, 7, r16_q5_1)
 // the exact integer sum of the reference either way, then the same FMA per slice and the same hsum.
 // Tiles of up to 2 tokens keep the 8 unpacked weight registers live beside 16 accumulators.
 #define RASE_R16_TILE_512 2
-
-static inline int32_t rase_ld32(const void *p) {
-    int32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
 
 // Many tokens: a group's weights unpacked once into a panel (per 32-block: the 8 slice registers,
 // then d and m as f32; RASE_R16_PANEL bytes, in the thread's work buffer) that every pair of
@@ -404,7 +506,7 @@ RASE_R16_PANEL_512(r16_q5_1_vnni, 7, r16_q5_1)
 
 #include "_repack_k.h"
 
-#define RASE_R16_TILE 4  // tokens per call of a 32-block type's kernel (the AVX-512 ones split it in 2s)
+#define RASE_R16_TILE 8  // tokens per call of a 32-block type's kernel (the AVX-512 ones split it in 2s)
 
 // ---------------------------------------------------------------- the table, by ggml type id
 

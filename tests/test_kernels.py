@@ -244,7 +244,7 @@ def test_repacked_matmul_is_the_same_on_every_isa_bit_for_bit(qtype, rows, n32):
     scalar = _kernels.matmul(int(qtype), raw, x, "scalar")
     for isa in _kernels.isa_supported():
         assert _kernels.matmul(int(qtype), raw, x, isa).tobytes() == scalar.tobytes(), isa
-        for T in range(1, 9):  # every tile: 1..4 tokens (32-element types), 1..8 (Q4_K)
+        for T in range(1, 10):  # every tile: 1..4 tokens block by block, 5..8 slice by slice, 8 + 1
             assert _kernels.matmul(int(qtype), raw, x[:T], isa).tobytes() == scalar[:T].tobytes(), (isa, T)
     spec = quantize_act(x, ACT_FORMAT.get(int(qtype))) @ deq.T
     scale = np.abs(x) @ np.abs(deq).T
