@@ -70,7 +70,7 @@ static void r16_q4_k_ref(int64_t n, const uint8_t *w, const void *a, size_t astr
 
 #if RASE_HAVE_X86
 // ---------------------------------------------------------------- AVX2
-// Each half of the group (rows 8h .. 8h + 7) in turn, a row per 32-bit lane: per slice
+// Both halves of the group (rows 8h .. 8h + 7) per block, a row per 32-bit lane: per slice
 // maddubs(nibbles, broadcast activation) then madd with the sub-block's scale in both 16-bit
 // halves of the lane gives sc * (4 products) exactly (at most 2 * 15 * 127 per pair), added into S.
 
@@ -89,12 +89,15 @@ RASE_TARGET_AVX2 static RASE_INLINE void r16_q4_k_avx2_body(int64_t n, const uin
     const r16_q4_k *blk = (const r16_q4_k *)w;
     const __m256i m4 = _mm256_set1_epi8(0xF), lo8 = _mm256_set1_epi32(0xFF);
     const __m256i km1 = _mm256_set1_epi32(0x3f3f3f3f), km2 = _mm256_set1_epi32(0x0f0f0f0f), km3 = _mm256_set1_epi32(0x03030303);
-    for (int h = 0; h < 2 && 8 * h < nr; ++h) {
-        __m256 acc[RASE_R16K_TILE], accm[RASE_R16K_TILE];
-        for (int t = 0; t < nt; ++t) acc[t] = accm[t] = _mm256_setzero_ps();
-        for (int64_t b = 0; b < n / 256; ++b) {
+    const int halves = nr > 8 ? 2 : 1, pf = (int)sizeof(r16_q4_k) / halves;
+    __m256 acc_h[2][RASE_R16K_TILE], accm_h[2][RASE_R16K_TILE];
+    for (int h = 0; h < halves; ++h)
+        for (int t = 0; t < nt; ++t) acc_h[h][t] = accm_h[h][t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / 256; ++b)
+        for (int h = 0; h < halves; ++h) {  // both halves per block: one weight stream
+            __m256 *acc = acc_h[h], *accm = accm_h[h];
             const r16_q4_k *o = &blk[b];
-            if (h == 0) RASE_PREFETCH_AHEAD(o, sizeof(r16_q4_k));
+            RASE_PREFETCH_AHEAD((const char *)o + h * pf, pf);
             __m256i sc4, sc8, mn4, mn8;
             RASE_K4_LANES(_mm256_, si256, _mm256_loadu_si256((const __m256i *)(o->sm[0] + 8 * h)),
                           _mm256_loadu_si256((const __m256i *)(o->sm[1] + 8 * h)),
@@ -125,8 +128,9 @@ RASE_TARGET_AVX2 static RASE_INLINE void r16_q4_k_avx2_body(int64_t n, const uin
                 accm[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(M[t]), _mm256_mul_ps(dm, dy), accm[t]);
             }
         }
-        for (int t = 0; t < nt; ++t) rase_r16_store8(_mm256_sub_ps(acc[t], accm[t]), y + t * ys + 8 * h, nr - 8 * h);
-    }
+    for (int h = 0; h < halves; ++h)
+        for (int t = 0; t < nt; ++t)
+            rase_r16_store8(_mm256_sub_ps(acc_h[h][t], accm_h[h][t]), y + t * ys + 8 * h, nr - 8 * h);
 }
 
 // ---------------------------------------------------------------- AVX-512 VNNI
