@@ -157,16 +157,6 @@ static inline int32_t rase_ld32(const void *p) {
 
 
 #if RASE_HAVE_X86
-// the 8 activation slices of one 32-block, each 4-byte group broadcast to every lane
-RASE_TARGET_AVX2 static RASE_INLINE void rase_r16_yslices(const int8_t *qs, __m256i *ys) {
-    const __m256i y0 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)qs));
-    const __m256i y1 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(qs + 16)));
-    ys[0] = _mm256_shuffle_epi32(y0, 0x00); ys[1] = _mm256_shuffle_epi32(y0, 0x55);
-    ys[2] = _mm256_shuffle_epi32(y0, 0xaa); ys[3] = _mm256_shuffle_epi32(y0, 0xff);
-    ys[4] = _mm256_shuffle_epi32(y1, 0x00); ys[5] = _mm256_shuffle_epi32(y1, 0x55);
-    ys[6] = _mm256_shuffle_epi32(y1, 0xaa); ys[7] = _mm256_shuffle_epi32(y1, 0xff);
-}
-
 // y[t * ys + r] for r < nr: the 8 lanes of token t's result
 RASE_TARGET_AVX2 static RASE_INLINE void rase_r16_store8(__m256 v, float *y, int nr) {
     if (nr >= 8) { _mm256_storeu_ps(y, v); return; }
@@ -238,13 +228,12 @@ RASE_TARGET_AVX2 static RASE_INLINE __m256i rase_dot4_avx2(__m256i u, __m256i s)
                         const act_q8_0 *ya = (const act_q8_0 *)((const char *)a + t * astride) + b; \
                         yq = ya->qs, dy = &ya->d;                                             \
                     }                                                                         \
-                    __m256i ysl[8];                                                           \
-                    rase_r16_yslices(yq, ysl);                                                \
                     const __m256 scale = _mm256_mul_ps(dw, _mm256_broadcast_ss(dy));          \
                     for (int sl = 0; sl < 8; ++sl) {  /* signed: |w| x (y with w's sign) */  \
+                        const __m256i ysl = _mm256_set1_epi32(rase_ld32(yq + 4 * sl));       \
                         const __m256i i32 = SIGNED                                            \
-                            ? rase_dot4_avx2(_mm256_sign_epi8(q[sl], q[sl]), _mm256_sign_epi8(ysl[sl], q[sl])) \
-                            : rase_dot4_avx2(q[sl], ysl[sl]);                                 \
+                            ? rase_dot4_avx2(_mm256_sign_epi8(q[sl], q[sl]), _mm256_sign_epi8(ysl, q[sl])) \
+                            : rase_dot4_avx2(q[sl], ysl);                                     \
                         acc[t][sl] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(i32), acc[t][sl]); \
                     }                                                                         \
                 }                                                                             \
