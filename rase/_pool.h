@@ -23,7 +23,7 @@ typedef struct {
 } rase_barrier;
 
 static inline void rase_cpu_relax(void) {
-#if RASE_HAVE_X86
+#if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
 #endif
 }

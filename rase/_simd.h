@@ -10,8 +10,25 @@
 #include <string.h>
 #include <math.h>
 
-#if defined(__x86_64__) || defined(__i386__)
+#if defined(RASE_EMULATE_SIMD)
+// Test build only (rase._kernels_emu): every x86 intrinsic in portable C from SIMDe (Debian's
+// libsimde-dev), so the AVX2 and AVX-512 kernels run, and are checked bit for bit, on any CPU.
+// SIMDe's portable FMA is one rounding only where it may call fmaf: FP_FAST_FMAF says it may.
 #  define RASE_HAVE_X86 1
+#  define RASE_EMULATED 1
+#  ifndef FP_FAST_FMAF
+#    define FP_FAST_FMAF 1
+#  endif
+#  define SIMDE_ENABLE_NATIVE_ALIASES
+#  include <simde/x86/avx512.h>
+#  include <simde/x86/fma.h>
+#  include <simde/x86/f16c.h>
+#  include "_simd_emu.h"
+#  define RASE_TARGET_AVX2
+#  define RASE_TARGET_AVX512
+#elif defined(__x86_64__) || defined(__i386__)
+#  define RASE_HAVE_X86 1
+#  define RASE_EMULATED 0
 #  include <immintrin.h>
 #  define RASE_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
 #  define RASE_TARGET_AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
@@ -33,7 +50,9 @@ static int rase_isa_compiled(int isa) {
 
 static int rase_isa_supported(int isa) {
     if (isa == RASE_ISA_SCALAR) return 1;
-#if RASE_HAVE_X86
+#if RASE_EMULATED
+    return isa == RASE_ISA_AVX2 || isa == RASE_ISA_AVX512;  // every instruction is C code
+#elif RASE_HAVE_X86
     if (isa == RASE_ISA_AVX2 || isa == RASE_ISA_AVX512) {
         __builtin_cpu_init();  // checks OS YMM / ZMM state support too (xgetbv)
         const int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&

@@ -138,7 +138,7 @@ def browser_paths() -> tuple[str, str]:
     chromium = os.environ.get("RASE_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
     driver = os.environ.get("RASE_CHROMEDRIVER") or shutil.which("chromedriver")
     if not (chromium and driver):
-        pytest.fail("the chat-page tests need Chromium and chromedriver: run tools/install-test-browser.sh "
+        pytest.fail("the chat-page tests need Chromium and chromedriver: run tools/install-test-deps.sh "
                     "(or set RASE_CHROMIUM and RASE_CHROMEDRIVER)")
     return chromium, driver
 

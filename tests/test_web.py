@@ -1,6 +1,6 @@
 """The chat page at / in a real headless Chromium (Selenium) against a real `rase serve --api-key`.
 
-The browser is conftest's `browser` fixture (tools/install-test-browser.sh). A screenshot of the page goes to build/test-artifacts/.
+The browser is conftest's `browser` fixture (tools/install-test-deps.sh). A screenshot of the page goes to build/test-artifacts/.
 """
 from __future__ import annotations
 

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# What the test suite needs from the system, from Debian's packages: chromium and chromium-driver
+# (the headless browser tests/test_web.py drives) and libsimde-dev (SIMDe's headers, from which
+# setup.py builds rase._kernels_emu, so tests/test_kernels_emu.py checks the AVX-512 kernels on
+# any CPU). Run it before installing rase. Elsewhere: any Chromium and its chromedriver
+# (RASE_CHROMIUM / RASE_CHROMEDRIVER) and SIMDe 0.7's headers (RASE_SIMDE_INCLUDE: their include dir).
+set -euo pipefail
+need=()
+command -v chromium >/dev/null && command -v chromedriver >/dev/null || need+=(chromium chromium-driver)
+[ -f /usr/include/simde/x86/avx512.h ] || need+=(libsimde-dev)
+[ ${#need[@]} -eq 0 ] && exit 0
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+$sudo apt-get update -qq
+$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+command -v chromium >/dev/null && chromium --version
+test -f /usr/include/simde/x86/avx512.h
