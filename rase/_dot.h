@@ -12,7 +12,7 @@
 // Activation blocks. q8_0/q8_1 keep ggml's values (d and s rounded to f16) but store them as
 // f32, so kernels do not convert them once per weight row; q8_K is ggml's block_q8_K.
 // q8_0 also carries each 4-element slice's sum as the start of an unsigned-weight dot product
-// (m128[s] = -128 * sum(qs[4s..4s+3]), m8[s] = -8 * that sum; rase/_repack.h's VNNI kernels),
+// (m128[s] = -128 * sum(qs[4s..4s+3]), m8[s] = -8 * that sum; the VNNI kernels of rase/_repack.h, Q4_0's of _repack_bs.h),
 // computed once per row here instead of once per 16 weight rows there
 typedef struct { float d; int8_t qs[32]; int32_t m128[8], m8[8]; } act_q8_0;  // 100 B
 typedef struct { float d, s; int8_t qs[32]; } act_q8_1;         // 40 B; s = f16(d * sum(qs))

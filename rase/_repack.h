@@ -12,7 +12,7 @@
 // are used), so a repacked matrix is never larger than the plain one.
 //
 // Numerics: llama.cpp's one-token (vec_dot) order, the same in the scalar reference and every
-// SIMD kernel, for every tile shape. Per row, slice s has its own f32 accumulator (ggml's
+// SIMD kernel, for every tile shape; Q4_0 alone has block-sum numerics (_repack_bs.h). Per row, slice s has its own f32 accumulator (ggml's
 // 8-lane accumulator, lane s): per 32-block b, acc_s = fma(d_w * d_y, (float)isum_{b,s}, acc_s)
 // with isum the exact integer sum of the slice's 4 products; the _1 types also add
 // summ = summ + m_w * s_y (multiply, then add). The result is ggml's horizontal sum,
@@ -142,7 +142,6 @@ static void rase_r16_ref(int type, int64_t n, const uint8_t *w, const void *a, s
     static void NAME(int64_t n, const uint8_t *w, const void *a, size_t astride, int nt, float *y, \
                      int64_t ys, int nr) { rase_r16_ref(TYPE, n, w, a, astride, nt, y, ys, nr); }
 RASE_R16_REF(r16_q8_0_ref, 8)
-RASE_R16_REF(r16_q4_0_ref, 2)
 RASE_R16_REF(r16_q4_1_ref, 3)
 RASE_R16_REF(r16_q5_0_ref, 6)
 RASE_R16_REF(r16_q5_1_ref, 7)
@@ -175,7 +174,7 @@ RASE_TARGET_AVX2 static RASE_INLINE __m256i rase_dot4_avx2(__m256i u, __m256i s)
 #define RASE_R16_CHUNK 8  // 32-blocks per chunk: both halves of a chunk in turn, from L1
 #endif
 
-// TYPE (ggml id): 8 q8_0, 2 q4_0, 6 q5_0 (signed weights, ggml's sign trick); 3 q4_1, 7 q5_1
+// TYPE (ggml id): 8 q8_0, 6 q5_0 (signed weights, ggml's sign trick); 3 q4_1, 7 q5_1
 // (unsigned). Few tokens (decode, memory-bound): each half of the group (rows 8 h .. 8 h + 7) in
 // turn, block by block, all 8 slices unpacked at once; per token 8 accumulators whose lanes are rows.
 #define RASE_R16_BLOCKS_AVX2(NAME, TYPE, RT)                                                  \
@@ -183,7 +182,7 @@ RASE_TARGET_AVX2 static RASE_INLINE __m256i rase_dot4_avx2(__m256i u, __m256i s)
                                                          size_t astride, const int nt, float *y, \
                                                          int64_t ys, int nr) {                \
         enum { HAS_MIN = TYPE == 3 || TYPE == 7, NIB = TYPE != 8, HAS_H = TYPE == 6 || TYPE == 7, \
-               SIGNED = !HAS_MIN, OFF = TYPE == 2 ? 8 : TYPE == 6 ? 16 : 0 };                 \
+               SIGNED = !HAS_MIN, OFF = TYPE == 6 ? 16 : 0 };                 \
         const RT *blk = (const RT *)w;                                                        \
         const int halves = nr > 8 ? 2 : 1, pf = (int)sizeof(RT) / halves;                     \
         __m256 acc_h[2][4][8], summ_h[2][4];                                                  \
@@ -300,7 +299,7 @@ RASE_TARGET_AVX2 static RASE_INLINE __m256i rase_dot4_avx2(__m256i u, __m256i s)
                                 const __m256i hb = rase_avx2_bytes_from_bits32((const uint8_t *)bk + rase_r16_hoff(TYPE) + 8 * sl + 4 * h); \
                                 q = _mm256_or_si256(q, TYPE == 6 ? _mm256_andnot_si256(hb, _mm256_set1_epi8((char)0xF0)) \
                                                                  : _mm256_and_si256(hb, _mm256_set1_epi8(0x10))); \
-                            } else if (TYPE == 2) q = _mm256_sub_epi8(q, _mm256_set1_epi8(8)); \
+                            }                                                                 \
                         } else {                                                              \
                             q = _mm256_loadu_si256((const __m256i *)(bk->q[sl] + 32 * h));   \
                         }                                                                     \
@@ -353,7 +352,6 @@ RASE_TARGET_AVX2 static RASE_INLINE __m256i rase_dot4_avx2(__m256i u, __m256i s)
     }
 
 RASE_R16_KERNEL_AVX2(r16_q8_0_avx2, 8, r16_q8_0)
-RASE_R16_KERNEL_AVX2(r16_q4_0_avx2, 2, r16_q4_0)
 RASE_R16_KERNEL_AVX2(r16_q4_1_avx2, 3, r16_q4_1)
 RASE_R16_KERNEL_AVX2(r16_q5_0_avx2, 6, r16_q5_0)
 RASE_R16_KERNEL_AVX2(r16_q5_1_avx2, 7, r16_q5_1)
@@ -362,9 +360,8 @@ RASE_R16_KERNEL_AVX2(r16_q5_1_avx2, 7, r16_q5_1)
 // One zmm per slice holds all 16 rows, so the activation slice is a plain 4-byte broadcast.
 // Signed weights become unsigned: u = w + 128 (Q8_0: the sign bit flipped; Q5_0: the nibble
 // + 112, + 16 where the fifth bit is set) with each
-// slice's dot starting from -128 * the slice's activation sum, or Q4_0's nibble u = w + 8 as
-// stored, starting from -8 * that sum (both starts precomputed with the activation row, act_q8_0):
-// the exact integer sum of the reference either way, then the same FMA per slice and the same hsum.
+// slice's dot starting from -128 * the slice's activation sum (precomputed with the activation
+// row, act_q8_0): the exact integer sum of the reference, then the same FMA per slice and hsum.
 // Tiles of up to 2 tokens keep the 8 unpacked weight registers live beside 16 accumulators.
 #define RASE_R16_TILE_512 2
 
@@ -410,7 +407,7 @@ _Static_assert(RASE_R16_PANEL / 32 <= RASE_CHUNK_ROWS * sizeof(float), "a panel 
                                                            const void *a, size_t astride, const int nt, float *y, \
                                                            int64_t ys, int nr) {              \
         enum { HAS_MIN = TYPE == 3 || TYPE == 7, SIGNED = !HAS_MIN,                           \
-               OFF_SHIFT = TYPE == 2 ? 3 : 7 };  /* -8 or -128 x slice sum */                 \
+               };                                                                         \
         __m512 acc[RASE_R16_TILE_512][8], summ[RASE_R16_TILE_512];                            \
         for (int t = 0; t < nt; ++t) {                                                        \
             summ[t] = _mm512_setzero_ps();                                                    \
@@ -431,7 +428,7 @@ _Static_assert(RASE_R16_PANEL / 32 <= RASE_CHUNK_ROWS * sizeof(float), "a panel 
                     summ[t] = _mm512_add_ps(summ[t], _mm512_mul_ps(dm, _mm512_set1_ps(ya->s))); \
                 } else {  /* the activation's own -B x slice-sum starts */                    \
                     const act_q8_0 *ya = (const act_q8_0 *)((const char *)a + t * astride) + b; \
-                    yb = ya->qs, dy = ya->d, nbp = OFF_SHIFT == 3 ? ya->m8 : ya->m128;         \
+                    yb = ya->qs, dy = ya->d, nbp = ya->m128;  /* -128 x slice sum */ \
                 }                                                                             \
                 const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(dy));                   \
                 for (int sl = 0; sl < 8; ++sl) {                                              \
@@ -480,7 +477,6 @@ _Static_assert(RASE_R16_PANEL / 32 <= RASE_CHUNK_ROWS * sizeof(float), "a panel 
     }
 
 RASE_R16_KERNEL_512(r16_q8_0_vnni, 8, r16_q8_0)
-RASE_R16_KERNEL_512(r16_q4_0_vnni, 2, r16_q4_0)
 RASE_R16_KERNEL_512(r16_q4_1_vnni, 3, r16_q4_1)
 RASE_R16_KERNEL_512(r16_q5_0_vnni, 6, r16_q5_0)
 RASE_R16_KERNEL_512(r16_q5_1_vnni, 7, r16_q5_1)
@@ -496,6 +492,7 @@ RASE_R16_PANEL_512(r16_q5_1_vnni, 7, r16_q5_1)
 #include "_repack_k.h"
 
 #define RASE_R16_TILE 8  // tokens per call of a 32-block type's kernel (the AVX-512 ones split it in 2s)
+#include "_repack_bs.h"  // Q4_0: block-sum numerics
 
 // ---------------------------------------------------------------- the table, by ggml type id
 

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from rase.decoder import load_gguf_decoder
+from rase.gguf import GGUFFile
 from tests.conformance import FIXTURES
 
 
@@ -54,3 +55,61 @@ def test_bucketed_kl_is_the_kl_when_the_top_k_hold_all_the_mass():
     assert np.allclose(GEN.bucketed_kl(ids, np.take_along_axis(p, ids, axis=1), q), exact)
     top = ids[:, :8]  # fewer: a lower bound
     assert np.all(GEN.bucketed_kl(top, np.take_along_axis(p, top, axis=1), q) <= exact + 1e-12)
+
+
+def _requantized(src, dst, from_type, to_type):
+    """src with every from_type tensor dequantized and quantized again as to_type (gguf-py's
+    reference quantizers, the same as llama.cpp's for the 32-element types); returns dst."""
+    import gguf
+
+    reader = gguf.GGUFReader(str(src))
+    w = gguf.GGUFWriter(str(dst), reader.fields["general.architecture"].contents())
+    for f in reader.fields.values():
+        if not f.name.startswith("GGUF.") and f.name != "general.architecture":
+            sub = f.types[1] if f.types[0] == gguf.GGUFValueType.ARRAY else None
+            w.add_key_value(f.name, f.contents(), f.types[0], sub)
+    for t in reader.tensors:
+        if t.tensor_type == from_type:
+            data = gguf.quants.quantize(gguf.quants.dequantize(t.data, from_type), to_type)
+            w.add_tensor(t.name, data, raw_shape=data.shape, raw_dtype=to_type)
+        else:
+            w.add_tensor(t.name, t.data, raw_shape=t.data.shape, raw_dtype=t.tensor_type)
+    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+    return dst
+
+
+def test_q4_0_block_sum_numerics_stay_within_llamacpps_own_batch_difference(smollm2_path, tmp_path):
+    """Q4_0 is the one type whose numerics are not llama.cpp's (rase/_repack_bs.h: exact integer
+    block sums, one FMA per block). SmolLM2 requantized to Q4_0 (its Q4_1 layers; Q8_0 embedding
+    as it was), llama.cpp's n_batch = 1 and 512 distributions computed live on that file, and
+    rase held to the same bars as the fixtures above."""
+    import gguf
+
+    from tests.llamacpp_ref import llama
+
+    path = _requantized(smollm2_path, tmp_path / "smollm2-q4_0.gguf", gguf.GGMLQuantizationType.Q4_1,
+                        gguf.GGMLQuantizationType.Q4_0)
+    tok = llama(path, vocab_only=True)
+    ids = tok.tokenize(" ".join(GEN.TEXT.split()).encode(), add_bos=True, special=False)
+
+    def llamacpp(n_batch):
+        llm = llama(path, n_ctx=1024, n_batch=n_batch, n_ubatch=n_batch, n_threads=2, logits_all=True)
+        llm.eval(ids)
+        return GEN.log_softmax(np.array(llm.scores[:len(ids)], dtype=np.float32))
+
+    t1, b512 = llamacpp(1), llamacpp(512)
+    top = np.argsort(-t1, axis=1)[:, :GEN.TOP_K]
+    top_logp = np.take_along_axis(t1, top, axis=1)
+    own_kl = GEN.bucketed_kl(top, top_logp, b512).mean()
+    own_top1 = float((b512.argmax(axis=1) == top[:, 0]).mean())
+    dec = load_gguf_decoder(None, str(path), n_ctx=1024)
+    q4_0 = [t for t in GGUFFile(path).tensors.values() if int(t.qtype) == int(gguf.GGMLQuantizationType.Q4_0)]
+    assert len(q4_0) >= 7 * 30  # every layer matrix
+    ours = GEN.log_softmax(dec.prefill(ids, all_logits=True))
+    kl = GEN.bucketed_kl(top, top_logp, ours).mean()
+    top1 = float((ours.argmax(axis=1) == top[:, 0]).mean())
+    print(f"SmolLM2 Q4_0: mean KL {kl:.3e} (llama.cpp's own {own_kl:.3e}); top-1 {top1:.4f} "
+          f"(llama.cpp's own {own_top1:.4f})")
+    assert kl > 1e-9  # not llama.cpp's order: the check is a tolerance, and it binds
+    assert kl <= 2 * own_kl
+    assert top1 >= own_top1 - 0.01
