@@ -104,25 +104,10 @@ RASE_TARGET_AVX512 static RASE_INLINE void r16_q4_0_vnni_body(int64_t n, const u
     for (int t = 0; t < nt; ++t) _mm512_mask_storeu_ps(y + t * ys, (__mmask16)((1u << nr) - 1), acc[t]);
 }
 
-// nt (<= RASE_R16_TILE) tokens, the count a constant in the body
-#define RASE_R16_BS_FN(NAME, TARGET)                                                             \
-    TARGET static void NAME(int64_t n, const uint8_t *w, const void *a, size_t astride, int nt, float *y, \
-                            int64_t ys, int nr) {                                                \
-        switch (nt) {                                                                            \
-            case 1: NAME##_body(n, w, a, astride, 1, y, ys, nr); break;                          \
-            case 2: NAME##_body(n, w, a, astride, 2, y, ys, nr); break;                          \
-            case 3: NAME##_body(n, w, a, astride, 3, y, ys, nr); break;                          \
-            case 4: NAME##_body(n, w, a, astride, 4, y, ys, nr); break;                          \
-            case 5: NAME##_body(n, w, a, astride, 5, y, ys, nr); break;                          \
-            case 6: NAME##_body(n, w, a, astride, 6, y, ys, nr); break;                          \
-            case 7: NAME##_body(n, w, a, astride, 7, y, ys, nr); break;                          \
-            default: NAME##_body(n, w, a, astride, 8, y, ys, nr); break;                         \
-        }                                                                                        \
-    }
-_Static_assert(RASE_R16_TILE == 8, "RASE_R16_BS_FN's switch covers tiles of 1..8 tokens");
-RASE_R16_BS_FN(r16_q4_0_avx2, RASE_TARGET_AVX2)
-RASE_R16_BS_FN(r16_q4_0_vnni, RASE_TARGET_AVX512)
-#undef RASE_R16_BS_FN
+// nt (<= RASE_R16_TILE) tokens, the count a constant in the body: _repack_k.h's entry switch
+_Static_assert(RASE_R16_TILE == 8, "RASE_R16K_ENTRY's switch covers tiles of 1..8 tokens");
+RASE_R16K_ENTRY(r16_q4_0_avx2, RASE_TARGET_AVX2)
+RASE_R16K_ENTRY(r16_q4_0_vnni, RASE_TARGET_AVX512)
 #endif
 
 #endif  // RASE_REPACK_BS_H
