@@ -11,10 +11,10 @@
 
 // Activation blocks. q8_0/q8_1 keep ggml's values (d and s rounded to f16) but store them as
 // f32, so kernels do not convert them once per weight row; q8_K is ggml's block_q8_K.
-// q8_0 also carries each 4-element slice's sum as the start of an unsigned-weight dot product
-// (m128[s] = -128 * sum(qs[4s..4s+3]), m8[s] = -8 * that sum; the VNNI kernels of rase/_repack.h, Q4_0's of _repack_bs.h),
-// computed once per row here instead of once per 16 weight rows there
-typedef struct { float d; int8_t qs[32]; int32_t m128[8], m8[8]; } act_q8_0;  // 100 B
+// q8_0 also carries the starts of unsigned-weight dot products, computed once per row here
+// instead of once per 16 weight rows there: m128[s] = -128 * sum(qs[4s..4s+3]) per slice (the
+// VNNI kernels of rase/_repack.h), m8 = -8 * sum(qs) over the block (Q4_0's, _repack_bs.h)
+typedef struct { float d; int8_t qs[32]; int32_t m128[8], m8; } act_q8_0;  // 72 B
 typedef struct { float d, s; int8_t qs[32]; } act_q8_1;         // 40 B; s = f16(d * sum(qs))
 typedef struct { float d; int8_t qs[256]; int16_t bsums[16]; } block_q8_K;  // 292 B
 
@@ -40,10 +40,11 @@ static inline size_t rase_act_bytes(int act, int64_t n) {
 static inline float rase_f16_round(float x) { return rase_fp16_to_fp32(rase_fp32_to_fp16(x)); }
 
 static void act_q8_0_starts(act_q8_0 *y) {
+    y->m8 = 0;
     for (int s = 0; s < 8; ++s) {
         const int32_t sum = y->qs[4 * s] + y->qs[4 * s + 1] + y->qs[4 * s + 2] + y->qs[4 * s + 3];
         y->m128[s] = -128 * sum;
-        y->m8[s] = -8 * sum;
+        y->m8 += -8 * sum;
     }
 }
 
@@ -278,7 +279,7 @@ RASE_TARGET_AVX2 static void quant_q8_0_avx2(const float *x, void *dst, int64_t 
         _mm256_storeu_si256((__m256i *)y[i].qs, q);
         const __m256i sum = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), q), _mm256_set1_epi16(1));
         _mm256_storeu_si256((__m256i *)y[i].m128, _mm256_mullo_epi32(sum, _mm256_set1_epi32(-128)));
-        _mm256_storeu_si256((__m256i *)y[i].m8, _mm256_mullo_epi32(sum, _mm256_set1_epi32(-8)));
+        y[i].m8 = -8 * rase_avx2_hsum_i32(sum);
     }
 }
 

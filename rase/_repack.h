@@ -182,7 +182,7 @@ RASE_TARGET_AVX2 static RASE_INLINE __m256i rase_dot4_avx2(__m256i u, __m256i s)
                                                          size_t astride, const int nt, float *y, \
                                                          int64_t ys, int nr) {                \
         enum { HAS_MIN = TYPE == 3 || TYPE == 7, NIB = TYPE != 8, HAS_H = TYPE == 6 || TYPE == 7, \
-               SIGNED = !HAS_MIN, OFF = TYPE == 6 ? 16 : 0 };                 \
+               SIGNED = !HAS_MIN };                                                   \
         const RT *blk = (const RT *)w;                                                        \
         const int halves = nr > 8 ? 2 : 1, pf = (int)sizeof(RT) / halves;                     \
         __m256 acc_h[2][4][8], summ_h[2][4];                                                  \
@@ -198,19 +198,18 @@ RASE_TARGET_AVX2 static RASE_INLINE __m256i rase_dot4_avx2(__m256i u, __m256i s)
                 RASE_PREFETCH_AHEAD((const char *)&blk[b] + h * pf, pf);  /* each half its share: one stream */ \
                 __m256i q[8];                                                                 \
                 if (NIB) {                                                                    \
-                    const __m256i m4 = _mm256_set1_epi8(0xF), off = _mm256_set1_epi8(OFF);    \
+                    const __m256i m4 = _mm256_set1_epi8(0xF);                                \
                     for (int k = 0; k < 4; ++k) {                                             \
                         const __m256i raw = _mm256_loadu_si256((const __m256i *)(blk[b].q[k] + 32 * h)); \
                         q[k] = _mm256_and_si256(raw, m4);                                     \
                         q[k + 4] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);           \
                     }                                                                         \
-                    for (int k = 0; k < 8; ++k) {  /* the fifth bit: Q5_1 or 16; Q5_0 or 0xF0 where clear = w */ \
-                        if (HAS_H) {                                                          \
+                    if (HAS_H)  /* the fifth bit: Q5_1 or 16; Q5_0 or 0xF0 where clear = w */ \
+                        for (int k = 0; k < 8; ++k) {                                         \
                             const __m256i hb = rase_avx2_bytes_from_bits32((const uint8_t *)&blk[b] + rase_r16_hoff(TYPE) + 8 * k + 4 * h); \
                             q[k] = _mm256_or_si256(q[k], TYPE == 6 ? _mm256_andnot_si256(hb, _mm256_set1_epi8((char)0xF0)) \
                                                                    : _mm256_and_si256(hb, _mm256_set1_epi8(0x10))); \
-                        } else if (OFF) q[k] = _mm256_sub_epi8(q[k], off);                    \
-                    }                                                                         \
+                        }                                                                     \
                 } else {                                                                      \
                     for (int k = 0; k < 8; ++k) q[k] = _mm256_loadu_si256((const __m256i *)(blk[b].q[k] + 32 * h)); \
                 }                                                                             \
@@ -406,8 +405,7 @@ _Static_assert(RASE_R16_PANEL / 32 <= RASE_CHUNK_ROWS * sizeof(float), "a panel 
     RASE_TARGET_AVX512 static RASE_INLINE void NAME##_body(int64_t n, const uint8_t *w, const uint8_t *panel, \
                                                            const void *a, size_t astride, const int nt, float *y, \
                                                            int64_t ys, int nr) {              \
-        enum { HAS_MIN = TYPE == 3 || TYPE == 7, SIGNED = !HAS_MIN,                           \
-               };                                                                         \
+        enum { HAS_MIN = TYPE == 3 || TYPE == 7, SIGNED = !HAS_MIN };                         \
         __m512 acc[RASE_R16_TILE_512][8], summ[RASE_R16_TILE_512];                            \
         for (int t = 0; t < nt; ++t) {                                                        \
             summ[t] = _mm512_setzero_ps();                                                    \
@@ -428,7 +426,7 @@ _Static_assert(RASE_R16_PANEL / 32 <= RASE_CHUNK_ROWS * sizeof(float), "a panel 
                     summ[t] = _mm512_add_ps(summ[t], _mm512_mul_ps(dm, _mm512_set1_ps(ya->s))); \
                 } else {  /* the activation's own -B x slice-sum starts */                    \
                     const act_q8_0 *ya = (const act_q8_0 *)((const char *)a + t * astride) + b; \
-                    yb = ya->qs, dy = ya->d, nbp = ya->m128;  /* -128 x slice sum */ \
+                    yb = ya->qs, dy = ya->d, nbp = ya->m128;                                 \
                 }                                                                             \
                 const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(dy));                   \
                 for (int sl = 0; sl < 8; ++sl) {                                              \

@@ -8,16 +8,9 @@
 // (tests/test_kl.py), not to its bits. The integer sums make every ISA's result identical.
 // Kernels: each slice's products as unsigned nibble x signed y (maddubs / vpdpbusd), the 8
 // slices summed in int16 (at most 8 x 2 x 15 x 127 = 30480) or int32, and the -8 * sum(y) term
-// from the activation's slice starts (act_q8_0.m8).
+// from the quantized activation block (act_q8_0.m8).
 #ifndef RASE_REPACK_BS_H
 #define RASE_REPACK_BS_H
-
-// -8 * the sum of the block's 32 activations (the sum of its 8 slice starts)
-static inline int32_t rase_q8_0_m8(const act_q8_0 *ya) {
-    int32_t s = 0;
-    for (int sl = 0; sl < 8; ++sl) s += ya->m8[sl];
-    return s;
-}
 
 static void r16_q4_0_ref(int64_t n, const uint8_t *w, const void *a, size_t astride, int nt, float *y,
                          int64_t ys, int nr) {
@@ -67,7 +60,7 @@ RASE_TARGET_AVX2 static RASE_INLINE void r16_q4_0_avx2_body(int64_t n, const uin
                     __m256i s16 = _mm256_maddubs_epi16(q[0], _mm256_set1_epi32(rase_ld32(ya->qs)));
                     for (int sl = 1; sl < 8; ++sl)
                         s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(q[sl], _mm256_set1_epi32(rase_ld32(ya->qs + 4 * sl))));
-                    const __m256i i32 = _mm256_add_epi32(_mm256_madd_epi16(s16, ones), _mm256_set1_epi32(rase_q8_0_m8(ya)));
+                    const __m256i i32 = _mm256_add_epi32(_mm256_madd_epi16(s16, ones), _mm256_set1_epi32(ya->m8));
                     acc[h][t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_broadcast_ss(&ya->d)), _mm256_cvtepi32_ps(i32),
                                                 acc[h][t]);
                 }
@@ -95,7 +88,7 @@ RASE_TARGET_AVX512 static RASE_INLINE void r16_q4_0_vnni_body(int64_t n, const u
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk[b].d));
         for (int t = 0; t < nt; ++t) {
             const act_q8_0 *ya = (const act_q8_0 *)((const char *)a + t * astride) + b;
-            __m512i i32 = _mm512_set1_epi32(rase_q8_0_m8(ya));
+            __m512i i32 = _mm512_set1_epi32(ya->m8);
             for (int sl = 0; sl < 8; ++sl)
                 i32 = _mm512_dpbusd_epi32(i32, u[sl], _mm512_set1_epi32(rase_ld32(ya->qs + 4 * sl)));
             acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(ya->d)), _mm512_cvtepi32_ps(i32), acc[t]);
