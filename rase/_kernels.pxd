@@ -68,6 +68,7 @@ cdef extern from "_repack.h" nogil:
                                  int64_t ys, int nr) noexcept nogil
     ctypedef struct rase_r16_traits:
         size_t blk_bytes
+        int block_sum
     const rase_r16_traits R16_TRAITS[]
     void rase_r16_rows(int isa, int type, const uint8_t *packed, int64_t group_bytes, int64_t n, const uint8_t *A,
                        size_t as_, int T, float *Y, int64_t ys, int64_t r0, int64_t r1, uint8_t *work)

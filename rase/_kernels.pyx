@@ -99,6 +99,12 @@ def repacked_types():
     return [t for t in range(RASE_GGML_TYPE_COUNT) if R16_TRAITS[t].blk_bytes]
 
 
+def block_sum_types():
+    """ggml type ids whose kernels have block-sum numerics (_repack_bs.h) instead of llama.cpp's
+    one-token order: a model with any of them matches llama.cpp within tolerance, not bit for bit."""
+    return [t for t in range(RASE_GGML_TYPE_COUNT) if R16_TRAITS[t].block_sum]
+
+
 cdef object _aligned(size_t nbytes):
     """A uint8 array of nbytes whose data starts on a 64-byte boundary."""
     raw = _np.empty(nbytes + 64, dtype=_np.uint8)

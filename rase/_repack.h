@@ -7,15 +7,17 @@
 // one 64-byte register (AVX-512) or each 32-byte half (AVX2: rows 0-7, 8-15) against a
 // broadcast 4-byte activation slice gives every row at once, each in its own 32-bit lane. The
 // nibble types (Q4_*, Q5_*) keep slice k's low nibbles and slice k + 4's high nibbles in one
-// 64-byte plane; Q5_*'s fifth bits are one 64-bit mask per slice (bit 4r + i: element 4s + i of
-// row r), which AVX-512 applies as a byte mask. Scales stay f16 as in the file (converted as they
-// are used), so a repacked matrix is never larger than the plain one.
+// 64-byte plane. Q5_1's fifth bits are one 64-bit mask per slice (bit 4r + i: element 4s + i of
+// row r), which AVX-512 applies as a byte mask; Q5_0's are one byte per lane (byte 4r + i, bit s),
+// so one load serves all 8 slices. Scales stay f16 as in the file (converted as they are used),
+// so a repacked matrix is never larger than the plain one.
 //
-// Numerics: llama.cpp's one-token (vec_dot) order, the same in the scalar reference and every
-// SIMD kernel, for every tile shape; Q4_0 alone has block-sum numerics (_repack_bs.h). Per row, slice s has its own f32 accumulator (ggml's
-// 8-lane accumulator, lane s): per 32-block b, acc_s = fma(d_w * d_y, (float)isum_{b,s}, acc_s)
-// with isum the exact integer sum of the slice's 4 products; the _1 types also add
-// summ = summ + m_w * s_y (multiply, then add). The result is ggml's horizontal sum,
+// Numerics: Q4_0 and Q5_0 have block-sum numerics (_repack_bs.h). The others have llama.cpp's
+// one-token (vec_dot) order, the same in the scalar reference and every SIMD kernel, for every
+// tile shape. Per row, slice s has its own f32 accumulator (ggml's 8-lane accumulator, lane s):
+// per 32-block b, acc_s = fma(d_w * d_y, (float)isum_{b,s}, acc_s) with isum the exact integer
+// sum of the slice's 4 products; the _1 types also add summ = summ + m_w * s_y (multiply, then
+// add). The result is ggml's horizontal sum,
 // ((acc4 + acc0) + (acc6 + acc2)) + ((acc5 + acc1) + (acc7 + acc3)), plus summ.
 #ifndef RASE_REPACK_H
 #define RASE_REPACK_H
@@ -28,7 +30,7 @@ enum { RASE_LAYOUT_PLAIN = 0, RASE_LAYOUT_R16 = 1 };
 typedef struct { uint16_t d[16]; int8_t q[8][64]; } r16_q8_0;           // slices of int8 weights
 typedef struct { uint16_t d[16]; uint8_t q[4][64]; } r16_q4_0;          // q[k]: low nibbles slice k, high k + 4
 typedef struct { uint16_t d[16], m[16]; uint8_t q[4][64]; } r16_q4_1;
-typedef struct { uint16_t d[16]; uint8_t q[4][64]; uint64_t h[8]; } r16_q5_0;  // h[s]: fifth bits of slice s
+typedef struct { uint16_t d[16]; uint8_t q[4][64]; uint8_t hb[64]; } r16_q5_0;  // hb[4r + i] bit s: row r's element 4s + i
 typedef struct { uint16_t d[16], m[16]; uint8_t q[4][64]; uint64_t h[8]; } r16_q5_1;
 _Static_assert(sizeof(r16_q8_0) == 544 && sizeof(r16_q8_0) == 16 * sizeof(block_q8_0), "r16_q8_0");
 _Static_assert(sizeof(r16_q4_0) == 288 && sizeof(r16_q4_0) == 16 * sizeof(block_q4_0), "r16_q4_0");
@@ -69,10 +71,18 @@ static inline __attribute__((always_inline)) void rase_r16_repack_group(int type
             for (int sl = 0; sl < (type == 8 ? 8 : 4); ++sl) memcpy(qs + sl * 64 + 4 * r, x + qs_at + 4 * sl, 4);
             if (has_h) {  // bit j of qh is element j's fifth bit: slice j / 4, lane j % 4
                 uint32_t qh;
-                uint64_t *h = (uint64_t *)(o + hoff);
                 memcpy(&qh, x + qh_at, 4);
-                for (int sl = 0; sl < 8; ++sl)
-                    h[sl] = (h[sl] & ~(0xFull << (4 * r))) | ((uint64_t)((qh >> (4 * sl)) & 0xF) << (4 * r));
+                if (type == 6)
+                    for (int i = 0; i < 4; ++i) {
+                        uint8_t hb = 0;
+                        for (int sl = 0; sl < 8; ++sl) hb |= (uint8_t)(((qh >> (4 * sl + i)) & 1) << sl);
+                        o[hoff + 4 * r + i] = hb;
+                    }
+                else {
+                    uint64_t *h = (uint64_t *)(o + hoff);
+                    for (int sl = 0; sl < 8; ++sl)
+                        h[sl] = (h[sl] & ~(0xFull << (4 * r))) | ((uint64_t)((qh >> (4 * sl)) & 0xF) << (4 * r));
+                }
             }
         }
     }
@@ -91,7 +101,8 @@ static inline int rase_r16_weight(int type, const uint8_t *o, int s, int r, int 
     if (type == 8) return (int8_t)qs[s * 64 + 4 * r + i];
     const uint8_t b = qs[(s & 3) * 64 + 4 * r + i];
     int v = s < 4 ? (b & 0xF) : (b >> 4);
-    if (rase_r16_has_h(type)) {
+    if (type == 6) v |= ((o[rase_r16_hoff(type) + 4 * r + i] >> s) & 1) << 4;
+    else if (rase_r16_has_h(type)) {
         uint64_t h;
         memcpy(&h, o + rase_r16_hoff(type) + 8 * s, 8);
         v |= (int)((h >> (4 * r + i)) & 1) << 4;
@@ -143,7 +154,6 @@ static void rase_r16_ref(int type, int64_t n, const uint8_t *w, const void *a, s
                      int64_t ys, int nr) { rase_r16_ref(TYPE, n, w, a, astride, nt, y, ys, nr); }
 RASE_R16_REF(r16_q8_0_ref, 8)
 RASE_R16_REF(r16_q4_1_ref, 3)
-RASE_R16_REF(r16_q5_0_ref, 6)
 RASE_R16_REF(r16_q5_1_ref, 7)
 
 // ---------------------------------------------------------------- AVX2
@@ -174,14 +184,14 @@ RASE_TARGET_AVX2 static RASE_INLINE __m256i rase_dot4_avx2(__m256i u, __m256i s)
 #define RASE_R16_CHUNK 8  // 32-blocks per chunk: both halves of a chunk in turn, from L1
 #endif
 
-// TYPE (ggml id): 8 q8_0, 6 q5_0 (signed weights, ggml's sign trick); 3 q4_1, 7 q5_1
+// TYPE (ggml id): 8 q8_0 (signed weights, ggml's sign trick); 3 q4_1, 7 q5_1
 // (unsigned). Few tokens (decode, memory-bound): each half of the group (rows 8 h .. 8 h + 7) in
 // turn, block by block, all 8 slices unpacked at once; per token 8 accumulators whose lanes are rows.
 #define RASE_R16_BLOCKS_AVX2(NAME, TYPE, RT)                                                  \
     RASE_TARGET_AVX2 static RASE_INLINE void NAME##_blocks(int64_t n, const uint8_t *w, const void *a, \
                                                          size_t astride, const int nt, float *y, \
                                                          int64_t ys, int nr) {                \
-        enum { HAS_MIN = TYPE == 3 || TYPE == 7, NIB = TYPE != 8, HAS_H = TYPE == 6 || TYPE == 7, \
+        enum { HAS_MIN = TYPE == 3 || TYPE == 7, NIB = TYPE != 8, HAS_H = TYPE == 7, \
                SIGNED = !HAS_MIN };                                                   \
         const RT *blk = (const RT *)w;                                                        \
         const int halves = nr > 8 ? 2 : 1, pf = (int)sizeof(RT) / halves;                     \
@@ -204,11 +214,10 @@ RASE_TARGET_AVX2 static RASE_INLINE __m256i rase_dot4_avx2(__m256i u, __m256i s)
                         q[k] = _mm256_and_si256(raw, m4);                                     \
                         q[k + 4] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);           \
                     }                                                                         \
-                    if (HAS_H)  /* the fifth bit: Q5_1 or 16; Q5_0 or 0xF0 where clear = w */ \
+                    if (HAS_H)  /* the fifth bit: or 16 */                                    \
                         for (int k = 0; k < 8; ++k) {                                         \
                             const __m256i hb = rase_avx2_bytes_from_bits32((const uint8_t *)&blk[b] + rase_r16_hoff(TYPE) + 8 * k + 4 * h); \
-                            q[k] = _mm256_or_si256(q[k], TYPE == 6 ? _mm256_andnot_si256(hb, _mm256_set1_epi8((char)0xF0)) \
-                                                                   : _mm256_and_si256(hb, _mm256_set1_epi8(0x10))); \
+                            q[k] = _mm256_or_si256(q[k], _mm256_and_si256(hb, _mm256_set1_epi8(0x10))); \
                         }                                                                     \
                 } else {                                                                      \
                     for (int k = 0; k < 8; ++k) q[k] = _mm256_loadu_si256((const __m256i *)(blk[b].q[k] + 32 * h)); \
@@ -260,7 +269,7 @@ RASE_TARGET_AVX2 static RASE_INLINE __m256i rase_dot4_avx2(__m256i u, __m256i s)
     RASE_TARGET_AVX2 static RASE_INLINE void NAME##_body(int64_t n, const uint8_t *w, const void *a, \
                                                          size_t astride, const int nt, float *y, \
                                                          int64_t ys, int nr) {                \
-        enum { HAS_MIN = TYPE == 3 || TYPE == 7, NIB = TYPE != 8, HAS_H = TYPE == 6 || TYPE == 7, \
+        enum { HAS_MIN = TYPE == 3 || TYPE == 7, NIB = TYPE != 8, HAS_H = TYPE == 7, \
                SIGNED = !HAS_MIN, ASZ = HAS_MIN ? sizeof(act_q8_1) : sizeof(act_q8_0) };      \
         const RT *blk = (const RT *)w;                                                        \
         const int64_t nb = n / 32;                                                            \
@@ -294,10 +303,9 @@ RASE_TARGET_AVX2 static RASE_INLINE __m256i rase_dot4_avx2(__m256i u, __m256i s)
                         if (NIB) {                                                            \
                             const __m256i raw = _mm256_loadu_si256((const __m256i *)(bk->q[sl & 3] + 32 * h)); \
                             q = _mm256_and_si256(sl < 4 ? raw : _mm256_srli_epi16(raw, 4), _mm256_set1_epi8(0xF)); \
-                            if (HAS_H) {  /* the fifth bit: Q5_1 or 16; Q5_0 ggml's or 0xF0 where clear = w */ \
+                            if (HAS_H) {  /* the fifth bit: or 16 */                          \
                                 const __m256i hb = rase_avx2_bytes_from_bits32((const uint8_t *)bk + rase_r16_hoff(TYPE) + 8 * sl + 4 * h); \
-                                q = _mm256_or_si256(q, TYPE == 6 ? _mm256_andnot_si256(hb, _mm256_set1_epi8((char)0xF0)) \
-                                                                 : _mm256_and_si256(hb, _mm256_set1_epi8(0x10))); \
+                                q = _mm256_or_si256(q, _mm256_and_si256(hb, _mm256_set1_epi8(0x10))); \
                             }                                                                 \
                         } else {                                                              \
                             q = _mm256_loadu_si256((const __m256i *)(bk->q[sl] + 32 * h));   \
@@ -352,13 +360,11 @@ RASE_TARGET_AVX2 static RASE_INLINE __m256i rase_dot4_avx2(__m256i u, __m256i s)
 
 RASE_R16_KERNEL_AVX2(r16_q8_0_avx2, 8, r16_q8_0)
 RASE_R16_KERNEL_AVX2(r16_q4_1_avx2, 3, r16_q4_1)
-RASE_R16_KERNEL_AVX2(r16_q5_0_avx2, 6, r16_q5_0)
 RASE_R16_KERNEL_AVX2(r16_q5_1_avx2, 7, r16_q5_1)
 
 // ---------------------------------------------------------------- AVX-512 VNNI
 // One zmm per slice holds all 16 rows, so the activation slice is a plain 4-byte broadcast.
-// Signed weights become unsigned: u = w + 128 (Q8_0: the sign bit flipped; Q5_0: the nibble
-// + 112, + 16 where the fifth bit is set) with each
+// Q8_0's signed weights become unsigned, u = w + 128 (the sign bit flipped), with each
 // slice's dot starting from -128 * the slice's activation sum (precomputed with the activation
 // row, act_q8_0): the exact integer sum of the reference, then the same FMA per slice and hsum.
 // Tiles of up to 2 tokens keep the 8 unpacked weight registers live beside 16 accumulators.
@@ -375,7 +381,7 @@ _Static_assert(RASE_R16_PANEL / 32 <= RASE_CHUNK_ROWS * sizeof(float), "a panel 
 // u[8], dw, dm of block b: unpacked from the repacked block, or read from the panel
 #define RASE_R16_UNPACK_512(TYPE, RT, blk, b, panel, u, dw, dm)                              \
     do {                                                                                      \
-        enum { NIB_ = TYPE != 8, HAS_H_ = TYPE == 6 || TYPE == 7, HAS_MIN_ = TYPE == 3 || TYPE == 7 }; \
+        enum { NIB_ = TYPE != 8, HAS_H_ = TYPE == 7, HAS_MIN_ = TYPE == 3 || TYPE == 7 }; \
         if (panel) {                                                                          \
             const uint8_t *pb = (panel) + (b) * RASE_R16_PANEL;                               \
             for (int k = 0; k < 8; ++k) u[k] = _mm512_loadu_si512((const void *)(pb + 64 * k)); \
@@ -384,13 +390,13 @@ _Static_assert(RASE_R16_PANEL / 32 <= RASE_CHUNK_ROWS * sizeof(float), "a panel 
             break;                                                                            \
         }                                                                                     \
         const __m512i m4 = _mm512_set1_epi8(0xF), flip = _mm512_set1_epi8((char)0x80);         \
-        const __m512i up = _mm512_set1_epi8(TYPE == 6 ? 0x70 : 0), sixteen = _mm512_set1_epi8(0x10); \
+        const __m512i sixteen = _mm512_set1_epi8(0x10);                                      \
         RASE_PREFETCH_AHEAD(&blk[b], sizeof(RT));                                             \
-        if (NIB_) {  /* Q5_0: u = nibble + 112 + 16 x fifth bit = w + 128 (0xEA: (a & b) | c) */ \
+        if (NIB_) {  /* the nibble, + 16 where Q5_1's fifth bit is set */                   \
             for (int k = 0; k < 4; ++k) {                                                     \
                 const __m512i raw = _mm512_loadu_si512((const void *)blk[b].q[k]);            \
-                u[k] = _mm512_ternarylogic_epi32(raw, m4, up, 0xEA);                          \
-                u[k + 4] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(raw, 4), m4, up, 0xEA); \
+                u[k] = _mm512_and_si512(raw, m4);                                             \
+                u[k + 4] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);                   \
             }                                                                                 \
             if (HAS_H_)                                                                       \
                 for (int k = 0; k < 8; ++k) u[k] = _mm512_mask_add_epi8(u[k], _load_mask64((__mmask64 *)((const uint8_t *)&blk[b] + rase_r16_hoff(TYPE)) + k), u[k], sixteen); \
@@ -476,9 +482,7 @@ _Static_assert(RASE_R16_PANEL / 32 <= RASE_CHUNK_ROWS * sizeof(float), "a panel 
 
 RASE_R16_KERNEL_512(r16_q8_0_vnni, 8, r16_q8_0)
 RASE_R16_KERNEL_512(r16_q4_1_vnni, 3, r16_q4_1)
-RASE_R16_KERNEL_512(r16_q5_0_vnni, 6, r16_q5_0)
 RASE_R16_KERNEL_512(r16_q5_1_vnni, 7, r16_q5_1)
-RASE_R16_PANEL_512(r16_q5_0_vnni, 6, r16_q5_0)
 RASE_R16_PANEL_512(r16_q5_1_vnni, 7, r16_q5_1)
 #  define RASE_R16_X86_FN(f) f
 #  define RASE_R16_PANEL_FN(f) f##_panel
@@ -490,7 +494,7 @@ RASE_R16_PANEL_512(r16_q5_1_vnni, 7, r16_q5_1)
 #include "_repack_k.h"
 
 #define RASE_R16_TILE 8  // tokens per call of a 32-block type's kernel (the AVX-512 ones split it in 2s)
-#include "_repack_bs.h"  // Q4_0: block-sum numerics
+#include "_repack_bs.h"  // Q4_0, Q5_0: block-sum numerics
 
 // ---------------------------------------------------------------- the table, by ggml type id
 
@@ -504,15 +508,17 @@ typedef struct {
     rase_r16_fn kern[RASE_ISA_COUNT];   // [scalar reference, AVX2, AVX-512 VNNI]: the same bits
     int tile;                           // tokens per kernel call
     rase_r16_panel_fn panel[RASE_ISA_COUNT];  // optional: a group's T tokens over a panel (the same bits)
+    int block_sum;                      // 1: block-sum numerics (_repack_bs.h), not llama.cpp's order
 } rase_r16_traits;
 
-// a panel only where unpacking a block costs more than reading it back (Q5_*: the fifth-bit
-// masks; measured slower for Q4_0, Q4_1, Q8_0 at 6-16 tokens)
+// a panel only where unpacking a block costs more than reading it back (Q5_1: the fifth-bit
+// masks; measured slower for Q4_1, Q8_0 at 6-16 tokens)
 static const rase_r16_traits R16_TRAITS[RASE_GGML_TYPE_COUNT] = {
-    [2] = {sizeof(r16_q4_0), {r16_q4_0_ref, RASE_R16_X86_FN(r16_q4_0_avx2), RASE_R16_X86_FN(r16_q4_0_vnni)}, RASE_R16_TILE},
+    [2] = {sizeof(r16_q4_0), {r16_q4_0_ref, RASE_R16_X86_FN(r16_q4_0_avx2), RASE_R16_X86_FN(r16_q4_0_vnni)}, RASE_R16_TILE,
+           {0}, 1},
     [3] = {sizeof(r16_q4_1), {r16_q4_1_ref, RASE_R16_X86_FN(r16_q4_1_avx2), RASE_R16_X86_FN(r16_q4_1_vnni)}, RASE_R16_TILE},
     [6] = {sizeof(r16_q5_0), {r16_q5_0_ref, RASE_R16_X86_FN(r16_q5_0_avx2), RASE_R16_X86_FN(r16_q5_0_vnni)}, RASE_R16_TILE,
-           {0, 0, RASE_R16_PANEL_FN(r16_q5_0_vnni)}},
+           {0}, 1},
     [7] = {sizeof(r16_q5_1), {r16_q5_1_ref, RASE_R16_X86_FN(r16_q5_1_avx2), RASE_R16_X86_FN(r16_q5_1_vnni)}, RASE_R16_TILE,
            {0, 0, RASE_R16_PANEL_FN(r16_q5_1_vnni)}},
     [8] = {sizeof(r16_q8_0), {r16_q8_0_ref, RASE_R16_X86_FN(r16_q8_0_avx2), RASE_R16_X86_FN(r16_q8_0_vnni)}, RASE_R16_TILE},

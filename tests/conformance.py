@@ -13,6 +13,15 @@ import numpy as np
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
+def llamacpp_order(decoder) -> bool:
+    """No matrix of a block-sum type (rase/_repack_bs.h): every kernel the model runs has
+    llama.cpp's one-token order, so its results are llama.cpp's t1 results exactly."""
+    from rase import _kernels
+
+    block_sum = set(_kernels.block_sum_types())
+    return not any(int(t.qtype) in block_sum for t in decoder.gguf.tensors.values())
+
+
 def load_fixture(name: str, t1: bool = False) -> dict:
     return json.loads((FIXTURES / f"{name}.llamacpp{'-t1' if t1 else ''}.json").read_text())
 

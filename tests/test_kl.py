@@ -6,12 +6,14 @@ The bar is llama.cpp's own consistency: its n_batch = 1 and n_batch = 512 runs o
 disagree by a mean KL of 2.5e-3 (SmolLM2) / 4.3e-3 (Gemma3) and pick the same top token at
 95.5% / 94.4% of positions. rase must stay within twice that KL and pick llama.cpp's top token
 at least as often as llama.cpp's batched run does (less one percentage point); on SmolLM2,
-whose kernels all reproduce llama.cpp's one-token order, it must be exact."""
+whose kernels all reproduce llama.cpp's one-token order, it must be exact. Gemma3's Q5_0 layers
+have block-sum numerics (rase/_repack_bs.h), so on it the tolerance is what binds."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from rase import _kernels
 from rase.decoder import load_gguf_decoder
 from rase.gguf import GGUFFile
 from tests.conformance import FIXTURES
@@ -45,6 +47,8 @@ def test_distributions_stay_within_llamacpps_own_batch_difference(request, name,
     assert top1 >= own_top1 - 0.01
     if name.startswith("smollm2"):
         assert kl < 1e-9 and top1 == 1.0  # Q4_1 + Q8_0 + F32: llama.cpp's one-token order exactly
+    else:
+        assert kl > 1e-9  # Q5_0 in block-sum numerics: not llama.cpp's order
 
 
 def test_bucketed_kl_is_the_kl_when_the_top_k_hold_all_the_mass():
@@ -78,19 +82,25 @@ def _requantized(src, dst, from_type, to_type):
     return dst
 
 
-def test_q4_0_block_sum_numerics_stay_within_llamacpps_own_batch_difference(smollm2_path, tmp_path):
-    """Q4_0 is the one type whose numerics are not llama.cpp's (rase/_repack_bs.h: exact integer
-    block sums, one FMA per block). SmolLM2 requantized to Q4_0 (its Q4_1 layers; Q8_0 embedding
-    as it was), llama.cpp's n_batch = 1 and 512 distributions computed live on that file, and
-    rase held to the same bars as the fixtures above."""
+@pytest.mark.parametrize("to_type", ["Q4_0", "Q5_0"])
+def test_block_sum_numerics_stay_within_llamacpps_own_batch_difference(smollm2_path, tmp_path, to_type):
+    """Q4_0 and Q5_0 are the types whose numerics are not llama.cpp's (rase/_repack_bs.h: exact
+    integer block sums, one FMA per block). SmolLM2 requantized to the type (its Q4_1 layers;
+    Q8_0 embedding as it was), llama.cpp's n_batch = 1 and 512 distributions computed live on that
+    file, and rase held to the same bars as the fixtures above, over 1000 tokens of
+    tests/fixtures/perplexity-long.txt: on the fixtures' 268, one position is 0.4% of top-1
+    agreement and the standard error 1.3%, too coarse for a 1-point bar."""
     import gguf
 
     from tests.llamacpp_ref import llama
 
-    path = _requantized(smollm2_path, tmp_path / "smollm2-q4_0.gguf", gguf.GGMLQuantizationType.Q4_1,
-                        gguf.GGMLQuantizationType.Q4_0)
+    qtype = gguf.GGMLQuantizationType[to_type]
+    assert int(qtype) in _kernels.block_sum_types()
+    path = _requantized(smollm2_path, tmp_path / f"smollm2-{to_type}.gguf", gguf.GGMLQuantizationType.Q4_1, qtype)
     tok = llama(path, vocab_only=True)
-    ids = tok.tokenize(" ".join(GEN.TEXT.split()).encode(), add_bos=True, special=False)
+    text = (FIXTURES / "perplexity-long.txt").read_text()
+    ids = tok.tokenize(" ".join(text.split()).encode(), add_bos=True, special=False)[:1000]
+    assert len(ids) == 1000
 
     def llamacpp(n_batch):
         llm = llama(path, n_ctx=1024, n_batch=n_batch, n_ubatch=n_batch, n_threads=2, logits_all=True)
@@ -103,12 +113,11 @@ def test_q4_0_block_sum_numerics_stay_within_llamacpps_own_batch_difference(smol
     own_kl = GEN.bucketed_kl(top, top_logp, b512).mean()
     own_top1 = float((b512.argmax(axis=1) == top[:, 0]).mean())
     dec = load_gguf_decoder(None, str(path), n_ctx=1024)
-    q4_0 = [t for t in GGUFFile(path).tensors.values() if int(t.qtype) == int(gguf.GGMLQuantizationType.Q4_0)]
-    assert len(q4_0) >= 7 * 30  # every layer matrix
+    assert sum(int(t.qtype) == int(qtype) for t in GGUFFile(path).tensors.values()) >= 7 * 30  # every layer matrix
     ours = GEN.log_softmax(dec.prefill(ids, all_logits=True))
     kl = GEN.bucketed_kl(top, top_logp, ours).mean()
     top1 = float((ours.argmax(axis=1) == top[:, 0]).mean())
-    print(f"SmolLM2 Q4_0: mean KL {kl:.3e} (llama.cpp's own {own_kl:.3e}); top-1 {top1:.4f} "
+    print(f"SmolLM2 {to_type}: mean KL {kl:.3e} (llama.cpp's own {own_kl:.3e}); top-1 {top1:.4f} "
           f"(llama.cpp's own {own_top1:.4f})")
     assert kl > 1e-9  # not llama.cpp's order: the check is a tolerance, and it binds
     assert kl <= 2 * own_kl

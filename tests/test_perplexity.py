@@ -14,6 +14,7 @@ from rase.perplexity import perplexity
 from rase.tokenizer import LocalTokenizer
 from tests import llamacpp_ref
 from tests.conftest import rase_command
+from tests.conformance import llamacpp_order
 
 FIX = Path(__file__).parent / "fixtures"
 REF = json.loads((FIX / "perplexity.llamacpp.json").read_text())
@@ -23,35 +24,52 @@ LONG = (FIX / "perplexity-long.txt").read_text()
 
 def _ppl(path, n_ctx=128, text=TEXT):
     dec = load_gguf_decoder(None, path, n_ctx=n_ctx)
-    return perplexity(dec, LocalTokenizer.from_gguf(dec.gguf), text, n_ctx)
+    return perplexity(dec, LocalTokenizer.from_gguf(dec.gguf), text, n_ctx), llamacpp_order(dec)
+
+
+def _against_llamacpp(r, runs: dict, exact: bool, tokens: int, live=None) -> None:
+    """Exactly llama-perplexity -b 1 -fa off where rase has llama.cpp's one-token numerics, and
+    near its other runs (default: 0.6% of its flash-attention run; 0.5% of llama-cpp-python's
+    batched logits, live). With block-sum numerics (Gemma3's Q5_0) the bar is llama.cpp's own
+    spread, as for KL: within twice the largest difference between any two of its runs (one-token,
+    batched, flash attention or not, live) of every one of them."""
+    ref = runs["one-token"]
+    assert r.tokens == tokens and len(r.chunks) == len(ref["chunks"])
+    if exact:
+        assert round(r.ppl, 4) == ref["ppl"] and round(r.error, 5) == ref["error"]
+        assert [round(c, 4) for c in r.chunks] == ref["chunks"]
+        assert abs(r.ppl / runs["default"]["ppl"] - 1) < 0.006
+        assert live is None or abs(r.ppl / live - 1) < 0.005, (r.ppl, live)
+        return
+    theirs = [v["ppl"] for v in runs.values()] + ([live] if live else [])
+    spread = max(theirs) / min(theirs) - 1
+    worst = max(abs(r.ppl / x - 1) for x in theirs)
+    print(f"PPL {r.ppl:.4f} vs llama.cpp's {theirs}: at most {worst:.3%} from one (theirs span {spread:.3%})")
+    assert round(r.ppl, 4) != ref["ppl"]  # not llama.cpp's order: the tolerance is what binds
+    assert worst <= 2 * spread
 
 
 @pytest.mark.parametrize("model", ["smollm2", "gemma3"])
 def test_equal_to_llama_perplexity(request, model):
-    """llama.cpp's one-token numerics (-b 1, no flash attention) are rase's: the same PPL, error
-    and running values to the digits llama-perplexity prints (Gemma3's text meets the one GELU
-    table entry where llama.cpp's FMA-contracted build differs); its default run (batched, flash
-    attention) rounds differently, within 0.6% on this short text."""
-    r = _ppl(request.getfixturevalue(f"{model}_path"))
-    ref = REF[model]
-    assert round(r.ppl, 4) == ref["one-token"]["ppl"] and round(r.error, 5) == ref["one-token"]["error"]
-    assert [round(c, 4) for c in r.chunks] == ref["one-token"]["chunks"] and r.tokens == 2 * 63
-    assert abs(r.ppl / ref["default"]["ppl"] - 1) < 0.006
+    """SmolLM2: llama.cpp's one-token numerics (-b 1, no flash attention) are rase's, so the same
+    PPL, error and running values to the digits llama-perplexity prints; its default run (batched,
+    flash attention) rounds differently, within 0.6% on this short text. Gemma3 (block-sum Q5_0):
+    the spread bar of _against_llamacpp."""
+    r, exact = _ppl(request.getfixturevalue(f"{model}_path"))
+    _against_llamacpp(r, REF[model], exact, 2 * 63)
 
 
 @pytest.mark.parametrize("model", ["smollm2", "gemma3"])
 def test_equal_to_llama_perplexity_at_512_and_near_llama_cpp_python(request, model):
-    """The default context on an 8 KB text: exactly llama-perplexity -b 1 -fa off; within 0.5% of
-    llama.cpp's batched logits (llama-cpp-python, n_batch 512, no flash attention: this build's own
-    kernels for this CPU). llama-perplexity's default run (flash attention) is 0.8% from its own
-    one-token run on Gemma3 here, which the fixture records rather than asserts."""
+    """The default context on an 8 KB text, SmolLM2: exactly llama-perplexity -b 1 -fa off; within
+    0.5% of llama.cpp's batched logits (llama-cpp-python, n_batch 512, no flash attention: this
+    build's own kernels for this CPU). Gemma3 (block-sum Q5_0): the spread bar of _against_llamacpp;
+    llama.cpp's own runs span 0.76% here."""
     path = request.getfixturevalue(f"{model}_path")
-    r = _ppl(path, 512, LONG)
-    ref = REF["long"][model]["one-token"]
-    assert round(r.ppl, 4) == ref["ppl"] and round(r.error, 5) == ref["error"]
-    assert [round(c, 4) for c in r.chunks] == ref["chunks"] and r.tokens == 3 * 255
+    r, exact = _ppl(path, 512, LONG)
     live = llamacpp_ref.perplexity(path, LONG, 512)
-    assert len(live.chunks) == 3 and abs(r.ppl / live.ppl - 1) < 0.005, (r.ppl, live.ppl)
+    assert len(live.chunks) == 3
+    _against_llamacpp(r, REF["long"][model], exact, 3 * 255, live.ppl)
     assert abs(r.error / live.error - 1) < 0.01
 
 
