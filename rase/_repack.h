@@ -45,6 +45,8 @@ _Static_assert(sizeof(block_q4_0) == 18 && sizeof(block_q4_1) == 20 && sizeof(bl
 static inline int rase_r16_nib(int type) { return type != 8; }
 static inline int rase_r16_has_min(int type) { return type == 3 || type == 7; }
 static inline int rase_r16_has_h(int type) { return type == 6 || type == 7; }
+// the fifth bits one byte per lane, bit s for slice s (Q5_0); else one 64-bit mask per slice (Q5_1)
+static inline int rase_r16_h_lanes(int type) { return type == 6; }
 // bytes of one repacked block (16 rows x 32 columns): 16 plain ones (the asserts above)
 static inline size_t rase_r16_blk(int type) { return 16 * (size_t)QUANT_TRAITS[type].size; }
 // offsets in a repacked block: the nibble or byte planes, the fifth-bit masks
@@ -72,7 +74,7 @@ static inline __attribute__((always_inline)) void rase_r16_repack_group(int type
             if (has_h) {  // bit j of qh is element j's fifth bit: slice j / 4, lane j % 4
                 uint32_t qh;
                 memcpy(&qh, x + qh_at, 4);
-                if (type == 6)
+                if (rase_r16_h_lanes(type))
                     for (int i = 0; i < 4; ++i) {
                         uint8_t hb = 0;
                         for (int sl = 0; sl < 8; ++sl) hb |= (uint8_t)(((qh >> (4 * sl + i)) & 1) << sl);
@@ -101,7 +103,7 @@ static inline int rase_r16_weight(int type, const uint8_t *o, int s, int r, int 
     if (type == 8) return (int8_t)qs[s * 64 + 4 * r + i];
     const uint8_t b = qs[(s & 3) * 64 + 4 * r + i];
     int v = s < 4 ? (b & 0xF) : (b >> 4);
-    if (type == 6) v |= ((o[rase_r16_hoff(type) + 4 * r + i] >> s) & 1) << 4;
+    if (rase_r16_h_lanes(type)) v |= ((o[rase_r16_hoff(type) + 4 * r + i] >> s) & 1) << 4;
     else if (rase_r16_has_h(type)) {
         uint64_t h;
         memcpy(&h, o + rase_r16_hoff(type) + 8 * s, 8);

@@ -15,8 +15,8 @@
 #ifndef RASE_REPACK_BS_H
 #define RASE_REPACK_BS_H
 
-// TYPE: 2 (Q4_0) or 6 (Q5_0), the ggml id; the -B sum(y) start of the integer sum
-#define RASE_BS_START(TYPE, ya) ((TYPE) == 6 ? 2 * (ya)->m8 : (ya)->m8)
+// type: 2 (Q4_0) or 6 (Q5_0), the ggml id; the -B sum(y) start of the block's integer sum
+static inline int32_t rase_bs_start(int type, const act_q8_0 *ya) { return type == 6 ? 2 * ya->m8 : ya->m8; }
 
 static void rase_bs_ref(int type, int64_t n, const uint8_t *w, const void *a, size_t astride, int nt, float *y,
                         int64_t ys, int nr) {
@@ -66,7 +66,7 @@ RASE_TARGET_AVX2 static RASE_INLINE void rase_bs_avx2_body(const int type, int64
                     q[k + 4] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
                 }
                 if (type == 6) {  // slice k's fifth bits: bit k of each lane's byte, moved to bit 4
-                    const __m256i hv = _mm256_loadu_si256((const __m256i *)(o + rase_r16_hoff(6) + 32 * h));
+                    const __m256i hv = _mm256_loadu_si256((const __m256i *)(o + rase_r16_hoff(type) + 32 * h));
                     q[0] = _mm256_or_si256(q[0], _mm256_and_si256(_mm256_slli_epi16(hv, 4), x10));
                     q[1] = _mm256_or_si256(q[1], _mm256_and_si256(_mm256_slli_epi16(hv, 3), x10));
                     q[2] = _mm256_or_si256(q[2], _mm256_and_si256(_mm256_slli_epi16(hv, 2), x10));
@@ -93,7 +93,7 @@ RASE_TARGET_AVX2 static RASE_INLINE void rase_bs_avx2_body(const int type, int64
                         i32 = _mm256_madd_epi16(s16, ones);
                     }
 #undef RASE_BS_DOT
-                    i32 = _mm256_add_epi32(i32, _mm256_set1_epi32(RASE_BS_START(type, ya)));
+                    i32 = _mm256_add_epi32(i32, _mm256_set1_epi32(rase_bs_start(type, ya)));
                     acc[h][t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_broadcast_ss(&ya->d)), _mm256_cvtepi32_ps(i32),
                                                 acc[h][t]);
                 }
@@ -120,14 +120,14 @@ RASE_TARGET_AVX512 static RASE_INLINE void rase_bs_vnni_body(const int type, int
             u[k + 4] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
         }
         if (type == 6) {  // slice k's fifth bits: bit k of each lane's byte, a byte mask
-            const __m512i hv = _mm512_loadu_si512((const void *)(o + rase_r16_hoff(6)));
+            const __m512i hv = _mm512_loadu_si512((const void *)(o + rase_r16_hoff(type)));
             for (int k = 0; k < 8; ++k)
                 u[k] = _mm512_mask_add_epi8(u[k], _mm512_test_epi8_mask(hv, _mm512_set1_epi8((char)(1 << k))), u[k], x10);
         }
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)o));
         for (int t = 0; t < nt; ++t) {
             const act_q8_0 *ya = (const act_q8_0 *)((const char *)a + t * astride) + b;
-            __m512i i32 = _mm512_set1_epi32(RASE_BS_START(type, ya));
+            __m512i i32 = _mm512_set1_epi32(rase_bs_start(type, ya));
             for (int sl = 0; sl < 8; ++sl)
                 i32 = _mm512_dpbusd_epi32(i32, u[sl], _mm512_set1_epi32(rase_ld32(ya->qs + 4 * sl)));
             acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(ya->d)), _mm512_cvtepi32_ps(i32), acc[t]);
