@@ -131,6 +131,7 @@ typedef struct {
     float *trace;              // NULL, or (n_layer, n, n_embd): residual stream after each layer
     int profile;               // 1: thread 0 accumulates the ns below (RASE_PROFILE=1)
     int64_t prof_matmul_ns, prof_attn_ns;
+    int64_t step_ns;           // wall ns spent in rase_step since creation (always counted)
     rase_barrier barrier;
 } rase_model;
 
@@ -709,6 +710,7 @@ static void rase_embed(rase_model *m, const rase_batch *b, int ith, int nth) {
 // rase_sample's RASE_SAMPLE_INVALID / RASE_SAMPLE_NONE), rows split across threads (each sampler has its own RNG).
 static void rase_step(rase_model *m, const rase_batch *b, const rase_sampler_ref *samplers, int32_t *tokens) {
     const int E = m->w->hp.n_embd, V = m->w->hp.n_vocab;
+    const int64_t t_step = rase_now_ns();  // two clock reads a step: the Python path's yardstick
 #pragma omp parallel num_threads(m->s->n_threads)
     {
         int ith = 0, nth = 1;
@@ -756,6 +758,7 @@ static void rase_step(rase_model *m, const rase_batch *b, const rase_sampler_ref
             }
         }
     }
+    m->step_ns += rase_now_ns() - t_step;
 }
 
 #endif  // RASE_FORWARD_H

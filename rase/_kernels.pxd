@@ -163,6 +163,7 @@ cdef extern from "_forward.h" nogil:
         float *trace
         int profile
         int64_t prof_matmul_ns, prof_attn_ns
+        int64_t step_ns
     int rase_weights_init(rase_weights *w)
     void rase_weights_free(rase_weights *w)
     int rase_kv_pool_alloc(rase_kv_pool *kv, const rase_hparams *hp, int32_t n_blocks)

@@ -598,6 +598,12 @@ cdef class Forward:
         with nogil:
             rase_kv_copy_rows(&self.kv, src, dst, n)
 
+    @property
+    def step_ns(self):
+        """Wall ns spent inside the forward steps (the nogil C core) since this Forward was
+        made: a caller's time minus this is its Python path."""
+        return self.m.step_ns
+
     def take_profile(self):
         """(matmul ns, attention ns) accumulated since the last call; profiling on from now."""
         out = (self.m.prof_matmul_ns, self.m.prof_attn_ns)

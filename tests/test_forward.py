@@ -109,6 +109,20 @@ def test_decode_after_prefill_continues_positions(tiny_models):
         assert int(np.argmax(got)) == int(np.argmax(full[i]))
 
 
+def test_step_ns_counts_the_c_steps_within_the_callers_time(tiny_models):
+    import time
+
+    dec = load_gguf_decoder(None, tiny_models("llama", QuantType.Q8_0))
+    before = dec._fwd.step_ns
+    t0 = time.perf_counter_ns()
+    dec.prefill(TOKENS[:4])
+    for t in TOKENS[4:]:
+        dec.decode(t)
+    wall = time.perf_counter_ns() - t0
+    spent = dec._fwd.step_ns - before
+    assert 0 < spent <= wall  # 13 steps ran in C, inside the caller's wall time
+
+
 def test_logits_contract(tiny_models):
     dec = load_gguf_decoder("llama3", tiny_models("llama", QuantType.Q4_0))
     out = dec.prefill([1, 2, 3])
