@@ -70,7 +70,10 @@ def test_equal_to_llama_perplexity_at_512_and_near_llama_cpp_python(request, mod
     live = llamacpp_ref.perplexity(path, LONG, 512)
     assert len(live.chunks) == 3
     _against_llamacpp(r, REF["long"][model], exact, 3 * 255, live.ppl)
-    assert abs(r.error / live.error - 1) < 0.01
+    if exact:
+        assert abs(r.error / live.error - 1) < 0.01
+    else:  # the error scales with the PPL, whose difference the spread bar bounds: compare error / PPL
+        assert abs((r.error / r.ppl) / (live.error / live.ppl) - 1) < 0.01
 
 
 def test_the_cli_and_its_refusals(smollm2_path, tmp_path):
