@@ -118,7 +118,7 @@ typedef struct {  // one step
 typedef struct {  // one row's sampler state (owned by its request)
     const rase_sampling *p;
     rase_rng *rng;
-    rase_cand *work;           // (n_vocab,)
+    rase_cand *work;           // RASE_SAMPLE_WORK(n_vocab) candidates
     const int32_t *counts;     // (n_vocab,) or NULL
     const uint32_t *allow;     // (ceil(n_vocab / 32),) the grammar's bitmask, or NULL
 } rase_sampler_ref;

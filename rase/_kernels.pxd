@@ -94,6 +94,7 @@ cdef extern from "_sample.h" nogil:
     void rase_rng_seed(rase_rng *r, uint64_t seed)
     int RASE_SAMPLE_INVALID
     int RASE_SAMPLE_NONE
+    int64_t RASE_SAMPLE_WORK(int64_t n)
     int32_t rase_sample(const float *logits, int32_t n, const int32_t *counts, const rase_sampling *p,
                         rase_rng *rng, rase_cand *work, const uint32_t *allow)
 

@@ -463,7 +463,7 @@ cdef class Sampler:
         self.p.repeat_penalty = repeat_penalty
         self.p.presence_penalty, self.p.frequency_penalty = presence_penalty, frequency_penalty
         rase_rng_seed(&self.rng, seed)
-        self.work = <rase_cand *>malloc(n_vocab * sizeof(rase_cand))
+        self.work = <rase_cand *>malloc(RASE_SAMPLE_WORK(n_vocab) * sizeof(rase_cand))
         if self.work == NULL:
             raise MemoryError()
         self.counts = _np.zeros(n_vocab, dtype=_np.int32)

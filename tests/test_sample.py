@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from rase._kernels import Sampler
+from rase._kernels import SAMPLE_INVALID, Sampler
 
 MASK = (1 << 64) - 1
 
@@ -34,18 +34,26 @@ class Rng:
         return (result >> 11) * 2.0 ** -53
 
 
-def reference(logits, counts, temp, top_k, top_p, min_p, rp, pp, fp, rng: Rng) -> int:
+def reference(logits, counts, temp, top_k, top_p, min_p, rp, pp, fp, rng: Rng, allowed=None, bias=None) -> int:
+    """allowed: bool (n,) or None (every id); bias: float32 (n,) added first, or None."""
     f32 = np.float32
     l = logits.astype(np.float32).copy()
+    if bias is not None:
+        l = (l + bias).astype(np.float32)
     for i in np.flatnonzero(counts):
         v = l[i]
         if rp != 1.0:
             v = f32(v / f32(rp)) if v > 0 else f32(v * f32(rp))
         l[i] = f32(f32(v - f32(pp)) - f32(f32(fp) * f32(counts[i])))
+    if not np.isfinite(l).all():
+        return -1  # SAMPLE_INVALID, whatever the mask
+    ids = range(len(l)) if allowed is None else np.flatnonzero(allowed).tolist()
+    if not ids:
+        return -2  # SAMPLE_NONE
     if temp == 0.0:
-        return int(np.argmax(l))
-    order = sorted(range(len(l)), key=lambda i: (-float(l[i]), i))
-    keep = order[:top_k] if 0 < top_k < len(l) else order
+        return max(ids, key=lambda i: (float(l[i]), -i))
+    order = sorted(ids, key=lambda i: (-float(l[i]), i))
+    keep = order[:top_k] if 0 < top_k < len(order) else order
     t = float(f32(temp))
     peak = float(l[keep[0]]) / t
     w = [float(f32(math.exp(float(l[i]) / t - peak))) for i in keep]
@@ -93,3 +101,64 @@ def test_c_sampler_equals_the_reference(case):
         want = reference(logits, counts, cfg["temperature"], cfg["top_k"], cfg["top_p"], cfg["min_p"],
                          cfg["repeat_penalty"], cfg["presence_penalty"], cfg["frequency_penalty"], ref_rng)
         assert s.sample(logits) == want
+
+
+def _mask(bits: np.ndarray) -> np.ndarray:
+    return np.packbits(np.concatenate([bits, np.zeros(-len(bits) % 32, bool)]), bitorder="little").view(np.int32).copy()
+
+
+@pytest.mark.parametrize("case", range(24))
+def test_the_block_scans_and_the_radix_sort_keep_the_definition_at_vocabulary_size(case):
+    """Vocabulary-sized rows, where the sampler skips 32-id blocks that cannot change the
+    answer (greedy, the top-k heap) and sorts every candidate by radix (top_k unset or above a
+    quarter of the vocabulary): ties across blocks, -0 against +0, masks with empty words,
+    a bias, penalties, and a NaN in a block no comparison would read."""
+    rng = np.random.default_rng(1000 + case)
+    n = int(rng.choice([4097, 49152, 70001]))
+    logits = (rng.standard_normal(n) * rng.uniform(1, 6)).astype(np.float32)
+    top = logits.max()
+    logits[rng.integers(0, n, 3)] = top  # ties at the top, in different blocks
+    logits[rng.integers(0, n, 200)] = np.float32(rng.choice([0.0, -0.0]))  # ties between the signed zeros
+    temp = [0.0, 0.8, 1.0, 1.7][case % 4]
+    top_k = [0, 40, n // 3, n // 5, 1, 0][case % 6]
+    top_p, min_p = [(1.0, 0.0), (0.95, 0.05), (0.5, 0.0)][case % 3]
+    allowed = None
+    if case % 5 == 1:  # sparse, whole words empty
+        allowed = rng.random(n) < 0.01
+    elif case % 5 == 3:  # dense, with a run of empty words
+        allowed = rng.random(n) < 0.9
+        allowed[n // 4: n // 2] = False
+    bias = None
+    if case % 7 == 2:
+        bias = np.zeros(n, np.float32)
+        bias[rng.integers(0, n, 20)] = rng.uniform(-100, 100, 20).astype(np.float32)
+    rp, pp, fp = (1.3, 0.4, 0.2) if case % 4 == 3 else (1.0, 0.0, 0.0)
+    seed = int(rng.integers(0, 2**63))
+    s = Sampler(n, temp, top_k, top_p, min_p, rp, pp, fp, seed,
+                None if bias is None else {int(i): float(bias[i]) for i in np.flatnonzero(bias)})
+    counts = np.zeros(n, np.int64)
+    for t in rng.integers(0, n, 8):
+        s.accept(int(t))
+        counts[t] += 1
+    ref_rng, mask = Rng(seed), None if allowed is None else _mask(allowed)
+    for _ in range(3):
+        want = reference(logits, counts, temp, top_k, top_p, min_p, rp, pp, fp, ref_rng, allowed, bias)
+        assert s.sample(logits, mask) == want
+    bad = logits.copy()
+    bad[-1] = np.nan  # the last block: below every threshold
+    assert s.sample(bad, mask) == SAMPLE_INVALID
+
+
+def test_signed_zeros_tie_and_keep_id_order_in_the_full_sort():
+    """-0 == +0, so among the zeros the lower id comes first (as in qsort's comparator), even
+    though their bits differ: the radix key folds -0 onto +0. The zeros are the top values
+    here, so the draws land among them and their order decides the id."""
+    rng = np.random.default_rng(7)
+    n = 5000
+    logits = (-np.abs(rng.standard_normal(n)) * 5 - 1).astype(np.float32)
+    zeros = rng.choice(n, 300, replace=False)
+    logits[zeros] = np.where(rng.random(300) < 0.5, np.float32(0.0), np.float32(-0.0))
+    s, ref_rng = Sampler(n, 1.0, 0, 1.0, 0.0, 1.0, 0.0, 0.0, 99), Rng(99)
+    got = [s.sample(logits) for _ in range(50)]
+    want = [reference(logits, np.zeros(n), 1.0, 0, 1.0, 0.0, 1.0, 0.0, 0.0, ref_rng) for _ in range(50)]
+    assert got == want and len(set(got) & set(zeros.tolist())) > 10
