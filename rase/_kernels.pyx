@@ -730,18 +730,50 @@ cdef class Forward:
                 self._n_refs = 0
                 raise MemoryError()
             self._n_refs = n_out
-        cdef Sampler sp
         cdef int j
         for j in range(n_out):
-            sp = samplers[j]
-            if sp.n != self.weights.w.hp.n_vocab:
-                raise ValueError("sampler vocabulary differs from the model's")
-            self._refs[j].p = &sp.p
-            self._refs[j].rng = &sp.rng
-            self._refs[j].work = sp.work
-            self._refs[j].counts = sp.counts_ptr()
-            self._refs[j].allow = sp.allow_ptr()
+            self._fill_ref(&self._refs[j], samplers[j])
         return self._refs
+
+    cdef int _fill_ref(self, rase_sampler_ref *r, Sampler sp) except -1:
+        if sp.n != self.weights.w.hp.n_vocab:
+            raise ValueError("sampler vocabulary differs from the model's")
+        r.p, r.rng, r.work = &sp.p, &sp.rng, sp.work
+        r.counts, r.allow = sp.counts_ptr(), sp.allow_ptr()
+        return 0
+
+    def decode_sampled(self, int token, int pos, Sampler sampler not None):
+        """The generation loop's per-token call: token at position pos of the single sequence
+        (the identity table), then sampler draws from its logits inside the same nogil step
+        (its mask applies). Returns the drawn id, or SAMPLE_INVALID / SAMPLE_NONE; the logits
+        row stays in last_logits until the next step. One crossing, no per-token arrays."""
+        cdef int V = self.weights.w.hp.n_vocab
+        if token < 0 or token >= V:
+            raise ValueError(f"token id {token} outside the vocabulary of {V}")
+        if pos < 0 or pos >= min(self.weights.w.hp.n_ctx, self.kv.n_blocks * RASE_KV_BLOCK):
+            raise ValueError(f"position {pos} outside the context")
+        if self._logits.shape[0] < 1:
+            self._logits = _np.empty((2, V), dtype=_np.float32)
+        cdef float[:, ::1] lv = self._logits
+        cdef const int32_t[:, ::1] table = self._identity
+        cdef rase_sampler_ref ref
+        self._fill_ref(&ref, sampler)
+        cdef rase_entry row
+        row.token, row.seq, row.pos = token, 0, pos
+        cdef int32_t out_row = 0, drawn = 0
+        cdef rase_batch b
+        b.rows, b.n, b.tables, b.table_stride = &row, 1, &table[0, 0], table.shape[1]
+        b.out_rows, b.n_out, b.logits = &out_row, 1, &lv[0, 0]
+        self.m.trace = NULL
+        with nogil:
+            rase_step(&self.m, &b, &ref, &drawn)
+        return drawn
+
+    @property
+    def last_logits(self):
+        """float32 (n_vocab,): the logits of decode_sampled's (or step()'s first) row, a view
+        valid until the next step."""
+        return self._logits[0]
 
     cdef int _set_trace(self, trace, int n) except -1:
         cdef float[:, :, ::1] tv

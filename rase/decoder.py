@@ -107,6 +107,25 @@ class GGUFDecoder:
         self.position += 1
         return self._logits(out, self._fwd.logits_finite)
 
+    def decode_sampled(self, token: int, sampler) -> int:
+        """decode(token), then sampler's draw from its logits, in one C step (the generation
+        loop's per-token path): the drawn id, or the sampler's SAMPLE_INVALID / SAMPLE_NONE.
+        The logits row is last_logits until the next call."""
+        if self.position >= self.n_ctx:
+            raise ContextOverflow(self.position + 1, self.n_ctx)
+        if not 0 <= token < self.vocab_size:
+            raise InvalidGenerationConfig(f"token id {token} is outside the vocabulary of {self.vocab_size}")
+        t0 = time.perf_counter_ns() if PROFILE else 0
+        drawn = self._fwd.decode_sampled(token, self.position, sampler)
+        if PROFILE:
+            profile_add(self._fwd, False, 1, time.perf_counter_ns() - t0)
+        self.position += 1
+        return drawn
+
+    @property
+    def last_logits(self) -> np.ndarray:
+        return self._fwd.last_logits
+
 
 def load_gguf_decoder(architecture: str | None, path: str | os.PathLike[str], **kwargs) -> GGUFDecoder:
     """The manual's dispatcher, widened: every models.ARCHITECTURES name and alias

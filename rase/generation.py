@@ -121,11 +121,14 @@ def generate_with(decoder, prompt: Sequence[int], config: GenerationConfig,
     if config.repeat_penalty != 1.0 or config.presence_penalty or config.frequency_penalty:
         for t in prompt:
             sampler.accept(int(t))
+    mask = (lambda: None) if constraint is None else constraint.fill
+    fused = getattr(decoder, "decode_sampled", None)  # forward + draw in one C step
+    drawn = None  # the next token, when the last forward drew it
     for i in range(config.max_tokens):
         if cancelled():
             result.stop_reason = GenerationStopReason.CANCELLED
             return result
-        token = sampled(sampler.sample(logits, None if constraint is None else constraint.fill()))
+        token = sampled(sampler.sample(logits, mask()) if drawn is None else drawn)
         result.tokens.append(token)
         sampler.accept(token)
         if constraint is not None:
@@ -141,7 +144,11 @@ def generate_with(decoder, prompt: Sequence[int], config: GenerationConfig,
             result.stop_reason = GenerationStopReason.GRAMMAR
             return result
         if i + 1 < config.max_tokens:
-            logits = decoder.decode(token)
+            if fused is None:
+                logits = decoder.decode(token)
+            else:
+                sampler.mask = mask()  # the draw after token sees the grammar's state after it
+                drawn = fused(token, sampler)
     result.stop_reason = GenerationStopReason.MAX_TOKENS
     return result
 
