@@ -2,6 +2,8 @@
 every architecture x weight type, on both ISA paths; determinism; limits and refusals."""
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -110,7 +112,6 @@ def test_decode_after_prefill_continues_positions(tiny_models):
 
 
 def test_step_ns_counts_the_c_steps_within_the_callers_time(tiny_models):
-    import time
 
     dec = load_gguf_decoder(None, tiny_models("llama", QuantType.Q8_0))
     before = dec._fwd.step_ns
