@@ -9,7 +9,7 @@ from glob import glob
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
-DEPENDS = sorted(glob("rase/*.h")) + ["rase/_kernels.pxd", "rase/_kernels.pyx"]  # a header edit rebuilds
+DEPENDS = sorted(glob("rase/*.h") + glob("rase/*.pxi")) + ["rase/_kernels.pxd", "rase/_kernels.pyx"]  # a header edit rebuilds
 # -ffp-contract=off: the scalar reference and the SIMD paths round identically unless a kernel
 # asks for an FMA explicitly.
 FLAGS = ["-fopenmp", "-ffp-contract=off", "-fno-math-errno", "-Wno-unused-function"]

@@ -1,0 +1,94 @@
+# rase/_kernels_ops.pxi: included by _kernels.pyx (one extension module). Single ops exposed for tests: attention, activation quantization, gate, RoPE, expf.
+
+def attention(const float[:, ::1] q, const uint16_t[:, ::1] k, const uint16_t[:, ::1] v, float scale,
+              int j0=0, isa=None, float softcap=0.0):
+    """softmax(scale * q[h] . k[j]) . v over rows j0..len(k)-1 for each of 1..ATTN_G query
+    heads q (g, hd) sharing one KV head; k, v are f16 bit patterns (n, hd), as in the KV pool
+    (read here as consecutive blocks). softcap > 0: scores s -> softcap * tanh(s / softcap)
+    before the softmax. The kernel the forward uses; returns (g, hd)."""
+    cdef int n = k.shape[0], hd = q.shape[1], g = q.shape[0], h
+    if n < 1 or k.shape[1] != hd or v.shape[0] != n or v.shape[1] != hd or not 0 <= j0 < n:
+        raise ValueError("q (g, hd), k and v (n, hd), 0 <= j0 < n required")
+    if not 1 <= g <= RASE_ATTN_G:
+        raise ValueError(f"1..{RASE_ATTN_G} query heads per call")
+    cdef int path = rase_isa if isa is None else _isa_id(isa)
+    cdef int64_t qstride = rase_attend_scratch(n, hd)
+    scratch = _np.zeros(g * qstride, dtype=_np.float32)
+    out = _np.empty((g, hd), dtype=_np.float32)
+    table = _np.arange((n + RASE_KV_BLOCK - 1) // RASE_KV_BLOCK, dtype=_np.int32)
+    cdef float[::1] sv = scratch
+    cdef float[:, ::1] ov = out
+    cdef const int32_t[::1] tv = table
+    cdef rase_kv_view view
+    cdef const float *qs[8]
+    cdef float *outs[8]
+    for h in range(g):
+        qs[h] = &q[h, 0]
+        outs[h] = &ov[h, 0]
+    view.k, view.v, view.table = &k[0, 0], &v[0, 0], &tv[0]
+    view.block_stride, view.row_stride = RASE_KV_BLOCK * hd, hd
+    with nogil:
+        rase_attend(g, qs, &view, j0, n, hd, scale, softcap, &sv[0], qstride, outs, path)
+    return out
+
+
+def quantize_activation(int qtype, const float[::1] x, isa=None):
+    """x quantized to the activation format weights of type qtype pair with (the bytes the
+    matmul kernels read): q8_0/q8_1/q8_K blocks, or x itself for float weights."""
+    _check_type(qtype)
+    cdef int act = DOT_TRAITS[qtype].act
+    cdef int64_t n = x.shape[0]
+    cdef int kblk = 256 if act == ACT_Q8_K else (32 if act else 1)
+    if n == 0 or n % kblk:
+        raise ValueError(f"length {n} must be a positive multiple of {kblk}")
+    cdef int path = rase_isa if isa is None else _isa_id(isa)
+    out = bytearray(rase_act_bytes(act, n))
+    cdef unsigned char[::1] o = out
+    cdef rase_quant_fn quant = rase_act_quant_for(act, path)
+    with nogil:
+        quant(&x[0], &o[0], n)
+    return bytes(out)
+
+
+def gate(const float[::1] g, const float[::1] u, bint gelu, isa=None):
+    """act(g) * u (SiLU, or GELU through llama.cpp's f16 table), as the FFN computes it."""
+    if g.shape[0] != u.shape[0]:
+        raise ValueError("g and u must have the same length")
+    cdef int path = rase_isa if isa is None else _isa_id(isa)
+    out = _np.array(g, dtype=_np.float32)
+    cdef float[::1] o = out
+    cdef uint16_t *table = rase_gelu_table_new() if gelu else NULL
+    if gelu and table == NULL:
+        raise MemoryError()
+    with nogil:
+        rase_gate(&o[0], &u[0], o.shape[0], table, path)
+    free(table)
+    return out
+
+
+def rope(const float[::1] x, int pos, float base, int n_rot=0, bint neox=False, isa=None):
+    """x rotated for position pos (theta_i = pos * base^(-2i/n_rot), ggml's f32 recurrence)."""
+    cdef int n = x.shape[0]
+    if n_rot == 0:
+        n_rot = n
+    if n_rot < 2 or n_rot % 2 or n_rot > n:
+        raise ValueError(f"n_rot={n_rot} invalid for {n} dims")
+    cdef int path = rase_isa if isa is None else _isa_id(isa)
+    out = _np.array(x, dtype=_np.float32)
+    cs = _np.empty(n_rot, dtype=_np.float32)
+    cdef float[::1] o = out, c = cs
+    with nogil:
+        rase_rope_table(&c[0], pos, n_rot, base, 1.0)
+        rase_rope(&o[0], &c[0], n_rot, neox, path)
+    return out
+
+
+def expf_avx2(const float[::1] x):
+    """The AVX2 exp used by softmax and SiLU, over len(x) (a multiple of 8) inputs."""
+    if x.shape[0] % 8 or "avx2" not in isa_supported():
+        raise ValueError("length must be a multiple of 8, and AVX2 available")
+    out = _np.empty(x.shape[0], dtype=_np.float32)
+    cdef float[::1] o = out
+    with nogil:
+        rase_expf_avx2_n(&x[0], &o[0], x.shape[0])
+    return out

@@ -1,0 +1,207 @@
+# rase/_kernels_plan.pxi: included by _kernels.pyx (one extension module). The model plan: Weights, hyper-parameters and weight pointers into the GGUF mmap (rase/_forward.h).
+
+# ---------------------------------------------------------------- the forward
+
+
+
+import numpy as _np
+
+KV_BLOCK = RASE_KV_BLOCK  # positions per KV block
+
+_MATS = ("wq", "wk", "wv", "wo", "wgate", "wup", "wdown")
+_FFN_MATS = ("wgate", "wup", "wdown")
+_VECS = ("attn_norm", "ffn_norm", "q_norm", "k_norm", "post_attn_norm", "post_ffn_norm", "bq", "bk", "bv", "bo")
+
+
+cdef class Weights:
+    """The read-only plan of one model: hyper-parameters and weight pointers into the caller's
+    buffers (the GGUF mmap), shared by every Forward over it."""
+    cdef rase_weights w
+    cdef rase_layer *layers
+    cdef rase_mat *experts  # (n_layer, 3, n_expert): the MoE layers' expert matrices
+    cdef list _keep  # owners of every buffer the plan points into
+    cdef readonly int64_t packed_bytes  # private copies made at load (repacked weights)
+    cdef int _threads
+    cdef int _isa    # the kernel path every Forward over this plan runs, fixed here at load
+    cdef object _on_packed
+    cdef dict _cached     # name -> packed bytes given at load (a cache), or None
+    cdef readonly dict repacked  # name -> packed bytes this load made (for the cache)
+    cdef readonly list streamed  # data of the matrices read in place, whole, every forward
+
+    def __cinit__(self):
+        self.layers = NULL
+        self.experts = NULL
+
+    def __init__(self, plan, int n_threads=1, on_packed=None, isa=None, packed=None):
+        """plan: a rase.models.base.ForwardPlan (hyper-parameters, n_ctx = positions one
+        sequence may reach, tok_embd/output Matrix, output_norm, one LayerPlan per layer).
+        isa: the kernel path (an isa_names() entry; default: the one selected now), fixed for
+        the plan's life: set_isa later changes new plans only.
+        Matrices of the repacked types are copied into the 16-row layout (n_threads at a time);
+        on_packed(data, start, end, copied) is called before (copied=False) and after bytes
+        [start, end) of a matrix's data are copied (after that they are not read again)."""
+        self._keep = []
+        self._threads, self._on_packed = n_threads, on_packed
+        self._isa = rase_isa if isa is None else _isa_id(isa)
+        self._cached, self.repacked, self.streamed = packed, {}, []
+        cdef rase_hparams *h = &self.w.hp
+        h.n_layer, h.n_embd, h.n_head = plan.n_layer, plan.n_embd, plan.n_head
+        h.n_head_kv, h.head_dim, h.n_ff = plan.n_head_kv, plan.head_dim, plan.n_ff
+        h.n_vocab, h.n_ctx, h.n_rot = plan.n_vocab, plan.n_ctx, plan.n_rot
+        h.rope_neox, h.gelu, h.attn_prescale = bool(plan.rope_neox), bool(plan.gelu), bool(plan.attn_prescale)
+        h.eps, h.embd_scale, h.attn_scale = plan.eps, plan.embd_scale, plan.attn_scale
+        h.attn_softcap, h.final_softcap = plan.attn_softcap, plan.final_softcap
+        h.n_expert, h.n_expert_used, h.n_ff_exp = plan.n_expert, plan.n_expert_used, plan.n_ff_exp
+        h.expert_norm = bool(plan.expert_norm)
+        if h.n_expert and not 0 < h.n_expert_used <= h.n_expert <= 256 or h.n_expert < 0 or \
+                (h.n_expert and h.n_ff_exp <= 0) or h.attn_softcap < 0 or h.final_softcap < 0:
+            raise ValueError("invalid expert or soft-capping hyper-parameters")
+        for s in range(2):
+            h.rope_base[s] = plan.rope_base[s]
+            h.rope_freq_scale[s] = plan.rope_freq_scale[s]
+        if min(h.n_layer, h.n_embd, h.n_head, h.n_head_kv, h.head_dim, h.n_ff, h.n_vocab,
+               h.n_ctx) <= 0 or h.n_head % h.n_head_kv:
+            raise ValueError("invalid hyper-parameters")
+        if h.n_rot <= 0 or h.n_rot > h.head_dim or h.n_rot % 2:
+            raise ValueError(f"rope dimension {h.n_rot} invalid for head_dim {h.head_dim}")
+        self._mat(&self.w.tok_embd, plan.tok_embd, h.n_vocab, h.n_embd, "token_embd")
+        self._mat(&self.w.output, plan.output, h.n_vocab, h.n_embd, "output")
+        self.w.output_norm = self._vec(plan.output_norm, h.n_embd, "output_norm")
+        layers = plan.layers
+        if len(layers) != h.n_layer:
+            raise ValueError(f"{len(layers)} layer plans for {h.n_layer} layers")
+        self.layers = <rase_layer *>calloc(h.n_layer, sizeof(rase_layer))
+        if self.layers == NULL:
+            raise MemoryError()
+        self.w.layers = self.layers
+        if h.n_expert:
+            self.experts = <rase_mat *>calloc(h.n_layer * 3 * h.n_expert, sizeof(rase_mat))
+            if self.experts == NULL:
+                raise MemoryError()
+        for il, spec in enumerate(layers):
+            self._layer(&self.layers[il], il, spec)
+        if rase_weights_init(&self.w) != 0:
+            raise MemoryError()
+
+    cdef int _layer(self, rase_layer *L, int il, object spec) except -1:
+        cdef rase_hparams *h = &self.w.hp
+        nq, nkv = h.n_head * h.head_dim, h.n_head_kv * h.head_dim
+        shapes = {"wq": (nq, h.n_embd), "wk": (nkv, h.n_embd), "wv": (nkv, h.n_embd),
+                  "wo": (h.n_embd, nq), "wgate": (h.n_ff, h.n_embd), "wup": (h.n_ff, h.n_embd),
+                  "wdown": (h.n_embd, h.n_ff)}
+        L.qk_norm_full = bool(spec.qk_norm_full)
+        lens = {"attn_norm": h.n_embd, "ffn_norm": h.n_embd, "q_norm": nq if L.qk_norm_full else h.head_dim,
+                "k_norm": nkv if L.qk_norm_full else h.head_dim, "post_attn_norm": h.n_embd,
+                "post_ffn_norm": h.n_embd, "bq": nq, "bk": nkv, "bv": nkv, "bo": h.n_embd}
+        cdef rase_mat *mats[7]
+        cdef const float **vecs[10]
+        mats[:] = [&L.wq, &L.wk, &L.wv, &L.wo, &L.wgate, &L.wup, &L.wdown]
+        vecs[:] = [&L.attn_norm, &L.ffn_norm, &L.q_norm, &L.k_norm, &L.post_attn_norm, &L.post_ffn_norm,
+                   &L.bq, &L.bk, &L.bv, &L.bo]
+        experts = spec.experts
+        for j, name in enumerate(_MATS):
+            if experts is None or name not in _FFN_MATS:  # a MoE layer's FFN is its experts
+                self._mat(mats[j], getattr(spec, name), shapes[name][0], shapes[name][1], f"blk.{il}.{name}")
+        if experts is not None:
+            self._experts(L, il, experts)
+        for j, name in enumerate(_VECS):
+            vec = getattr(spec, name)
+            if vec is None:  # not a conditional expression: Cython typed its temporary non-const
+                vecs[j][0] = NULL
+            else:
+                vecs[j][0] = self._vec(vec, lens[name], f"blk.{il}.{name}")
+        if L.qk_norm_full and (L.q_norm == NULL or L.k_norm == NULL):
+            raise ValueError(f"layer {il}: full-width QK norms need q_norm and k_norm")
+        L.window, L.rope_slot = spec.window, spec.rope_slot
+        if L.rope_slot not in (0, 1) or (L.rope_slot == 1 and h.rope_base[1] <= 0) or L.window < 0:
+            raise ValueError(f"layer {il}: bad window/rope slot")
+        return 0
+
+    cdef int _experts(self, rase_layer *L, int il, object ex) except -1:
+        cdef rase_hparams *h = &self.w.hp
+        if h.n_expert == 0:
+            raise ValueError(f"layer {il} has experts but n_expert is 0")
+        self._mat(&L.gate_inp, ex.gate_inp, h.n_expert, h.n_embd, f"blk.{il}.gate_inp")
+        cdef rase_mat *base = self.experts + il * 3 * h.n_expert
+        cdef int j, e
+        shapes = ((h.n_ff_exp, h.n_embd), (h.n_ff_exp, h.n_embd), (h.n_embd, h.n_ff_exp))
+        for j, (name, mats) in enumerate((("gate", ex.gate), ("up", ex.up), ("down", ex.down))):
+            if len(mats) != h.n_expert:
+                raise ValueError(f"layer {il}: {len(mats)} {name} experts, expected {h.n_expert}")
+            for e, mat in enumerate(mats):
+                self._mat(base + j * h.n_expert + e, mat, shapes[j][0], shapes[j][1], f"blk.{il}.exp{e}.{name}")
+        L.moe = 1
+        L.exp_gate = base
+        L.exp_up = base + h.n_expert
+        L.exp_down = base + 2 * h.n_expert
+        return 0
+
+    cdef int _mat(self, rase_mat *out, object m, int64_t rows, int64_t cols, str name) except -1:
+        data, qtype, r, c = m.data, m.ggml_type, m.rows, m.cols
+        if (r, c) != (rows, cols):
+            raise ValueError(f"{name}: shape ({r}, {c}), expected ({rows}, {cols})")
+        _check_type(qtype)
+        if DOT_TRAITS[qtype].dotn[0] == NULL and not R16_TRAITS[qtype].blk_bytes:
+            raise ValueError(f"{name}: no dot kernel for type {qtype}")
+        cdef int blck = QUANT_TRAITS[qtype].blck
+        cdef int kblk = 256 if DOT_TRAITS[qtype].act == ACT_Q8_K else blck
+        if cols % kblk:
+            raise ValueError(f"{name}: row length {cols} is not a multiple of {kblk}")
+        cdef const uint8_t[::1] view = data
+        cdef int64_t row_bytes = (cols // blck) * QUANT_TRAITS[qtype].size
+        if view.shape[0] != rows * row_bytes:
+            raise ValueError(f"{name}: {view.shape[0]} bytes, expected {rows * row_bytes}")
+        out.data = &view[0]
+        out.type, out.rows, out.cols, out.row_bytes = qtype, rows, cols, row_bytes
+        out.layout, out.packed, out.group_bytes = 0, NULL, 0
+        self._keep.append(data)
+        cdef const uint8_t[::1] pv
+        if R16_TRAITS[qtype].blk_bytes and name != "token_embd":  # the embedding is read row by row
+            packed = None if self._cached is None else self._cached.get(name)
+            if packed is None or packed.nbytes != rase_r16_bytes(qtype, rows, cols) or packed.ctypes.data % 64:
+                chunk = None if self._on_packed is None else (
+                    lambda r0, r1, copied: self._on_packed(data, r0 * row_bytes, r1 * row_bytes, copied))
+                packed = repack(qtype, _np.asarray(view).reshape(rows, row_bytes), cols, self._threads, chunk)
+                self.repacked[name] = packed
+            pv = packed
+            out.layout, out.packed = RASE_LAYOUT_R16, &pv[0]
+            out.group_bytes = (cols // 32) * R16_TRAITS[qtype].blk_bytes
+            self._keep.append(packed)
+            self.packed_bytes += packed.shape[0]
+        elif name != "token_embd":
+            self.streamed.append(data)
+        return 0
+
+    cdef const float *_vec(self, object arr, int64_t n, str name) except NULL:
+        a = _np.ascontiguousarray(arr, dtype=_np.float32)
+        if a.ndim != 1 or a.shape[0] != n:
+            raise ValueError(f"{name}: expected ({n},) float32, got {a.shape}")
+        cdef const float[::1] view = a
+        self._keep.append(a)
+        return &view[0]
+
+    def __dealloc__(self):
+        rase_weights_free(&self.w)
+        free(self.layers)
+        free(self.experts)
+
+    @property
+    def n_ctx(self):
+        return self.w.hp.n_ctx
+
+    @property
+    def n_vocab(self):
+        return self.w.hp.n_vocab
+
+    @property
+    def isa(self):
+        return RASE_ISA_NAMES[self._isa].decode()
+
+    @property
+    def kv_bytes_per_token(self):
+        """f16 K and V of one position, all layers."""
+        return 2 * 2 * self.w.hp.n_layer * self.w.hp.n_head_kv * self.w.hp.head_dim
+
+
+SAMPLE_INVALID = RASE_SAMPLE_INVALID  # sample()/step() token: the logits are not finite
+SAMPLE_NONE = RASE_SAMPLE_NONE        # the mask allowed no token
