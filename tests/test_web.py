@@ -84,6 +84,33 @@ def _send(d, text: str):
     box.send_keys(Keys.ENTER)
 
 
+def _pace_sse(d, ms: int):
+    """Hand the page one SSE event per read, `ms` apart, as a slow network would.
+
+    The model streams a short answer in ~30 ms, which one socket read can hold whole, so without
+    this a page that renders per event and one that renders at the end can look alike. The page's
+    own code is untouched: only `fetch`'s body for /chat/completions is re-chunked at event bounds.
+    """
+    _js(d, """const realFetch = window.fetch, ms = arguments[0];
+    window.fetch = async (...args) => {
+      const res = await realFetch(...args);
+      if (!res.body || !String(args[0]).includes('/chat/completions')) return res;
+      const enc = new TextEncoder(), dec = new TextDecoder();
+      let buf = "";
+      const paced = res.body.pipeThrough(new TransformStream({
+        async transform(bytes, out) {
+          buf += dec.decode(bytes, {stream: true});
+          for (let cut; (cut = buf.indexOf("\\n\\n")) >= 0; buf = buf.slice(cut + 2)) {
+            out.enqueue(enc.encode(buf.slice(0, cut + 2)));
+            await new Promise(r => setTimeout(r, ms));
+          }
+        },
+        flush(out) { if (buf) out.enqueue(enc.encode(buf)); },
+      }));
+      return new Response(paced, {status: res.status, statusText: res.statusText, headers: res.headers});
+    };""", ms)
+
+
 def _no_foreign_requests(d, base: str):
     urls = _js(d, "return performance.getEntriesByType('resource').map(e => e.name)")
     assert urls and all(u.startswith(base + "/") for u in urls), urls
@@ -112,6 +139,7 @@ def test_streams_a_multi_turn_chat_equal_to_the_api(browser, base, openai_client
         const b = document.querySelector('.msg.assistant:last-child .body');
         if (b) window.seen.push(b.textContent.length); }).observe(
         document.getElementById('messages'), {childList: true, subtree: true, characterData: true});""")
+    _pace_sse(d, ms=20)
     _send(d, "What is the capital of France?")
     _wait(lambda: not _running(d) and _js(d, "return document.querySelectorAll('.msg.assistant').length") == 1,
           60, "the answer")
