@@ -33,7 +33,7 @@ LAYOUT_VERSION = 4          # bump when _repack.h's layout changes (2: Q5_* keep
                             # 4: Q5_0's fifth bits one byte per lane)
 MAGIC = b"RASEPK01"
 ALIGN = 4096                # every matrix starts on a page (the kernels need 64 bytes)
-MAX_BYTES = 4 << 30         # the cache directory is trimmed to this, oldest files first
+MAX_BYTES = 4 << 30         # the cache directory is trimmed to this, least recently used first
 STALE_TMP_S = 3600.0
 
 
@@ -94,6 +94,10 @@ class PackCache:
             except OSError:
                 pass
         self._mmap = mm
+        try:  # a hit marks its entry used (the sidecar: the .r16's own mtime is in the stamp)
+            os.utime(self.path.with_suffix(".ok"))
+        except OSError:
+            pass
         return out
 
     def save(self, packed: dict[str, np.ndarray]) -> None:
@@ -166,7 +170,11 @@ class PackCache:
             if ".tmp-" in p.name and now - st.st_mtime > STALE_TMP_S:  # a writer that died
                 p.unlink(missing_ok=True)
             elif p.suffix == ".r16":
-                files.append((st.st_mtime, st.st_size, p))
+                try:  # last used: the sidecar's mtime (touched by every hit), else the write
+                    used = max(st.st_mtime, p.with_suffix(".ok").stat().st_mtime)
+                except OSError:
+                    used = st.st_mtime
+                files.append((used, st.st_size, p))
         total = sum(s for _, s, _ in files)
         for _, size, p in sorted(files):
             if total <= MAX_BYTES or p == self.path:

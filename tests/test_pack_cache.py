@@ -94,3 +94,29 @@ def test_disabled_or_unwritable_caches_still_load(tmp_path, monkeypatch, tiny_mo
     assert load_plan(path).weights.repacked
     _wait_for_saves()
     assert blocked.read_text() == "not a directory"
+
+
+def test_the_trim_keeps_the_entry_used_last_not_the_one_written_last(tmp_path, cache_dir, tiny_models, monkeypatch):
+    """Over the size cap the least recently *used* entry goes: a model loaded every day keeps
+    its pack though it was written before the others."""
+    import rase.pack_cache as pc
+
+    src = tiny_models("llama", QuantType.Q8_0).read_bytes()
+    paths = [tmp_path / f"{name}.gguf" for name in "abc"]
+    for p in paths:
+        p.write_bytes(src)
+    a, b, c = (PackCache(p) for p in paths)
+    for p, cache, when in ((paths[0], a, 100), (paths[1], b, 200)):  # written long ago, a first
+        load_plan(p)
+        _wait_for_saves()
+        os.utime(cache.path, ns=(when * 10**9,) * 2)
+        st = os.stat(cache.path)  # the stamp follows the new mtime: still a valid entry
+        cache.path.with_suffix(".ok").write_text(json.dumps([st.st_size, st.st_mtime_ns, st.st_ino]))
+        os.utime(cache.path.with_suffix(".ok"), ns=(when * 10**9,) * 2)
+    assert load_plan(paths[0]).weights.repacked == {}  # a hit on a: used now
+    monkeypatch.setattr(pc, "MAX_BYTES", 2 * os.path.getsize(a.path))
+    load_plan(paths[2])  # c written: three entries, room for two
+    _wait_for_saves()
+    assert a.path.exists() and c.path.exists() and not b.path.exists()
+    assert not b.path.with_suffix(".ok").exists()
+    assert load_plan(paths[0]).weights.repacked == {}
