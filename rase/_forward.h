@@ -693,9 +693,16 @@ static void rase_embed(rase_model *m, const rase_batch *b, int ith, int nth) {
     const rase_dequant_fn deq = rase_dequant_for(w->tok_embd.type, m->isa);
     int64_t lo, hi;
     rase_split(b->n, ith, nth, &lo, &hi);
+    const rase_mat *te = &w->tok_embd;
+    uint8_t *plain = (uint8_t *)rase_work(m->s, ith);  // one row of ggml blocks (row_bytes <= 4 x E)
     for (int64_t t = lo; t < hi; ++t) {
         float *x = m->s->x + t * E;
-        deq(w->tok_embd.data + (int64_t)b->rows[t].token * w->tok_embd.row_bytes, x, E);
+        const int64_t tok = b->rows[t].token;
+        if (te->layout == RASE_LAYOUT_R16) {  // tied: the output's repacked copy, the same bytes
+            rase_r16_unpack_row(te->type, te->packed, te->group_bytes, E, tok, plain);
+            deq(plain, x, E);
+        } else
+            deq(te->data + tok * te->row_bytes, x, E);
         if (hp->embd_scale != 1.0f)
             for (int i = 0; i < E; ++i) x[i] *= hp->embd_scale;
         for (int sl = 0; sl < nslots; ++sl)

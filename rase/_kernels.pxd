@@ -75,6 +75,8 @@ cdef extern from "_repack.h" nogil:
     size_t rase_r16_bytes(int qtype, int64_t rows, int64_t n)
     void rase_r16_repack(int qtype, const uint8_t *src, int64_t row_bytes, int64_t rows, int64_t n, uint8_t *dst,
                          int64_t g0, int64_t g1, int n_threads)
+    void rase_r16_unpack_row(int qtype, const uint8_t *packed, int64_t group_bytes, int64_t n, int64_t row,
+                             uint8_t *dst)
 
 cdef extern from "_sample.h" nogil:
     ctypedef struct rase_rng:

@@ -66,6 +66,11 @@ cdef class Weights:
             raise ValueError(f"rope dimension {h.n_rot} invalid for head_dim {h.head_dim}")
         self._mat(&self.w.tok_embd, plan.tok_embd, h.n_vocab, h.n_embd, "token_embd")
         self._mat(&self.w.output, plan.output, h.n_vocab, h.n_embd, "output")
+        if self.w.output.layout == RASE_LAYOUT_R16 and self.w.output.data == self.w.tok_embd.data:
+            # tied and repacked: rows are looked up in the output's copy (rase_embed), so the file's
+            # embedding is never read after load and its pages are not mapped by lookups
+            self.w.tok_embd.layout, self.w.tok_embd.packed = RASE_LAYOUT_R16, self.w.output.packed
+            self.w.tok_embd.group_bytes = self.w.output.group_bytes
         self.w.output_norm = self._vec(plan.output_norm, h.n_embd, "output_norm")
         layers = plan.layers
         if len(layers) != h.n_layer:

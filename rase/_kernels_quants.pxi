@@ -76,6 +76,22 @@ def repack(int qtype, const uint8_t[:, ::1] w, int64_t cols, int n_threads=1, on
     return out
 
 
+def unpack_row(int qtype, const uint8_t[::1] packed, int64_t rows, int64_t cols, int64_t row):
+    """Row `row` of a repack()ed (rows x cols) matrix as ggml's plain row bytes: how the tied
+    token embedding is looked up from the output's repacked copy."""
+    _check_type(qtype)
+    if not R16_TRAITS[qtype].blk_bytes or cols % (256 if qtype == 12 else 32) or cols <= 0:
+        raise ValueError(f"ggml type {qtype} with {cols} columns is not repacked")
+    if packed.shape[0] != rase_r16_bytes(qtype, rows, cols) or not 0 <= row < rows:
+        raise ValueError("packed must be repack()'s output for (rows, cols), and 0 <= row < rows")
+    out = _np.empty((cols // QUANT_TRAITS[qtype].blck) * QUANT_TRAITS[qtype].size, _np.uint8)
+    cdef uint8_t[::1] o = out
+    cdef int64_t group = (cols // 32) * R16_TRAITS[qtype].blk_bytes
+    with nogil:
+        rase_r16_unpack_row(qtype, &packed[0], group, cols, row, &o[0])
+    return out
+
+
 def matmul(int qtype, const uint8_t[:, ::1] w, const float[:, ::1] x, isa=None):
     """x (T, cols) times the (rows x cols) matrix w of type qtype (rows of ggml blocks) as the
     forward computes it: activations quantized per row, then the type's kernel (repacked 16-row

@@ -582,4 +582,50 @@ static void rase_r16_repack(int type, const uint8_t *src, int64_t row_bytes, int
     }
 }
 
+// Row `row` of a repacked (rows x n) matrix back in ggml's plain blocks (dst: n / blck blocks),
+// the inverse of the repack (a permutation of the same bytes): the tied token embedding is looked
+// up from the output matrix's repacked copy, so the file's rows are never read after load.
+static void rase_r16_unpack_row(int type, const uint8_t *packed, int64_t group_bytes, int64_t n, int64_t row,
+                                uint8_t *dst) {
+    const uint8_t *pg = packed + (row / RASE_R16) * group_bytes;
+    const int r = (int)(row % RASE_R16);
+    if (type == 12) {
+        const r16_q4_k *o = (const r16_q4_k *)pg;
+        block_q4_K *x = (block_q4_K *)dst;
+        for (int64_t b = 0; b < n / 256; ++b) {
+            x[b].d = o[b].d[r], x[b].dmin = o[b].dmin[r];
+            for (int i = 0; i < 3; ++i) memcpy(x[b].scales + 4 * i, &o[b].sm[i][r], 4);
+            for (int p = 0; p < 4; ++p)
+                for (int s = 0; s < 8; ++s) memcpy(x[b].qs + 32 * p + 4 * s, &o[b].q[p][s][4 * r], 4);
+        }
+        return;
+    }
+    const int dst_blk = QUANT_TRAITS[type].size, has_min = rase_r16_has_min(type);
+    const size_t blk_bytes = R16_TRAITS[type].blk_bytes, qoff = rase_r16_qoff(type), hoff = rase_r16_hoff(type);
+    const int qs_at = dst_blk - (type == 8 ? 32 : 16), qh_at = qs_at - 4;
+    for (int64_t b = 0; b < n / 32; ++b) {
+        const uint8_t *o = pg + b * blk_bytes, *qs = o + qoff;
+        uint8_t *x = dst + b * dst_blk;
+        const uint16_t *dd = (const uint16_t *)o;
+        memcpy(x, &dd[r], 2);
+        if (has_min) memcpy(x + 2, &dd[16 + r], 2);
+        for (int sl = 0; sl < (type == 8 ? 8 : 4); ++sl) memcpy(x + qs_at + 4 * sl, qs + sl * 64 + 4 * r, 4);
+        if (rase_r16_has_h(type)) {  // bit j of qh: element j's fifth bit (slice j / 4, lane j % 4)
+            uint32_t qh = 0;
+            for (int j = 0; j < 32; ++j) {
+                const int sl = j / 4, i = j % 4;
+                uint32_t bit;
+                if (rase_r16_h_lanes(type)) bit = (o[hoff + 4 * r + i] >> sl) & 1;
+                else {
+                    uint64_t h;
+                    memcpy(&h, o + hoff + 8 * sl, 8);
+                    bit = (uint32_t)(h >> (4 * r + i)) & 1;
+                }
+                qh |= bit << j;
+            }
+            memcpy(x + qh_at, &qh, 4);
+        }
+    }
+}
+
 #endif  // RASE_REPACK_H

@@ -262,6 +262,22 @@ def test_a_tokens_result_does_not_depend_on_its_tile(qtype, isa):
         assert together[t].tobytes() == _kernels.matmul(int(qtype), raw, x[t:t + 1], isa)[0].tobytes()
 
 
+@pytest.mark.parametrize("qtype", REPACKED, ids=lambda t: t.name)
+@pytest.mark.parametrize("rows", [1, 16, 37])
+def test_a_repacked_row_unpacks_to_the_files_row(qtype, rows):
+    """The tied token embedding is looked up in the output's repacked copy: every row of it,
+    partial groups included, must come back as exactly the file's bytes."""
+    n = _cols(qtype, 64)
+    raw, _ = _matrix(qtype, rows, n, seed=rows + 5)
+    packed = _kernels.repack(int(qtype), raw, n)
+    for r in range(rows):
+        assert _kernels.unpack_row(int(qtype), packed, rows, n, r).tobytes() == raw[r].tobytes(), r
+    with pytest.raises(ValueError):
+        _kernels.unpack_row(int(qtype), packed, rows, n, rows)
+    with pytest.raises(ValueError):
+        _kernels.unpack_row(int(qtype), packed[:-1], rows, n, 0)
+
+
 def test_released_pages_read_back_the_same(smollm2_path):
     from rase.gguf import GGUFFile
 

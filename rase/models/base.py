@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -214,8 +214,6 @@ def _experts(t: TensorInfo, n_expert: int) -> tuple[Matrix, ...]:
                  for e in range(n_expert))
 
 
-def _vector(t: TensorInfo) -> np.ndarray:
-    return dequantize(t).reshape(-1)
 
 
 class _Tensors:
@@ -230,6 +228,12 @@ class _Tensors:
     def take(self, name: str) -> TensorInfo:
         self.taken.add(name)
         return self.g.tensor(name)
+
+    def vector(self, name: str) -> np.ndarray:
+        """A 1-D tensor (norm weights, biases) as a private float32 copy: read from the file,
+        never through the mmap (GGUFFile.copy), and never read from the file again."""
+        t = self.take(name)
+        return dequantize(replace(t, data=self.g.copy(t))).reshape(-1)
 
     def unused(self) -> list[str]:
         return [n for n in self.g.tensors if n not in self.taken]
@@ -248,10 +252,10 @@ def _attention_parts(ts: _Tensors, il: int, hp: HParams, ls: LayerSpec) -> dict:
     parts["wo"] = _matrix(ts.take(blk + LAYER_TENSORS["wo"]))
     for key in ("bq", "bk", "bv", "bo"):  # optional, as in llama.cpp
         if ts.has(blk + LAYER_TENSORS[key]):
-            parts[key] = _vector(ts.take(blk + LAYER_TENSORS[key]))
+            parts[key] = ts.vector(blk + LAYER_TENSORS[key])
     names = ["attn_norm"] * ls.pre_norms + ["q_norm", "k_norm"] * (ls.qk_norm or ls.qk_norm_full)
     names += ["post_attn_norm"] * ls.post_norms
-    parts.update({k: _vector(ts.take(blk + LAYER_TENSORS[k])) for k in names})
+    parts.update({k: ts.vector(blk + LAYER_TENSORS[k]) for k in names})
     parts.setdefault("attn_norm", None)
     return parts
 
@@ -275,7 +279,7 @@ def _ffn_parts(ts: _Tensors, il: int, hp: HParams, ls: LayerSpec) -> dict:
         parts.update(wgate=_matrix(t, 0, hp.n_ff), wup=_matrix(t, hp.n_ff, 2 * hp.n_ff),
                      wdown=_matrix(ts.take(blk + LAYER_TENSORS["wdown"])))
     names = ["ffn_norm"] * ls.pre_norms + ["post_ffn_norm"] * ls.post_norms
-    parts.update({k: _vector(ts.take(blk + LAYER_TENSORS[k])) for k in names})
+    parts.update({k: ts.vector(blk + LAYER_TENSORS[k]) for k in names})
     parts.setdefault("ffn_norm", None)
     return parts
 
@@ -302,7 +306,7 @@ def build_plan(g: GGUFFile, hp: HParams, spec: ModelSpec, n_ctx: int) -> Forward
     for il, ls in enumerate(spec.layers):
         parts = {**_attention_parts(ts, il, hp, ls), **_ffn_parts(ts, il, hp, ls)}
         layers.append(LayerPlan(**parts, qk_norm_full=ls.qk_norm_full, window=ls.window, rope_slot=ls.rope_slot))
-    output_norm = _vector(ts.take("output_norm.weight"))
+    output_norm = ts.vector("output_norm.weight")
     _refuse_unused(g, ts)
     return ForwardPlan(
         n_layer=hp.n_layer, n_embd=hp.n_embd, n_head=hp.n_head, n_head_kv=hp.n_head_kv,

@@ -1,0 +1,57 @@
+"""GGUF -> the C plan (rase/plan.py): what a loaded model keeps mapped of its file.
+
+Peak RSS counts every page of the GGUF the process has mapped, and a fault in a mapping maps the
+whole page-cache folio around it (up to 2 MiB on Linux 6.18 for a file just downloaded). So a
+model whose matrices are all served from the pack cache must not read its file through the mmap
+at all after parsing it: norm vectors are read with pread, and the tied token embedding is looked
+up in the output's repacked copy."""
+from __future__ import annotations
+
+import mmap
+import sys
+
+import numpy as np
+import pytest
+
+from rase.decoder import load_gguf_decoder
+from tests.test_pack_cache import _wait_for_saves
+
+if not sys.platform.startswith("linux"):
+    pytest.skip("reads /proc/self/pagemap (Linux)", allow_module_level=True)
+
+FOLIO = 2 << 20  # what one fault in the metadata may map beside it
+
+
+def _mapped_pages(base: int, lo: int, hi: int) -> int:
+    """Pages of [base + lo, base + hi) present in this process's page tables."""
+    page = mmap.PAGESIZE
+    first, last = (base + lo) // page, -(-(base + hi) // page)
+    with open("/proc/self/pagemap", "rb") as f:
+        f.seek(first * 8)
+        entries = np.frombuffer(f.read((last - first) * 8), np.uint64)
+    return int(((entries >> np.uint64(63)) & np.uint64(1)).sum())
+
+
+def test_a_warm_load_maps_nothing_of_the_file_past_its_metadata(tmp_path, monkeypatch, smollm2_path):
+    """SmolLM2 (every matrix repacked, the embedding tied to the Q8_0 output): after a load from
+    the pack cache, a prefill and a decode, no page of the file's tensor data is mapped except
+    within a folio of the metadata. Reading a norm through the mmap, or a token's embedding row
+    from the file, maps its page (and its folio) and fails this."""
+    monkeypatch.setenv("RASE_PACK_CACHE", str(tmp_path / "packed"))
+    load_gguf_decoder(None, smollm2_path)  # writes the pack cache
+    _wait_for_saves()
+    dec = load_gguf_decoder(None, smollm2_path)
+    assert dec.plan.weights.repacked == {}  # every matrix mapped from the pack cache
+    g = dec.gguf
+    embd = g.tensor("token_embd.weight")
+    row = embd.nbytes // dec.vocab_size
+    tokens = [9000, 12000, 20000, 31000, 45000]  # rows MiBs away from either end of the embedding
+    logits = dec.prefill(tokens)
+    dec.decode(int(np.argmax(logits)))
+    base = embd.data.ctypes.data - embd.offset  # the mapping's first byte (offsets are absolute)
+    start = -(-g.data_offset // FOLIO) * FOLIO + FOLIO
+    assert _mapped_pages(base, start, g.file_size) == 0
+    for tok in tokens:  # the looked-up rows themselves, whatever the folio size
+        assert _mapped_pages(base, embd.offset + tok * row, embd.offset + (tok + 1) * row) == 0, tok
+    norms = [t for name, t in g.tensors.items() if name.endswith("norm.weight")]
+    assert norms and all(_mapped_pages(base, t.offset, t.offset + t.nbytes) == 0 for t in norms)
