@@ -33,6 +33,25 @@ def test_small_file_from_path_and_buffer(tmp_path):
         assert g.tensor("w.q8").shape == (2, 32) and g.tensor("w.q8").nbytes == 68
 
 
+def test_copy_reads_the_mapped_files_bytes_even_after_the_path_is_replaced(tmp_path):
+    """GGUFFile.copy reads through a file descriptor (no mmap fault); if the path now names
+    another file (a model replaced after load), the copy still comes from the mapped one."""
+    data = small_spec().build()
+    path = tmp_path / "small.gguf"
+    path.write_bytes(data)
+    g, buf = GGUFFile(path), parse(data)
+    t = g.tensor("w.f32")
+    want = bytes(t.data)
+    assert g.copy(t).tobytes() == want and buf.copy(buf.tensor("w.f32")).tobytes() == want
+    copy = g.copy(t)
+    assert copy.flags.writeable and copy.ctypes.data != t.data.ctypes.data  # private
+    other = bytearray(data)
+    other[t.offset:t.offset + t.nbytes] = b"\x55" * t.nbytes
+    (tmp_path / "other.gguf").write_bytes(bytes(other))
+    (tmp_path / "other.gguf").replace(path)
+    assert g.copy(t).tobytes() == want
+
+
 def test_reads_every_value_type_written_by_gguf_package(tmp_path):
     path = tmp_path / "w.gguf"
     w = gguf.GGUFWriter(str(path), "llama")
