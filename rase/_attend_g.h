@@ -20,10 +20,15 @@ RASE_ATTN_TARGET static inline __attribute__((always_inline)) void RASE_ATTN_NAM
     __m256 xs[RASE_ATTN_G][8], mxv[RASE_ATTN_G];
     for (int h = 0; h < G; ++h) mxv[h] = _mm256_set1_ps(-INFINITY);
     int nx = 0, jx = j0;  // keys waiting in xs, the first of them
+    const int bend = (j1 + RASE_KV_BLOCK - 1) / RASE_KV_BLOCK;
     for (int b = j0 / RASE_KV_BLOCK; b * RASE_KV_BLOCK < j1; ++b) {  // block by block through the table
         const uint16_t *k = kv->k;
         RASE_ROWS(k, b, j0, j1, lo, hi);
+        // the same rows RASE_KV_PF_QK blocks on (none past the last block)
+        const int64_t ahead = b + RASE_KV_PF_QK < bend
+            ? ((int64_t)kv->table[b + RASE_KV_PF_QK] - kv->table[b]) * kv->block_stride : 0;
         for (int j = lo; j < hi; ++j, k += kv->row_stride) {
+            if (ahead) rase_kv_prefetch_row(k + ahead, hd);
 #if RASE_ATTN_WIDE  // zmm c2 holds accumulators 2 c2 | 2 c2 + 1: the same four chains
             __m512 acc[RASE_ATTN_G][2];
             for (int h = 0; h < G; ++h) acc[h][0] = acc[h][1] = _mm512_setzero_ps();
@@ -119,6 +124,10 @@ RASE_ATTN_TARGET static inline __attribute__((always_inline)) void RASE_ATTN_NAM
                 for (int c = 0; c < ICC; ++c) acc[h][k][c] = RASE_PV_ZERO();                           \
         for (int b = b0; b < b1; ++b) {                                                                \
             const uint16_t *v = kv->v + (int64_t)kv->table[b] * kv->block_stride + i;                 \
+            if (b + RASE_KV_PF_PV < b1)                                                                \
+                for (int k = 0; k < SG; ++k)                                                           \
+                    rase_kv_prefetch_row(kv->v + (int64_t)kv->table[b + RASE_KV_PF_PV] * kv->block_stride + i + \
+                                         (int64_t)(s0 + k) * kv->row_stride, ICC * RASE_PV_W);         \
             for (int k = 0; k < SG; ++k) {                                                             \
                 const int j = b * RASE_KV_BLOCK + s0 + k;                                              \
                 if (j < j0 || j >= j1) continue;                                                       \

@@ -80,6 +80,18 @@ static void attend_ref(const float *q, const rase_kv_view *kv, int j0, int j1, i
     const int hi = ((b) + 1) * RASE_KV_BLOCK < (j1) ? ((b) + 1) * RASE_KV_BLOCK : (j1);        \
     ptr += (int64_t)kv->table[b] * kv->block_stride + (int64_t)(lo - (b) * RASE_KV_BLOCK) * kv->row_stride
 
+// The K/V rows of one head are row_stride apart inside a block of RASE_KV_BLOCK positions and
+// the blocks lie anywhere in the pool (block_stride apart at best): the hardware prefetcher
+// restarts at every block, so past the caches (long contexts) each block began with DRAM
+// latency. The scores loop asks, with each key, for the same row RASE_KV_PF_QK blocks on; the
+// P.V passes (a few slots of every block per pass) ask for their rows RASE_KV_PF_PV blocks on.
+// Prefetches never change a result.
+#define RASE_KV_PF_QK 1
+#define RASE_KV_PF_PV 4
+static inline void rase_kv_prefetch_row(const uint16_t *row, int hd) {
+    for (int o = 0; o < hd * 2; o += 64) rase_prefetch((const char *)row + o);
+}
+
 #define RASE_ATTN_NAME attend_avx2_g
 #define RASE_ATTN_TARGET RASE_TARGET_AVX2
 #define RASE_ATTN_WIDE 0
