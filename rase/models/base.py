@@ -214,8 +214,6 @@ def _experts(t: TensorInfo, n_expert: int) -> tuple[Matrix, ...]:
                  for e in range(n_expert))
 
 
-
-
 class _Tensors:
     """A file's tensors as the plan takes them; whatever is never taken is refused (unused())."""
 
