@@ -18,6 +18,8 @@ import httpx
 import openai
 import pytest
 
+from ray.serve._private.constants import RAY_SERVE_QUEUE_LENGTH_CACHE_TIMEOUT_S
+
 from conftest import rase_command
 from ray_cluster import LOOPBACK, listening, pids_of, rase_serve_ray, rss_mb
 from rase.api import Engine
@@ -130,6 +132,34 @@ def test_a_conversation_stays_on_the_replica_holding_its_prefix(cluster, client)
             assert _replica(one.headers)[0] == _replica(two.headers)[0] == want
             cached = two.parse().usage.prompt_tokens_details.cached_tokens
             assert cached >= answer.usage.prompt_tokens // 2, (cached, answer.usage.prompt_tokens)
+
+
+def test_concurrent_conversations_each_reach_the_replica_of_their_key(cluster):
+    # the first burst after a quiet spell: Ray's cached queue lengths are stale, so its routing
+    # tasks probe the replicas and finish out of order; each chosen replica must still go to the
+    # request it was chosen for (with Ray's FIFOMixin it went to the oldest waiting: 2 of 2 runs failed)
+    names = sorted(_replicas(cluster.base))
+    openings, want = [], []  # 5 keys per replica: no replica is more than the imbalance (8) ahead
+    for i in range(64):
+        opening = [SYSTEM, {"role": "user", "content": f"Burst {i}: name a town by the sea."}]
+        home = names[rendezvous_order(route_key("/v1/chat/completions", _chat_body(opening)), names)[0]]
+        if want.count(home) < 5:
+            openings.append(opening)
+            want.append(home)
+    assert len(openings) == 10
+    time.sleep(RAY_SERVE_QUEUE_LENGTH_CACHE_TIMEOUT_S + 1)
+    served = [None] * len(openings)
+
+    def one(i):
+        body = {"model": "smollm2", "messages": openings[i], "max_tokens": 24, "temperature": 0}
+        served[i] = _replica(httpx.post(cluster.base + "/v1/chat/completions", json=body, timeout=120).headers)[0]
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(openings))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert served == want
 
 
 def test_load_spreads_when_the_preferred_replica_is_busy(cluster):
