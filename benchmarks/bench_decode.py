@@ -19,6 +19,7 @@ Without a model argument it benchmarks the demo model (SmolLM2-135M Q4_1, fetche
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import resource
@@ -38,41 +39,32 @@ def _prompt(n: int, vocab: int) -> list[int]:
     return np.random.default_rng(0).integers(100, min(vocab, 20000), n).tolist()
 
 
+def _tg(reset, prefill, decode, ids: list[int], context: int) -> float:
+    """One tg run: a new sequence of `context` prompt tokens, then the rate of TG decoded tokens."""
+    reset()
+    prefill(ids[:context])
+    t0 = time.perf_counter()
+    for tok in ids[context:context + TG]:
+        decode(tok)
+    return TG / (time.perf_counter() - t0)
+
+
+def _mean_rate(once) -> float:
+    """llama-bench's procedure for one test: a warm-up run, then the mean rate of REPS runs."""
+    once()
+    return statistics.mean(once() for _ in range(REPS))
+
+
 def _rates(reset, prefill, decode, ids: list[int]) -> dict:
-    """llama-bench's procedure for one engine: a warm-up run of each test, then the mean rate
-    of REPS runs. reset() starts a new sequence, prefill(tokens) evaluates a prompt after it,
-    decode(token) evaluates one more token."""
+    """pp512 and tg128 for one engine. reset() starts a new sequence, prefill(tokens) evaluates
+    a prompt after it, decode(token) evaluates one more token."""
     def pp_once() -> float:
         reset()
         t0 = time.perf_counter()
         prefill(ids)
         return PP / (time.perf_counter() - t0)
 
-    def tg_once() -> float:
-        reset()
-        prefill(ids[:8])
-        t0 = time.perf_counter()
-        for tok in ids[8:8 + TG]:
-            decode(tok)
-        return TG / (time.perf_counter() - t0)
-
-    pp_once(), tg_once()
-    return dict(pp=statistics.mean(pp_once() for _ in range(REPS)),
-                tg=statistics.mean(tg_once() for _ in range(REPS)))
-
-
-def _decode_at_depth(prefill, decode, ids: list[int], depth: int) -> float:
-    """llama-bench's tg at depth: after a context of `depth` positions, the mean rate of TG
-    decoded tokens over REPS runs (after a warm-up)."""
-    def once() -> float:
-        prefill(ids[:depth])
-        t0 = time.perf_counter()
-        for tok in ids[depth:depth + TG]:
-            decode(tok)
-        return TG / (time.perf_counter() - t0)
-
-    once()
-    return statistics.mean(once() for _ in range(REPS))
+    return dict(pp=_mean_rate(pp_once), tg=_mean_rate(lambda: _tg(reset, prefill, decode, ids, 8)))
 
 
 def worker_rase(path: str, threads: int, depth: int = 0) -> dict:
@@ -88,8 +80,8 @@ def worker_rase(path: str, threads: int, depth: int = 0) -> dict:
     # prefill starts a new sequence at position 0: nothing to reset
     out = dict(load=load, ttft=ttft, **_rates(lambda: None, dec.prefill, dec.decode, ids[:PP]))
     out["rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # as the others: no deep KV
-    if depth:
-        out["tg_depth"] = _decode_at_depth(dec.prefill, dec.decode, ids, depth)
+    if depth:  # llama-bench's tg at depth: after a context of `depth` positions
+        out["tg_depth"] = _mean_rate(lambda: _tg(lambda: None, dec.prefill, dec.decode, ids, depth))
     return out
 
 
@@ -236,8 +228,9 @@ def main() -> None:
     ap.add_argument("--worker", choices=["rase", "llama", "bandwidth"])
     args = ap.parse_args()
     if args.worker:
-        result = (worker_rase(args.models[0], args.threads, args.depth) if args.worker == "rase" else
-                  {"llama": worker_llama, "bandwidth": worker_bandwidth}[args.worker](args.models[0], args.threads))
+        workers = {"rase": functools.partial(worker_rase, depth=args.depth), "llama": worker_llama,
+                   "bandwidth": worker_bandwidth}
+        result = workers[args.worker](args.models[0], args.threads)
         result.setdefault("rss_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
         print(json.dumps(result))
         return

@@ -67,22 +67,24 @@ class PrefixAffinityRouter(RequestRouter):
         return [max(self.in_flight[r.replica_id] + pending[r.replica_id],
                     self.replica_queue_len_cache.get(r.replica_id) or 0) for r in ranked]
 
-    def _choose(self, pending: Optional[PendingRequest], ranks: List[List[RunningReplica]]):
-        if pending is not None and ranks:
-            self.chosen[pending.metadata.internal_request_id] = (ranks[0][0].replica_id, time.monotonic())
-        return ranks
-
-    async def choose_replicas(self, candidate_replicas: List[RunningReplica],
-                              pending_request: Optional[PendingRequest] = None) -> List[List[RunningReplica]]:
-        key = _key_of(pending_request)
-        if pending_request is not None:  # chosen again (all ranks were full): not counted twice
-            self.chosen.pop(pending_request.metadata.internal_request_id, None)
+    def _ranks(self, candidate_replicas: List[RunningReplica], key: str | None) -> List[List[RunningReplica]]:
+        """Replicas in the order Ray should try them, one per rank."""
         if key is None or len(candidate_replicas) < 2:
-            return self._choose(pending_request, _by_load(candidate_replicas, self._load(candidate_replicas)))
+            return _by_load(candidate_replicas, self._load(candidate_replicas))
         order = rendezvous_order(key, [r.replica_id.unique_id for r in candidate_replicas])
         ranked = [candidate_replicas[i] for i in order]
         load = self._load(ranked)
         if load[0] - min(load[1:]) > self.imbalance:
-            return self._choose(pending_request, _by_load(ranked, load))
-        # the key's replica, then the next by the same hash if it is full
-        return self._choose(pending_request, [[r] for r in ranked])
+            return _by_load(ranked, load)
+        return [[r] for r in ranked]  # the key's replica, then the next by the same hash if it is full
+
+    async def choose_replicas(self, candidate_replicas: List[RunningReplica],
+                              pending_request: Optional[PendingRequest] = None) -> List[List[RunningReplica]]:
+        if pending_request is None:
+            return self._ranks(candidate_replicas, None)
+        rid = pending_request.metadata.internal_request_id
+        self.chosen.pop(rid, None)  # chosen again (all ranks were full): not counted twice
+        ranks = self._ranks(candidate_replicas, _key_of(pending_request))
+        if ranks:
+            self.chosen[rid] = (ranks[0][0].replica_id, time.monotonic())
+        return ranks
