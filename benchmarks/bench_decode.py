@@ -234,6 +234,11 @@ def main() -> None:
         result.setdefault("rss_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
         print(json.dumps(result))
         return
+    import rase
+
+    info = rase.build_info()
+    print(f"rase kernels: {info['isa_selected']} on {info['cpu_vendor'] or 'an unknown CPU'}, weight prefetch "
+          f"{info['prefetch_bytes']} B ahead (RASE_PREFETCH)")
     models = args.models
     if not models:
         from rase.config import default_store

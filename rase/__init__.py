@@ -6,7 +6,7 @@ Data path: registry -> session -> gguf -> models/<arch> plan -> chat template ->
 from __future__ import annotations
 
 from . import _kernels
-from .config import simd_request
+from .config import PREFETCH_ENV, prefetch_request, simd_request
 from .errors import (
     BackendUnavailable, Cancelled, ChatTemplateError, ContextOverflow, CorruptModelFile, HubDownloadError,
     IntegrityMismatch, InvalidGenerationConfig, InvalidGrammar, InvalidLogits, InvalidModelId, ManifestError,
@@ -34,6 +34,20 @@ def _select_isa() -> None:
         ) from None
 
 
+def _select_prefetch() -> None:
+    wanted = prefetch_request()
+    if wanted is None:
+        _kernels.set_prefetch(_kernels.prefetch_default())
+        return
+    try:
+        _kernels.set_prefetch(int(wanted))
+    except ValueError as exc:
+        raise BackendUnavailable(
+            f"{PREFETCH_ENV}={wanted!r} is not a prefetch distance ({exc}); use 0 to turn software "
+            f"prefetch off, a distance such as 4096, or unset it for this CPU's default"
+        ) from None
+
+
 def build_info() -> dict:
     """How this build was compiled and which kernel path runs on this CPU."""
     import numpy
@@ -44,12 +58,15 @@ def build_info() -> dict:
         isa_compiled=_kernels.isa_compiled(),
         isa_supported=_kernels.isa_supported(),
         isa_selected=_kernels.get_isa(),
+        cpu_vendor=_kernels.cpu_vendor(),
+        prefetch_bytes=_kernels.get_prefetch(),
         numpy=numpy.__version__,
     )
     return info
 
 
 _select_isa()
+_select_prefetch()
 
 # The manual's module functions and the Engine, importable as rase.X; loaded on first use so that
 # `import rase` stays light (no tokenizers/jinja2 until a model is used).

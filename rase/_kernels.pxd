@@ -11,6 +11,9 @@ cdef extern from "_simd.h" nogil:
     int rase_isa_compiled(int isa)
     int rase_isa_supported(int isa)
     int rase_isa_best()
+    int rase_prefetch_bytes
+    int rase_prefetch_default()
+    void rase_cpu_vendor(char *out)
 
 cdef extern from *:
     """

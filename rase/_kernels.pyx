@@ -48,6 +48,34 @@ def get_isa():
     return RASE_ISA_NAMES[rase_isa].decode()
 
 
+MAX_PREFETCH_BYTES = 1 << 16
+
+
+def cpu_vendor():
+    """The CPU's vendor string from cpuid ("AuthenticAMD", "GenuineIntel", ...), "" without one."""
+    cdef char out[13]
+    rase_cpu_vendor(out)
+    return out[:12].decode("ascii", "replace").rstrip("\0")
+
+
+def prefetch_default():
+    """The weight prefetch distance this CPU's vendor gets by default, in bytes (0: none)."""
+    return rase_prefetch_default()
+
+
+def set_prefetch(int nbytes):
+    """How far ahead (bytes) weight streams prefetch; 0 turns software prefetch off. Changes
+    timing only, never a result. Set it between steps, not while a forward runs."""
+    global rase_prefetch_bytes
+    if not 0 <= nbytes <= MAX_PREFETCH_BYTES or nbytes % 64:
+        raise ValueError(f"a prefetch distance is 0 or a multiple of 64 up to {MAX_PREFETCH_BYTES}, got {nbytes}")
+    rase_prefetch_bytes = nbytes
+
+
+def get_prefetch():
+    return rase_prefetch_bytes
+
+
 def compiler_info():
     return {"compiler": RASE_COMPILER.decode(), "openmp": int(RASE_OPENMP),
             "omp_max_threads": rase_omp_max_threads()}

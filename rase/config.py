@@ -5,6 +5,7 @@ import os
 from pathlib import Path
 
 SIMD_ENV = "RASE_SIMD"  # "scalar" | "avx2" | "avx512" | unset (= best the CPU supports)
+PREFETCH_ENV = "RASE_PREFETCH"  # bytes ahead weight streams prefetch, 0 = none; unset = the CPU's default
 THREADS_ENV = "RASE_NUM_THREADS"
 STORE_ENV = "RASE_STORE"
 PACK_CACHE_ENV = "RASE_PACK_CACHE"  # unset: the user cache dir; "0"/"off": no cache; else a directory
@@ -12,6 +13,11 @@ PACK_CACHE_ENV = "RASE_PACK_CACHE"  # unset: the user cache dir; "0"/"off": no c
 
 def simd_request() -> str | None:
     value = os.environ.get(SIMD_ENV, "").strip().lower()
+    return value or None
+
+
+def prefetch_request() -> str | None:
+    value = os.environ.get(PREFETCH_ENV, "").strip()
     return value or None
 
 

@@ -1,4 +1,5 @@
-"""The build: portable dispatch, the ISA chosen at import, and the RASE_SIMD override."""
+"""The build: portable dispatch, the ISA and prefetch distance chosen at import, and the
+RASE_SIMD / RASE_PREFETCH overrides."""
 from __future__ import annotations
 
 import ast
@@ -8,15 +9,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import rase
 from rase import _kernels
 
 
-def _build_info_with(env_value: str | None) -> subprocess.CompletedProcess:
+def _build_info_with(env_value: str | None, var: str = "RASE_SIMD") -> subprocess.CompletedProcess:
     env = dict(os.environ)
-    env.pop("RASE_SIMD", None)
+    env.pop(var, None)
     if env_value is not None:
-        env["RASE_SIMD"] = env_value
+        env[var] = env_value
     code = "import json, rase; print(json.dumps(rase.build_info()))"
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
 
@@ -62,6 +65,30 @@ def test_unusable_rase_simd_is_a_typed_error():
         assert proc.returncode != 0 and "BackendUnavailable" in proc.stderr and "RASE_SIMD" in proc.stderr, name
 
 
+def _vendor_from_cpuinfo() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("vendor_id"):
+            return line.split(":", 1)[1].strip()
+    return ""
+
+
+def test_default_prefetch_distance_follows_the_cpu_vendor():
+    vendor = _vendor_from_cpuinfo()
+    assert _kernels.cpu_vendor() == vendor  # cpuid read right (cpuinfo is the kernel's copy)
+    want = {"AuthenticAMD": 0, "GenuineIntel": 4096}.get(vendor, 4096)
+    assert _kernels.prefetch_default() == want
+    info = json.loads(_build_info_with(None, "RASE_PREFETCH").stdout)
+    assert (info["cpu_vendor"], info["prefetch_bytes"]) == (vendor, want)
+
+
+def test_rase_prefetch_overrides_the_default_and_bad_values_are_typed_errors():
+    for value in ("0", "2048", "4096"):
+        assert json.loads(_build_info_with(value, "RASE_PREFETCH").stdout)["prefetch_bytes"] == int(value)
+    for value in ("abc", "100", "-64", str(1 << 20)):
+        proc = _build_info_with(value, "RASE_PREFETCH")
+        assert proc.returncode != 0 and "BackendUnavailable" in proc.stderr and "RASE_PREFETCH" in proc.stderr, value
+
+
 def test_no_cpu_specific_flags_in_the_build():
     tree = ast.parse((Path(__file__).parent.parent / "setup.py").read_text())
     flags = [node.value for node in ast.walk(tree)
@@ -69,6 +96,18 @@ def test_no_cpu_specific_flags_in_the_build():
              and node.value.startswith("-")]
     assert "-O3" in flags and "-fopenmp" in flags
     assert not [f for f in flags if f.startswith(("-march", "-mtune", "-mavx", "-mfma", "-mf16c"))]
+
+
+def test_set_prefetch_round_trip():
+    before = _kernels.get_prefetch()
+    try:
+        _kernels.set_prefetch(1024)
+        assert _kernels.get_prefetch() == 1024
+        with pytest.raises(ValueError):
+            _kernels.set_prefetch(100)
+        assert _kernels.get_prefetch() == 1024
+    finally:
+        _kernels.set_prefetch(before)
 
 
 def test_set_isa_round_trip():

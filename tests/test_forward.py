@@ -69,6 +69,20 @@ def test_the_isa_is_fixed_in_the_plan_at_load(tiny_models):
         _kernels.set_isa(previous)
 
 
+def test_the_prefetch_distance_does_not_change_logits(tiny_models):
+    path = tiny_models("llama", QuantType.Q4_K)
+    before = _kernels.get_prefetch()
+    try:
+        got = []
+        for nbytes in (0, 4096):
+            _kernels.set_prefetch(nbytes)
+            dec = load_gguf_decoder(None, path, n_threads=2)
+            got.append((dec.prefill(TOKENS, all_logits=True), dec.decode(TOKENS[0])))
+        assert np.array_equal(got[0][0], got[1][0]) and np.array_equal(got[0][1], got[1][1])
+    finally:
+        _kernels.set_prefetch(before)
+
+
 @pytest.mark.parametrize("arch", ARCHS)
 def test_thread_count_does_not_change_logits(tiny_models, arch):
     path = tiny_models(arch, QuantType.Q4_K)

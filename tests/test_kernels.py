@@ -289,3 +289,25 @@ def test_released_pages_read_back_the_same(smollm2_path):
     g.release(t, 100, 5000)
     g.populate(t, 0, 10)
     assert bytes(t.data) == before
+
+
+@pytest.mark.parametrize("qtype", list(QuantType), ids=lambda t: t.name)
+def test_the_prefetch_distance_changes_no_bit(qtype):
+    """Software prefetch (RASE_PREFETCH, the vendor default) only moves timing: the forward's
+    matmul loop gives the same bits with none, one line and 4 KiB ahead, on every ISA, for one
+    token, a tile and (F16) the GEMM."""
+    n = _cols(qtype, 64)
+    raw, _ = _matrix(qtype, 70, n, seed=int(qtype))
+    x = np.random.default_rng(int(qtype)).standard_normal((17, n)).astype(np.float32)
+    before = _kernels.get_prefetch()
+    try:
+        for isa in _kernels.isa_supported():
+            m = _kernels.BenchMatrix(int(qtype), raw, n, isa, 2)
+            for T in (1, 5, 17):
+                got = []
+                for nbytes in (0, 64, 4096):
+                    _kernels.set_prefetch(nbytes)
+                    got.append(m.matmul(x[:T], 2)[0].tobytes())
+                assert got[0] == got[1] == got[2], (isa, T)
+    finally:
+        _kernels.set_prefetch(before)
