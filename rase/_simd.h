@@ -116,7 +116,7 @@ static inline void rase_prefetch(const void *p) { __builtin_prefetch(p, 0, 3); }
 // Weights are streamed once per step: each block a kernel reads asks for the lines
 // rase_prefetch_bytes ahead of it (0: none), spread one block at a time (a burst of a whole
 // group's prefetches stalls on the fill buffers). Prefetches never change a result.
-// Written once at import (rase_prefetch_select from Python, RASE_PREFETCH overrides), like rase_isa.
+// Written once at import (rase/__init__.py: _select_prefetch; RASE_PREFETCH overrides), like rase_isa.
 static int rase_prefetch_bytes = 4096;
 #define RASE_PREFETCH_AHEAD(p, bytes)                                                                  \
     do {                                                                                               \
