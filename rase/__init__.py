@@ -6,7 +6,7 @@ Data path: registry -> session -> gguf -> models/<arch> plan -> chat template ->
 from __future__ import annotations
 
 from . import _kernels
-from .config import PREFETCH_ENV, prefetch_request, simd_request
+from .config import PREFETCH_ENV, SIMD_ENV, prefetch_request, simd_request
 from .errors import (
     BackendUnavailable, Cancelled, ChatTemplateError, ContextOverflow, CorruptModelFile, HubDownloadError,
     IntegrityMismatch, InvalidGenerationConfig, InvalidGrammar, InvalidLogits, InvalidModelId, ManifestError,
@@ -20,32 +20,24 @@ from .quants import QuantType, dequantize
 __version__ = "0.1.0"
 
 
-def _select_isa() -> None:
-    wanted = simd_request()
+def _apply_env(var: str, wanted: str | None, apply, default, advice: str) -> None:
+    """apply(wanted), or apply(default()) when the variable is unset; a value apply refuses
+    (ValueError) is a BackendUnavailable naming the variable and what to use instead."""
     if wanted is None:
-        _kernels.set_isa(_kernels.isa_best())
+        apply(default())
         return
     try:
-        _kernels.set_isa(wanted)
+        apply(wanted)
     except ValueError as exc:
-        raise BackendUnavailable(
-            f"RASE_SIMD={wanted!r} cannot be used here ({exc}); "
-            f"available: {', '.join(_kernels.isa_supported())}"
-        ) from None
+        raise BackendUnavailable(f"{var}={wanted!r} cannot be used here ({exc}); {advice}") from None
 
 
-def _select_prefetch() -> None:
-    wanted = prefetch_request()
-    if wanted is None:
-        _kernels.set_prefetch(_kernels.prefetch_default())
-        return
-    try:
-        _kernels.set_prefetch(int(wanted))
-    except ValueError as exc:
-        raise BackendUnavailable(
-            f"{PREFETCH_ENV}={wanted!r} is not a prefetch distance ({exc}); use 0 to turn software "
-            f"prefetch off, a distance such as 4096, or unset it for this CPU's default"
-        ) from None
+def _select_kernels() -> None:
+    """The ISA path and the weight prefetch distance, once at import (RASE_SIMD, RASE_PREFETCH)."""
+    _apply_env(SIMD_ENV, simd_request(), _kernels.set_isa, _kernels.isa_best,
+               f"available: {', '.join(_kernels.isa_supported())}")
+    _apply_env(PREFETCH_ENV, prefetch_request(), lambda v: _kernels.set_prefetch(int(v)), _kernels.prefetch_default,
+               "use 0 to turn software prefetch off, a distance such as 4096, or unset it for this CPU's default")
 
 
 def build_info() -> dict:
@@ -65,8 +57,7 @@ def build_info() -> dict:
     return info
 
 
-_select_isa()
-_select_prefetch()
+_select_kernels()
 
 # The manual's module functions and the Engine, importable as rase.X; loaded on first use so that
 # `import rase` stays light (no tokenizers/jinja2 until a model is used).

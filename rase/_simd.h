@@ -42,7 +42,7 @@
 enum { RASE_ISA_SCALAR = 0, RASE_ISA_AVX2 = 1, RASE_ISA_AVX512 = 2, RASE_ISA_COUNT = 3 };
 static const char *const RASE_ISA_NAMES[RASE_ISA_COUNT] = {"scalar", "avx2", "avx512"};
 
-// The path in use; written once at import (rase_isa_select), read by every dispatcher.
+// The path in use; written once at import (rase/__init__.py: _select_kernels), read by every dispatcher.
 static int rase_isa = RASE_ISA_SCALAR;
 
 static int rase_isa_compiled(int isa) {
@@ -116,7 +116,7 @@ static inline void rase_prefetch(const void *p) { __builtin_prefetch(p, 0, 3); }
 // Weights are streamed once per step: each block a kernel reads asks for the lines
 // rase_prefetch_bytes ahead of it (0: none), spread one block at a time (a burst of a whole
 // group's prefetches stalls on the fill buffers). Prefetches never change a result.
-// Written once at import (rase/__init__.py: _select_prefetch; RASE_PREFETCH overrides), like rase_isa.
+// Written once at import (rase/__init__.py: _select_kernels; RASE_PREFETCH overrides), like rase_isa.
 static int rase_prefetch_bytes = 4096;
 #define RASE_PREFETCH_AHEAD(p, bytes)                                                                  \
     do {                                                                                               \
