@@ -80,7 +80,7 @@ def unpack_row(int qtype, const uint8_t[::1] packed, int64_t rows, int64_t cols,
     """Row `row` of a repack()ed (rows x cols) matrix as ggml's plain row bytes: how the tied
     token embedding is looked up from the output's repacked copy."""
     _check_type(qtype)
-    if not R16_TRAITS[qtype].blk_bytes or cols % (256 if qtype == 12 else 32) or cols <= 0:
+    if not R16_TRAITS[qtype].blk_bytes or cols % (256 if DOT_TRAITS[qtype].act == ACT_Q8_K else 32) or cols <= 0:
         raise ValueError(f"ggml type {qtype} with {cols} columns is not repacked")
     if packed.shape[0] != rase_r16_bytes(qtype, rows, cols) or not 0 <= row < rows:
         raise ValueError("packed must be repack()'s output for (rows, cols), and 0 <= row < rows")

@@ -525,6 +525,7 @@ static const rase_r16_traits R16_TRAITS[RASE_GGML_TYPE_COUNT] = {
            {0, 0, RASE_R16_PANEL_FN(r16_q5_1_vnni)}},
     [8] = {sizeof(r16_q8_0), {r16_q8_0_ref, RASE_R16_X86_FN(r16_q8_0_avx2), RASE_R16_X86_FN(r16_q8_0_vnni)}, RASE_R16_TILE},
     [12] = {sizeof(r16_q4_k) / 8, {r16_q4_k_ref, RASE_R16_X86_FN(r16_q4_k_avx2), RASE_R16_X86_FN(r16_q4_k_vnni)}, RASE_R16K_TILE},
+    [13] = {sizeof(r16_q5_k) / 8, {r16_q5_k_ref, RASE_R16_X86_FN(r16_q5_k_avx2), RASE_R16_X86_FN(r16_q5_k_vnni)}, RASE_R16K_TILE},
 };
 
 static inline rase_r16_fn rase_r16_for(int type, int isa) {
@@ -565,7 +566,7 @@ static inline size_t rase_r16_bytes(int type, int64_t rows, int64_t n) {
 #define RASE_R16_REPACK_LOOP(T)                                                                        \
     _Pragma("omp parallel for num_threads(n_threads) schedule(static) if (g1 - g0 >= 64)")             \
     for (int64_t g = g0; g < g1; ++g)                                                                  \
-        T == 12 ? rase_r16_repack_q4_k(src, row_bytes, rows, n, g, dst + g * group)                    \
+        T >= 12 ? rase_r16_repack_k(T, src, row_bytes, rows, n, g, dst + g * group)                    \
                 : rase_r16_repack_group(T, src, row_bytes, rows, n, g, dst + g * group, R16_TRAITS[T].blk_bytes)
 
 static void rase_r16_repack(int type, const uint8_t *src, int64_t row_bytes, int64_t rows, int64_t n, uint8_t *dst,
@@ -578,6 +579,7 @@ static void rase_r16_repack(int type, const uint8_t *src, int64_t row_bytes, int
         case 6: RASE_R16_REPACK_LOOP(6); break;
         case 7: RASE_R16_REPACK_LOOP(7); break;
         case 12: RASE_R16_REPACK_LOOP(12); break;
+        case 13: RASE_R16_REPACK_LOOP(13); break;
         default: RASE_R16_REPACK_LOOP(8); break;
     }
 }
@@ -589,15 +591,8 @@ static void rase_r16_unpack_row(int type, const uint8_t *packed, int64_t group_b
                                 uint8_t *dst) {
     const uint8_t *pg = packed + (row / RASE_R16) * group_bytes;
     const int r = (int)(row % RASE_R16);
-    if (type == 12) {
-        const r16_q4_k *o = (const r16_q4_k *)pg;
-        block_q4_K *x = (block_q4_K *)dst;
-        for (int64_t b = 0; b < n / 256; ++b) {
-            x[b].d = o[b].d[r], x[b].dmin = o[b].dmin[r];
-            for (int i = 0; i < 3; ++i) memcpy(x[b].scales + 4 * i, &o[b].sm[i][r], 4);
-            for (int p = 0; p < 4; ++p)
-                for (int s = 0; s < 8; ++s) memcpy(x[b].qs + 32 * p + 4 * s, &o[b].q[p][s][4 * r], 4);
-        }
+    if (type == 12 || type == 13) {
+        rase_r16_unpack_row_k(type, pg, n, r, dst);
         return;
     }
     const int dst_blk = QUANT_TRAITS[type].size, has_min = rase_r16_has_min(type);

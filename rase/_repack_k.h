@@ -1,72 +1,137 @@
-// rase/_repack_k.h: Q4_K repacked at load, 16 rows interleaved (the layout of _repack.h with a
-// 256-column block), and its matmul kernels: 16 rows x a tile of up to 8 tokens per call.
+// rase/_repack_k.h: Q4_K and Q5_K repacked at load, 16 rows interleaved (the layout of _repack.h
+// with a 256-column block), and their matmul kernels: 16 rows x a tile of up to 8 tokens per call.
 //
-// Layout: one r16_q4_k per 16 rows x 256 columns, the size of the 16 plain blocks. d, dmin as in
-// the file; sm[i][r] the i-th 32-bit word of row r's 12 packed scale/min bytes (so the kmask
-// unpack runs on 16 rows at once); q[p][s] byte 4r + i = qs[32p + 4s + i] of row r: low nibble
-// element 64p + 4s + i (sub-block 2p, slice s), high nibble element 64p + 32 + 4s + i (2p + 1).
+// Layout: one r16_q4_k (r16_q5_k) per 16 rows x 256 columns, the size of the 16 plain blocks. d,
+// dmin as in the file; sm[i][r] the i-th 32-bit word of row r's 12 packed scale/min bytes (so the
+// kmask unpack runs on 16 rows at once); q[p][s] byte 4r + i = qs[32p + 4s + i] of row r: low
+// nibble element 64p + 4s + i (sub-block 2p, slice s), high nibble element 64p + 32 + 4s + i
+// (2p + 1). Q5_K puts h[2p], h[2p + 1] before each q[p]: byte 4r + i of h[j], bit s = the fifth
+// bit of element 32j + 4s + i of row r (Q5_0's one byte per lane: one load serves the sub-block's
+// 8 slices), so the kernels read a block front to back (with h after q, the hardware prefetcher
+// lost the stream: 9.5 against 27 GB/s from DRAM on one Zen 4 core).
 //
 // Numerics (llama.cpp's x86 one-token Q4_K, ggml_gemv_q4_K_8x8_q8_K, the t1 fixtures' bits): per row
 // and 256-block b, the exact integers S = sum_j sc_j (w_j . y_j) over the 8 sub-blocks of 32 and
 // M = sum_j mn_j (bsum_2j + bsum_2j+1); acc = fma((float)S, dx * dy, acc), accm = fma((float)M,
-// dmin * dy, accm), block by block; the result is acc - accm. Integers in any order are the same
-// integers, so the scalar reference, AVX2 and AVX-512 VNNI kernels give the same bits.
+// dmin * dy, accm), block by block; the result is acc - accm. Q5_K keeps the order of its row
+// kernels (_dot.h's rase_kdot_ref, every ISA): acc = acc + dy * (dx * S - dmin * M) from acc = 0.
+// Integers in any order are the same integers, so the scalar reference, AVX2 and AVX-512 VNNI
+// kernels give the same bits (and Q5_K the bits it had before it was repacked).
 #ifndef RASE_REPACK_K_H
 #define RASE_REPACK_K_H
+#include <stddef.h>
 
-typedef struct { uint16_t d[16], dmin[16]; uint32_t sm[3][16]; uint8_t q[4][8][64]; } r16_q4_k;
+typedef struct { uint16_t d[16], dmin[16]; uint32_t sm[3][16]; } r16_k_head;
+typedef struct { r16_k_head hd; uint8_t q[4][8][64]; } r16_q4_k;
+typedef struct { r16_k_head hd; struct { uint8_t h[2][64]; uint8_t q[8][64]; } p[4]; } r16_q5_k;
 _Static_assert(sizeof(r16_q4_k) == 16 * sizeof(block_q4_K), "r16_q4_k");
-_Static_assert(sizeof(block_q4_K) == 144, "ggml block size");
+_Static_assert(sizeof(r16_q5_k) == 16 * sizeof(block_q5_K), "r16_q5_k");
+_Static_assert(sizeof(block_q4_K) == 144 && sizeof(block_q5_K) == 176, "ggml block sizes");
+// bytes of one repacked 256-column block of type 12 (Q4_K) or 13 (Q5_K)
+#define RASE_R16K_BYTES(T) ((T) == 13 ? sizeof(r16_q5_k) : sizeof(r16_q4_k))
+// plane q[p][s] and (Q5_K) the fifth bits h[j] of the repacked block at o
+static inline __attribute__((always_inline)) uint8_t *rase_r16k_q(int type, const void *o, int p, int s) {
+    return type == 13 ? ((r16_q5_k *)o)->p[p].q[s] : ((r16_q4_k *)o)->q[p][s];
+}
+static inline __attribute__((always_inline)) uint8_t *rase_r16k_h(const void *o, int j) {
+    return ((r16_q5_k *)o)->p[j / 2].h[j % 2];
+}
 #define RASE_R16K_TILE 8  // tokens per kernel call
 
-// Group g of a (rows x n) plain Q4_K matrix into dst (n / 256 blocks); rows past the end are zero.
-static inline __attribute__((always_inline)) void rase_r16_repack_q4_k(const uint8_t *src, int64_t row_bytes, int64_t rows,
-                                                                     int64_t n, int64_t g, uint8_t *dst) {
-    r16_q4_k *o = (r16_q4_k *)dst;
-    if ((g + 1) * RASE_R16 > rows) memset(dst, 0, (size_t)(n / 256) * sizeof(r16_q4_k));
+// Group g of a (rows x n) plain Q4_K (type 12) or Q5_K (13) matrix into dst (n / 256 blocks);
+// rows past the end are zero. The leading fields of the two plain blocks share their layout.
+static inline __attribute__((always_inline)) void rase_r16_repack_k(const int type, const uint8_t *src, int64_t row_bytes,
+                                                                  int64_t rows, int64_t n, int64_t g, uint8_t *dst) {
+    const size_t ob = RASE_R16K_BYTES(type), xb = type == 13 ? sizeof(block_q5_K) : sizeof(block_q4_K);
+    if ((g + 1) * RASE_R16 > rows) memset(dst, 0, (size_t)(n / 256) * ob);
     for (int r = 0; r < RASE_R16 && g * RASE_R16 + r < rows; ++r) {
-        const block_q4_K *x = (const block_q4_K *)(src + (g * RASE_R16 + r) * row_bytes);
+        const uint8_t *row = src + (g * RASE_R16 + r) * row_bytes;
         for (int64_t b = 0; b < n / 256; ++b) {
-            o[b].d[r] = x[b].d, o[b].dmin[r] = x[b].dmin;
-            for (int i = 0; i < 3; ++i) memcpy(&o[b].sm[i][r], x[b].scales + 4 * i, 4);
+            const block_q4_K *x = (const block_q4_K *)(row + b * xb);  // d, dmin, scales
+            const uint8_t *qs = type == 13 ? ((const block_q5_K *)x)->qs : x->qs;
+            uint8_t *o = dst + b * ob;
+            r16_k_head *hd = (r16_k_head *)o;
+            hd->d[r] = x->d, hd->dmin[r] = x->dmin;
+            for (int i = 0; i < 3; ++i) memcpy(&hd->sm[i][r], x->scales + 4 * i, 4);
             for (int p = 0; p < 4; ++p)
-                for (int s = 0; s < 8; ++s) memcpy(&o[b].q[p][s][4 * r], x[b].qs + 32 * p + 4 * s, 4);
+                for (int s = 0; s < 8; ++s) memcpy(rase_r16k_q(type, o, p, s) + 4 * r, qs + 32 * p + 4 * s, 4);
+            if (type == 13) {
+                const uint8_t *qh = ((const block_q5_K *)x)->qh;
+                for (int j = 0; j < 8; ++j)
+                    for (int i = 0; i < 4; ++i) {
+                        uint8_t bits = 0;
+                        for (int s = 0; s < 8; ++s) bits |= (uint8_t)(((qh[4 * s + i] >> j) & 1) << s);
+                        rase_r16k_h(o, j)[4 * r + i] = bits;
+                    }
+            }
+        }
+    }
+}
+
+// Row r of group pg (n / 256 blocks) back in ggml's plain blocks at dst: the repack's inverse
+static void rase_r16_unpack_row_k(int type, const uint8_t *pg, int64_t n, int r, uint8_t *dst) {
+    const size_t ob = RASE_R16K_BYTES(type), xb = type == 13 ? sizeof(block_q5_K) : sizeof(block_q4_K);
+    for (int64_t b = 0; b < n / 256; ++b) {
+        const uint8_t *o = pg + b * ob;
+        const r16_k_head *hd = (const r16_k_head *)o;
+        block_q4_K *x = (block_q4_K *)(dst + b * xb);
+        uint8_t *qs = type == 13 ? ((block_q5_K *)x)->qs : x->qs;
+        x->d = hd->d[r], x->dmin = hd->dmin[r];
+        for (int i = 0; i < 3; ++i) memcpy(x->scales + 4 * i, &hd->sm[i][r], 4);
+        for (int p = 0; p < 4; ++p)
+            for (int s = 0; s < 8; ++s) memcpy(qs + 32 * p + 4 * s, rase_r16k_q(type, o, p, s) + 4 * r, 4);
+        if (type == 13) {
+            uint8_t *qh = ((block_q5_K *)x)->qh;
+            memset(qh, 0, 32);
+            for (int j = 0; j < 8; ++j)
+                for (int l = 0; l < 32; ++l) qh[l] |= (uint8_t)(((rase_r16k_h(o, j)[4 * r + l % 4] >> (l / 4)) & 1) << j);
         }
     }
 }
 
 // ---------------------------------------------------------------- the scalar reference
 
-static void r16_q4_k_ref(int64_t n, const uint8_t *w, const void *a, size_t astride, int nt, float *y, int64_t ys,
-                         int nr) {
-    const r16_q4_k *blk = (const r16_q4_k *)w;
+static inline __attribute__((always_inline)) void rase_r16k_ref(const int type, int64_t n, const uint8_t *w,
+                                                               const void *a, size_t astride, int nt, float *y,
+                                                               int64_t ys, int nr) {
+    const size_t ob = RASE_R16K_BYTES(type);
     for (int t = 0; t < nt; ++t)
         for (int r = 0; r < nr; ++r) {
             float acc = 0.0f, accm = 0.0f;
             for (int64_t b = 0; b < n / 256; ++b) {
-                const r16_q4_k *o = &blk[b];
+                const uint8_t *o = w + b * ob;
+                const r16_k_head *hd = (const r16_k_head *)o;
                 const block_q8_K *ya = RASE_ACT(block_q8_K, t, b);
                 uint8_t packed[12];
-                for (int i = 0; i < 3; ++i) memcpy(packed + 4 * i, &o->sm[i][r], 4);
+                for (int i = 0; i < 3; ++i) memcpy(packed + 4 * i, &hd->sm[i][r], 4);
                 int S = 0, M = 0;
                 for (int j = 0; j < 8; ++j) {
                     uint8_t sc, mn;
                     rase_scale_min_k4(j, packed, &sc, &mn);
                     int dot = 0;
                     for (int l = 0; l < 32; ++l) {
-                        const uint8_t q = o->q[j / 2][l / 4][4 * r + l % 4];
-                        dot += (j & 1 ? q >> 4 : q & 0xF) * ya->qs[32 * j + l];
+                        const uint8_t q = rase_r16k_q(type, o, j / 2, l / 4)[4 * r + l % 4];
+                        const int fifth = type == 13 ? ((rase_r16k_h(o, j)[4 * r + l % 4] >> (l / 4)) & 1) << 4 : 0;
+                        dot += ((j & 1 ? q >> 4 : q & 0xF) | fifth) * ya->qs[32 * j + l];
                     }
                     S += sc * dot;
                     M += mn * (ya->bsums[2 * j] + ya->bsums[2 * j + 1]);
                 }
-                const float dy = ya->d;
-                acc = __builtin_fmaf((float)S, rase_fp16_to_fp32(o->d[r]) * dy, acc);
-                accm = __builtin_fmaf((float)M, rase_fp16_to_fp32(o->dmin[r]) * dy, accm);
+                const float dy = ya->d, dx = rase_fp16_to_fp32(hd->d[r]), dm = rase_fp16_to_fp32(hd->dmin[r]);
+                if (type == 13) {
+                    acc = acc + dy * (dx * (float)S - dm * (float)M);
+                } else {
+                    acc = __builtin_fmaf((float)S, dx * dy, acc);
+                    accm = __builtin_fmaf((float)M, dm * dy, accm);
+                }
             }
-            y[t * ys + r] = acc - accm;
+            y[t * ys + r] = acc - accm;  // Q5_K: accm = 0, acc - 0 = acc
         }
 }
+static void r16_q4_k_ref(int64_t n, const uint8_t *w, const void *a, size_t astride, int nt, float *y, int64_t ys,
+                         int nr) { rase_r16k_ref(12, n, w, a, astride, nt, y, ys, nr); }
+static void r16_q5_k_ref(int64_t n, const uint8_t *w, const void *a, size_t astride, int nt, float *y, int64_t ys,
+                         int nr) { rase_r16k_ref(13, n, w, a, astride, nt, y, ys, nr); }
 
 #if RASE_HAVE_X86
 // ---------------------------------------------------------------- AVX2
@@ -84,33 +149,42 @@ static void r16_q4_k_ref(int64_t n, const uint8_t *w, const void *a, size_t astr
         mn8 = V##or_##SI(V##and_##SI(V##srli_epi32(u2, 4), km2), V##slli_epi32(V##and_##SI(V##srli_epi32(u1, 6), km3), 4)); \
     } while (0)
 
-RASE_TARGET_AVX2 static RASE_INLINE void r16_q4_k_avx2_body(int64_t n, const uint8_t *w, const void *a, size_t astride,
-                                                          const int nt, float *y, int64_t ys, int nr) {
-    const r16_q4_k *blk = (const r16_q4_k *)w;
-    const __m256i m4 = _mm256_set1_epi8(0xF), lo8 = _mm256_set1_epi32(0xFF);
+// slice s's fifth bits (bit s of each byte of hv) at bit 4: Q5_0's AVX2 shifts
+RASE_TARGET_AVX2 static RASE_INLINE __m256i rase_k5_fifth_avx2(__m256i hv, int s, __m256i x10) {
+    const __m256i at4 = s < 4 ? _mm256_slli_epi16(hv, 4 - s) : s > 4 ? _mm256_srli_epi16(hv, s - 4) : hv;
+    return _mm256_and_si256(at4, x10);
+}
+
+RASE_TARGET_AVX2 static RASE_INLINE void rase_r16k_avx2_body(const int type, int64_t n, const uint8_t *w, const void *a,
+                                                           size_t astride, const int nt, float *y, int64_t ys, int nr) {
+    const size_t ob = RASE_R16K_BYTES(type);
+    const __m256i m4 = _mm256_set1_epi8(0xF), lo8 = _mm256_set1_epi32(0xFF), x10 = _mm256_set1_epi8(0x10);
     const __m256i km1 = _mm256_set1_epi32(0x3f3f3f3f), km2 = _mm256_set1_epi32(0x0f0f0f0f), km3 = _mm256_set1_epi32(0x03030303);
-    const int halves = nr > 8 ? 2 : 1, pf = (int)sizeof(r16_q4_k) / halves;
+    const int halves = nr > 8 ? 2 : 1, pf = (int)ob / halves;
     __m256 acc_h[2][RASE_R16K_TILE], accm_h[2][RASE_R16K_TILE];
     for (int h = 0; h < halves; ++h)
         for (int t = 0; t < nt; ++t) acc_h[h][t] = accm_h[h][t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < n / 256; ++b)
         for (int h = 0; h < halves; ++h) {  // both halves per block: one weight stream
             __m256 *acc = acc_h[h], *accm = accm_h[h];
-            const r16_q4_k *o = &blk[b];
-            RASE_PREFETCH_AHEAD((const char *)o + h * pf, pf);
+            const uint8_t *o = w + b * ob;
+            const r16_k_head *hd = (const r16_k_head *)o;
+            RASE_PREFETCH_AHEAD(o + h * pf, pf);
             __m256i sc4, sc8, mn4, mn8;
-            RASE_K4_LANES(_mm256_, si256, _mm256_loadu_si256((const __m256i *)(o->sm[0] + 8 * h)),
-                          _mm256_loadu_si256((const __m256i *)(o->sm[1] + 8 * h)),
-                          _mm256_loadu_si256((const __m256i *)(o->sm[2] + 8 * h)), sc4, sc8, mn4, mn8, km1, km2, km3);
+            RASE_K4_LANES(_mm256_, si256, _mm256_loadu_si256((const __m256i *)(hd->sm[0] + 8 * h)),
+                          _mm256_loadu_si256((const __m256i *)(hd->sm[1] + 8 * h)),
+                          _mm256_loadu_si256((const __m256i *)(hd->sm[2] + 8 * h)), sc4, sc8, mn4, mn8, km1, km2, km3);
             __m256i S[RASE_R16K_TILE], M[RASE_R16K_TILE];
             for (int t = 0; t < nt; ++t) S[t] = M[t] = _mm256_setzero_si256();
             for (int j = 0; j < 8; ++j) {
                 const __m256i sc = _mm256_and_si256(_mm256_srli_epi32(j < 4 ? sc4 : sc8, 8 * (j % 4)), lo8);
                 const __m256i sc2 = _mm256_or_si256(sc, _mm256_slli_epi32(sc, 16));  // sc in both i16 halves
+                const __m256i hv = type == 13 ? _mm256_loadu_si256((const __m256i *)(rase_r16k_h(o, j) + 32 * h)) : m4;
                 for (int s = 0; s < 8; ++s) {
-                    const __m256i raw = _mm256_loadu_si256((const __m256i *)(o->q[j / 2][s] + 32 * h));
-                    const __m256i q = _mm256_and_si256(j & 1 ? _mm256_srli_epi16(raw, 4) : raw, m4);
-                    for (int t = 0; t < nt; ++t) {
+                    const __m256i raw = _mm256_loadu_si256((const __m256i *)(rase_r16k_q(type, o, j / 2, s) + 32 * h));
+                    __m256i q = _mm256_and_si256(j & 1 ? _mm256_srli_epi16(raw, 4) : raw, m4);
+                    if (type == 13) q = _mm256_or_si256(q, rase_k5_fifth_avx2(hv, s, x10));
+                    for (int t = 0; t < nt; ++t) {  // at most 2 x 31 x 127 per i16 pair
                         const __m256i ya = _mm256_set1_epi32(rase_ld32(RASE_ACT(block_q8_K, t, b)->qs + 32 * j + 4 * s));
                         S[t] = _mm256_add_epi32(S[t], _mm256_madd_epi16(_mm256_maddubs_epi16(q, ya), sc2));
                     }
@@ -120,12 +194,17 @@ RASE_TARGET_AVX2 static RASE_INLINE void r16_q4_k_avx2_body(int64_t n, const uin
                 for (int t = 0; t < nt; ++t)  // mn (bsum_2j + bsum_2j+1)
                     M[t] = _mm256_add_epi32(M[t], _mm256_madd_epi16(mn2, _mm256_set1_epi32(rase_ld32(RASE_ACT(block_q8_K, t, b)->bsums + 2 * j))));
             }
-            const __m256 dx = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(o->d + 8 * h)));
-            const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(o->dmin + 8 * h)));
+            const __m256 dx = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(hd->d + 8 * h)));
+            const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(hd->dmin + 8 * h)));
             for (int t = 0; t < nt; ++t) {
                 const __m256 dy = _mm256_broadcast_ss(&RASE_ACT(block_q8_K, t, b)->d);
-                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S[t]), _mm256_mul_ps(dx, dy), acc[t]);
-                accm[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(M[t]), _mm256_mul_ps(dm, dy), accm[t]);
+                if (type == 13) {  // acc + dy * (dx * S - dmin * M)
+                    const __m256 f = _mm256_sub_ps(_mm256_mul_ps(dx, _mm256_cvtepi32_ps(S[t])), _mm256_mul_ps(dm, _mm256_cvtepi32_ps(M[t])));
+                    acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(dy, f));
+                } else {
+                    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S[t]), _mm256_mul_ps(dx, dy), acc[t]);
+                    accm[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(M[t]), _mm256_mul_ps(dm, dy), accm[t]);
+                }
             }
         }
     for (int h = 0; h < halves; ++h)
@@ -136,27 +215,31 @@ RASE_TARGET_AVX2 static RASE_INLINE void r16_q4_k_avx2_body(int64_t n, const uin
 // ---------------------------------------------------------------- AVX-512 VNNI
 // A zmm per slice holds all 16 rows; vpdpbusd gives each slice's 4 products exactly (nibbles are
 // unsigned as stored), summed over the sub-block's 8 slices, then times the sub-block's scale.
-RASE_TARGET_AVX512 static RASE_INLINE void r16_q4_k_vnni_body(int64_t n, const uint8_t *w, const void *a, size_t astride,
-                                                            const int nt, float *y, int64_t ys, int nr) {
-    const r16_q4_k *blk = (const r16_q4_k *)w;
-    const __m512i m4 = _mm512_set1_epi8(0xF), lo8 = _mm512_set1_epi32(0xFF);
+RASE_TARGET_AVX512 static RASE_INLINE void rase_r16k_vnni_body(const int type, int64_t n, const uint8_t *w, const void *a,
+                                                             size_t astride, const int nt, float *y, int64_t ys, int nr) {
+    const size_t ob = RASE_R16K_BYTES(type);
+    const __m512i m4 = _mm512_set1_epi8(0xF), lo8 = _mm512_set1_epi32(0xFF), x10 = _mm512_set1_epi8(0x10);
     const __m512i km1 = _mm512_set1_epi32(0x3f3f3f3f), km2 = _mm512_set1_epi32(0x0f0f0f0f), km3 = _mm512_set1_epi32(0x03030303);
     __m512 acc[RASE_R16K_TILE], accm[RASE_R16K_TILE];
     for (int t = 0; t < nt; ++t) acc[t] = accm[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < n / 256; ++b) {
-        const r16_q4_k *o = &blk[b];
-        RASE_PREFETCH_AHEAD(o, sizeof(r16_q4_k));
+        const uint8_t *o = w + b * ob;
+        const r16_k_head *hd = (const r16_k_head *)o;
+        RASE_PREFETCH_AHEAD(o, ob);
         __m512i sc4, sc8, mn4, mn8;
-        RASE_K4_LANES(_mm512_, si512, _mm512_loadu_si512((const void *)o->sm[0]), _mm512_loadu_si512((const void *)o->sm[1]),
-                      _mm512_loadu_si512((const void *)o->sm[2]), sc4, sc8, mn4, mn8, km1, km2, km3);
+        RASE_K4_LANES(_mm512_, si512, _mm512_loadu_si512((const void *)hd->sm[0]), _mm512_loadu_si512((const void *)hd->sm[1]),
+                      _mm512_loadu_si512((const void *)hd->sm[2]), sc4, sc8, mn4, mn8, km1, km2, km3);
         __m512i S[RASE_R16K_TILE], M[RASE_R16K_TILE];
         for (int t = 0; t < nt; ++t) S[t] = M[t] = _mm512_setzero_si512();
         for (int j = 0; j < 8; ++j) {
             __m512i D[RASE_R16K_TILE];
             for (int t = 0; t < nt; ++t) D[t] = _mm512_setzero_si512();
+            const __m512i hv = type == 13 ? _mm512_loadu_si512((const void *)rase_r16k_h(o, j)) : m4;
             for (int s = 0; s < 8; ++s) {
-                const __m512i raw = _mm512_loadu_si512((const void *)o->q[j / 2][s]);
-                const __m512i q = _mm512_and_si512(j & 1 ? _mm512_srli_epi16(raw, 4) : raw, m4);
+                const __m512i raw = _mm512_loadu_si512((const void *)rase_r16k_q(type, o, j / 2, s));
+                __m512i q = _mm512_and_si512(j & 1 ? _mm512_srli_epi16(raw, 4) : raw, m4);
+                if (type == 13)  // the fifth bit: bit s of each byte of hv, a byte mask
+                    q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(hv, _mm512_set1_epi8((char)(1 << s))), q, x10);
                 for (int t = 0; t < nt; ++t)
                     D[t] = _mm512_dpbusd_epi32(D[t], q, _mm512_set1_epi32(rase_ld32(RASE_ACT(block_q8_K, t, b)->qs + 32 * j + 4 * s)));
             }
@@ -168,17 +251,34 @@ RASE_TARGET_AVX512 static RASE_INLINE void r16_q4_k_vnni_body(int64_t n, const u
                 M[t] = _mm512_dpwssd_epi32(M[t], mn2, _mm512_set1_epi32(rase_ld32(RASE_ACT(block_q8_K, t, b)->bsums + 2 * j)));
             }
         }
-        const __m512 dx = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)o->d));
-        const __m512 dm = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)o->dmin));
+        const __m512 dx = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)hd->d));
+        const __m512 dm = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)hd->dmin));
         for (int t = 0; t < nt; ++t) {
             const __m512 dy = _mm512_set1_ps(RASE_ACT(block_q8_K, t, b)->d);
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S[t]), _mm512_mul_ps(dx, dy), acc[t]);
-            accm[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(M[t]), _mm512_mul_ps(dm, dy), accm[t]);
+            if (type == 13) {  // acc + dy * (dx * S - dmin * M)
+                const __m512 f = _mm512_sub_ps(_mm512_mul_ps(dx, _mm512_cvtepi32_ps(S[t])), _mm512_mul_ps(dm, _mm512_cvtepi32_ps(M[t])));
+                acc[t] = _mm512_add_ps(acc[t], _mm512_mul_ps(dy, f));
+            } else {
+                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S[t]), _mm512_mul_ps(dx, dy), acc[t]);
+                accm[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(M[t]), _mm512_mul_ps(dm, dy), accm[t]);
+            }
         }
     }
     for (int t = 0; t < nt; ++t)
         _mm512_mask_storeu_ps(y + t * ys, (__mmask16)((1u << nr) - 1), _mm512_sub_ps(acc[t], accm[t]));
 }
+
+#define RASE_R16K_BODIES(NAME, TYPE)                                                          \
+    RASE_TARGET_AVX2 static RASE_INLINE void NAME##_avx2_body(int64_t n, const uint8_t *w, const void *a, \
+                                                             size_t astride, const int nt, float *y, int64_t ys, int nr) { \
+        rase_r16k_avx2_body(TYPE, n, w, a, astride, nt, y, ys, nr);                           \
+    }                                                                                         \
+    RASE_TARGET_AVX512 static RASE_INLINE void NAME##_vnni_body(int64_t n, const uint8_t *w, const void *a, \
+                                                               size_t astride, const int nt, float *y, int64_t ys, int nr) { \
+        rase_r16k_vnni_body(TYPE, n, w, a, astride, nt, y, ys, nr);                           \
+    }
+RASE_R16K_BODIES(r16_q4_k, 12)
+RASE_R16K_BODIES(r16_q5_k, 13)
 
 // nt (1..RASE_R16K_TILE) a constant in each instance
 #define RASE_R16K_ENTRY(NAME, TARGET)                                                         \
@@ -197,6 +297,8 @@ RASE_TARGET_AVX512 static RASE_INLINE void r16_q4_k_vnni_body(int64_t n, const u
     }
 RASE_R16K_ENTRY(r16_q4_k_avx2, RASE_TARGET_AVX2)
 RASE_R16K_ENTRY(r16_q4_k_vnni, RASE_TARGET_AVX512)
+RASE_R16K_ENTRY(r16_q5_k_avx2, RASE_TARGET_AVX2)
+RASE_R16K_ENTRY(r16_q5_k_vnni, RASE_TARGET_AVX512)
 #endif
 
 #endif  // RASE_REPACK_K_H

@@ -222,9 +222,53 @@ def _matrix(qtype: QuantType, rows: int, n: int, seed: int):
     return raw, np.nan_to_num(deq.astype(np.float64), posinf=0, neginf=0)
 
 
-def test_the_repacked_types_are_the_32_element_block_types_and_q4_k():
+def test_the_repacked_types_are_the_32_element_block_types_q4_k_and_q5_k():
     assert sorted(REPACKED) == [QuantType.Q4_0, QuantType.Q4_1, QuantType.Q5_0, QuantType.Q5_1, QuantType.Q8_0,
-                                QuantType.Q4_K]
+                                QuantType.Q4_K, QuantType.Q5_K]
+
+
+def _k4_scales_mins(q: np.ndarray) -> tuple[list[int], list[int]]:
+    """ggml's get_scale_min_k4 for the 8 sub-blocks of a Q4_K/Q5_K block's 12 scale bytes."""
+    q = [int(v) for v in q]
+    sc = [q[j] & 63 if j < 4 else (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4) for j in range(8)]
+    mn = [q[j + 4] & 63 if j < 4 else (q[j + 4] >> 4) | ((q[j] >> 6) << 4) for j in range(8)]
+    return sc, mn
+
+
+def _q5_k_by_definition(row: np.ndarray, act: bytes) -> np.float32:
+    """Q5_K's numerics spelled out in numpy, independently of the C: per 256-block the exact
+    integers S = sum_j sc_j (q_j . y_j) and M = sum_j mn_j (bsum_2j + bsum_2j+1), then
+    acc = acc + dy * (dx * S - dmin * M) in f32, block by block from 0."""
+    blocks = row.reshape(-1, 176)
+    acts = np.frombuffer(act, np.uint8).reshape(len(blocks), 292)  # block_q8_K: f32 d, 256 i8, 16 i16 bsums
+    acc = np.float32(0)
+    for x, a in zip(blocks, acts):
+        dx, dm = x[0:4].view(np.float16).astype(np.float32)
+        sc, mn = _k4_scales_mins(x[4:16])
+        qh, qs = x[16:48].astype(np.int64), x[48:176].astype(np.int64)
+        dy = a[0:4].view(np.float32)[0]
+        y, bsums = a[4:260].view(np.int8).astype(np.int64), a[260:292].view(np.int16).astype(np.int64)
+        S = M = 0
+        for j in range(8):
+            nib = qs[32 * (j // 2):32 * (j // 2) + 32]
+            q = (nib >> 4 if j & 1 else nib & 0xF) | (((qh >> j) & 1) << 4)
+            S += sc[j] * int(q @ y[32 * j:32 * j + 32])
+            M += mn[j] * int(bsums[2 * j] + bsums[2 * j + 1])
+        acc = np.float32(acc + dy * np.float32(np.float32(dx * np.float32(S)) - np.float32(dm * np.float32(M))))
+    return acc
+
+
+@pytest.mark.parametrize("rows,n", [(1, 256), (17, 768), (37, 512)])
+def test_repacked_q5_k_keeps_the_numerics_of_its_row_kernels(rows, n):
+    """Repacking Q5_K moved no bit: every ISA's 16-row kernel gives, for every tile of tokens,
+    the numerics the row-by-row kernels had (the definition above, rase_kdot_ref's order)."""
+    raw, _ = _matrix(QuantType.Q5_K, rows, n, seed=rows + n)
+    x = np.random.default_rng(rows).standard_normal((9, n)).astype(np.float32)
+    want = np.array([[_q5_k_by_definition(raw[r], _kernels.quantize_activation(int(QuantType.Q5_K), x[t]))
+                      for r in range(rows)] for t in range(9)], np.float32)
+    for isa in _kernels.isa_supported():
+        for T in (1, 5, 9):
+            assert _kernels.matmul(int(QuantType.Q5_K), raw, x[:T], isa).tobytes() == want[:T].tobytes(), (isa, T)
 
 
 def _cols(qtype: QuantType, n32: int) -> int:
