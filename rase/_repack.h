@@ -494,6 +494,7 @@ RASE_R16_PANEL_512(r16_q5_1_vnni, 7, r16_q5_1)
 #endif
 
 #include "_repack_k.h"
+#include "_repack_q6k.h"
 
 #define RASE_R16_TILE 8  // tokens per call of a 32-block type's kernel (the AVX-512 ones split it in 2s)
 #include "_repack_bs.h"  // Q4_0, Q5_0: block-sum numerics
@@ -526,6 +527,7 @@ static const rase_r16_traits R16_TRAITS[RASE_GGML_TYPE_COUNT] = {
     [8] = {sizeof(r16_q8_0), {r16_q8_0_ref, RASE_R16_X86_FN(r16_q8_0_avx2), RASE_R16_X86_FN(r16_q8_0_vnni)}, RASE_R16_TILE},
     [12] = {sizeof(r16_q4_k) / 8, {r16_q4_k_ref, RASE_R16_X86_FN(r16_q4_k_avx2), RASE_R16_X86_FN(r16_q4_k_vnni)}, RASE_R16K_TILE},
     [13] = {sizeof(r16_q5_k) / 8, {r16_q5_k_ref, RASE_R16_X86_FN(r16_q5_k_avx2), RASE_R16_X86_FN(r16_q5_k_vnni)}, RASE_R16K_TILE},
+    [14] = {sizeof(r16_q6_k) / 8, {r16_q6_k_ref, RASE_R16_X86_FN(r16_q6_k_avx2), RASE_R16_X86_FN(r16_q6_k_vnni)}, RASE_R16K_TILE},
 };
 
 static inline rase_r16_fn rase_r16_for(int type, int isa) {
@@ -566,7 +568,8 @@ static inline size_t rase_r16_bytes(int type, int64_t rows, int64_t n) {
 #define RASE_R16_REPACK_LOOP(T)                                                                        \
     _Pragma("omp parallel for num_threads(n_threads) schedule(static) if (g1 - g0 >= 64)")             \
     for (int64_t g = g0; g < g1; ++g)                                                                  \
-        T >= 12 ? rase_r16_repack_k(T, src, row_bytes, rows, n, g, dst + g * group)                    \
+        T == 14 ? rase_r16_repack_q6_k(src, row_bytes, rows, n, g, dst + g * group)                     \
+        : T >= 12 ? rase_r16_repack_k(T, src, row_bytes, rows, n, g, dst + g * group)                  \
                 : rase_r16_repack_group(T, src, row_bytes, rows, n, g, dst + g * group, R16_TRAITS[T].blk_bytes)
 
 static void rase_r16_repack(int type, const uint8_t *src, int64_t row_bytes, int64_t rows, int64_t n, uint8_t *dst,
@@ -580,6 +583,7 @@ static void rase_r16_repack(int type, const uint8_t *src, int64_t row_bytes, int
         case 7: RASE_R16_REPACK_LOOP(7); break;
         case 12: RASE_R16_REPACK_LOOP(12); break;
         case 13: RASE_R16_REPACK_LOOP(13); break;
+        case 14: RASE_R16_REPACK_LOOP(14); break;
         default: RASE_R16_REPACK_LOOP(8); break;
     }
 }
@@ -593,6 +597,10 @@ static void rase_r16_unpack_row(int type, const uint8_t *packed, int64_t group_b
     const int r = (int)(row % RASE_R16);
     if (type == 12 || type == 13) {
         rase_r16_unpack_row_k(type, pg, n, r, dst);
+        return;
+    }
+    if (type == 14) {
+        rase_r16_unpack_row_q6_k(pg, n, r, dst);
         return;
     }
     const int dst_blk = QUANT_TRAITS[type].size, has_min = rase_r16_has_min(type);

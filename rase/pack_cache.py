@@ -29,8 +29,8 @@ import numpy as np
 from .config import pack_cache_dir
 from .gguf import MADV_POPULATE_READ
 
-LAYOUT_VERSION = 5          # bump when _repack.h's layout changes (2: Q5_* keep 5 bits per value; 3: Q4_K repacked;
-                            # 4: Q5_0's fifth bits one byte per lane; 5: Q5_K repacked)
+LAYOUT_VERSION = 6          # bump when _repack.h's layout changes (2: Q5_* keep 5 bits per value; 3: Q4_K repacked;
+                            # 4: Q5_0's fifth bits one byte per lane; 5: Q5_K repacked; 6: Q6_K repacked)
 MAGIC = b"RASEPK01"
 ALIGN = 4096                # every matrix starts on a page (the kernels need 64 bytes)
 MAX_BYTES = 4 << 30         # the cache directory is trimmed to this, least recently used first

@@ -222,9 +222,27 @@ def _matrix(qtype: QuantType, rows: int, n: int, seed: int):
     return raw, np.nan_to_num(deq.astype(np.float64), posinf=0, neginf=0)
 
 
-def test_the_repacked_types_are_the_32_element_block_types_q4_k_and_q5_k():
+def test_the_repacked_types_are_the_32_element_block_types_and_q4_k_q5_k_q6_k():
     assert sorted(REPACKED) == [QuantType.Q4_0, QuantType.Q4_1, QuantType.Q5_0, QuantType.Q5_1, QuantType.Q8_0,
-                                QuantType.Q4_K, QuantType.Q5_K]
+                                QuantType.Q4_K, QuantType.Q5_K, QuantType.Q6_K]
+
+
+@pytest.mark.parametrize("qtype", [QuantType.Q5_K, QuantType.Q6_K], ids=lambda t: t.name)
+@pytest.mark.parametrize("n", [256, 768])
+def test_repacking_moved_no_bit_of_the_row_kernels(qtype, n):
+    """Q5_K and Q6_K ran row by row before they were repacked; every ISA's 16-row kernel (the
+    scalar reference included) gives the bits those row kernels give on the SIMD paths, for
+    every row of a group and every tile of tokens."""
+    raw, _ = _matrix(qtype, 19, n, seed=n + int(qtype))
+    x = (np.random.default_rng(n).standard_normal((8, n)) * 3).astype(np.float32)
+    simd = [isa for isa in _kernels.isa_supported() if isa != "scalar"]
+    want = np.array([[_kernels.vec_dot(int(qtype), raw[r], x[t:t + 1], simd[0], plain=True)[0] for r in range(19)]
+                     for t in range(8)], np.float32)
+    for isa in simd[1:]:  # the row kernels agree among themselves
+        assert _kernels.vec_dot(int(qtype), raw[5], x, isa, plain=True) == list(want[:, 5]), isa
+    for isa in _kernels.isa_supported():
+        for T in (1, 2, 3, 8):
+            assert _kernels.matmul(int(qtype), raw, x[:T], isa).tobytes() == want[:T].tobytes(), (isa, T)
 
 
 def _k4_scales_mins(q: np.ndarray) -> tuple[list[int], list[int]]:
