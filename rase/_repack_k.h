@@ -37,6 +37,7 @@ static inline __attribute__((always_inline)) uint8_t *rase_r16k_h(const void *o,
     return ((r16_q5_k *)o)->p[j / 2].h[j % 2];
 }
 #define RASE_R16K_TILE 8  // tokens per kernel call
+#define RASE_R16K_PAIR_NT 4  // AVX-512: up to this many tokens, a sub-block pair per pass over its nibbles
 
 // Group g of a (rows x n) plain Q4_K (type 12) or Q5_K (13) matrix into dst (n / 256 blocks);
 // rows past the end are zero. The leading fields of the two plain blocks share their layout.
@@ -231,24 +232,57 @@ RASE_TARGET_AVX512 static RASE_INLINE void rase_r16k_vnni_body(const int type, i
                       _mm512_loadu_si512((const void *)hd->sm[2]), sc4, sc8, mn4, mn8, km1, km2, km3);
         __m512i S[RASE_R16K_TILE], M[RASE_R16K_TILE];
         for (int t = 0; t < nt; ++t) S[t] = M[t] = _mm512_setzero_si512();
-        for (int j = 0; j < 8; ++j) {
-            __m512i D[RASE_R16K_TILE];
-            for (int t = 0; t < nt; ++t) D[t] = _mm512_setzero_si512();
-            const __m512i hv = type == 13 ? _mm512_loadu_si512((const void *)rase_r16k_h(o, j)) : m4;
-            for (int s = 0; s < 8; ++s) {
-                const __m512i raw = _mm512_loadu_si512((const void *)rase_r16k_q(type, o, j / 2, s));
-                __m512i q = _mm512_and_si512(j & 1 ? _mm512_srli_epi16(raw, 4) : raw, m4);
-                if (type == 13)  // the fifth bit: bit s of each byte of hv, a byte mask
-                    q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(hv, _mm512_set1_epi8((char)(1 << s))), q, x10);
-                for (int t = 0; t < nt; ++t)
-                    D[t] = _mm512_dpbusd_epi32(D[t], q, _mm512_set1_epi32(rase_ld32(RASE_ACT(block_q8_K, t, b)->qs + 32 * j + 4 * s)));
+        if (nt <= RASE_R16K_PAIR_NT) {
+            for (int p = 0; p < 4; ++p) {  // sub-blocks 2p (low nibbles) and 2p + 1 (high) from one pass over q[p]
+                __m512i D[2][RASE_R16K_TILE];
+                for (int t = 0; t < nt; ++t) D[0][t] = D[1][t] = _mm512_setzero_si512();
+                const __m512i hv0 = type == 13 ? _mm512_loadu_si512((const void *)rase_r16k_h(o, 2 * p)) : m4;
+                const __m512i hv1 = type == 13 ? _mm512_loadu_si512((const void *)rase_r16k_h(o, 2 * p + 1)) : m4;
+                for (int s = 0; s < 8; ++s) {
+                    const __m512i raw = _mm512_loadu_si512((const void *)rase_r16k_q(type, o, p, s));
+                    __m512i q0 = _mm512_and_si512(raw, m4), q1 = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+                    if (type == 13) {  // the fifth bit: bit s of each byte of hv, a byte mask
+                        const __m512i bit = _mm512_set1_epi8((char)(1 << s));
+                        q0 = _mm512_mask_add_epi8(q0, _mm512_test_epi8_mask(hv0, bit), q0, x10);
+                        q1 = _mm512_mask_add_epi8(q1, _mm512_test_epi8_mask(hv1, bit), q1, x10);
+                    }
+                    for (int t = 0; t < nt; ++t) {
+                        const int8_t *yq = RASE_ACT(block_q8_K, t, b)->qs + 64 * p + 4 * s;
+                        D[0][t] = _mm512_dpbusd_epi32(D[0][t], q0, _mm512_set1_epi32(rase_ld32(yq)));
+                        D[1][t] = _mm512_dpbusd_epi32(D[1][t], q1, _mm512_set1_epi32(rase_ld32(yq + 32)));
+                    }
+                }
+                for (int h = 0; h < 2; ++h) {
+                    const int j = 2 * p + h;
+                    const __m512i sc = _mm512_and_si512(_mm512_srli_epi32(j < 4 ? sc4 : sc8, 8 * (j % 4)), lo8);
+                    const __m512i mn = _mm512_and_si512(_mm512_srli_epi32(j < 4 ? mn4 : mn8, 8 * (j % 4)), lo8);
+                    const __m512i mn2 = _mm512_or_si512(mn, _mm512_slli_epi32(mn, 16));  // mn in both i16 halves
+                    for (int t = 0; t < nt; ++t) {
+                        S[t] = _mm512_add_epi32(S[t], _mm512_mullo_epi32(D[h][t], sc));
+                        M[t] = _mm512_dpwssd_epi32(M[t], mn2, _mm512_set1_epi32(rase_ld32(RASE_ACT(block_q8_K, t, b)->bsums + 2 * j)));
+                    }
+                }
             }
-            const __m512i sc = _mm512_and_si512(_mm512_srli_epi32(j < 4 ? sc4 : sc8, 8 * (j % 4)), lo8);
-            const __m512i mn = _mm512_and_si512(_mm512_srli_epi32(j < 4 ? mn4 : mn8, 8 * (j % 4)), lo8);
-            const __m512i mn2 = _mm512_or_si512(mn, _mm512_slli_epi32(mn, 16));  // mn in both i16 halves
-            for (int t = 0; t < nt; ++t) {
-                S[t] = _mm512_add_epi32(S[t], _mm512_mullo_epi32(D[t], sc));
-                M[t] = _mm512_dpwssd_epi32(M[t], mn2, _mm512_set1_epi32(rase_ld32(RASE_ACT(block_q8_K, t, b)->bsums + 2 * j)));
+        } else {  // more tokens: one sub-block at a time (the pairs' accumulators would spill)
+            for (int j = 0; j < 8; ++j) {
+                __m512i D[RASE_R16K_TILE];
+                for (int t = 0; t < nt; ++t) D[t] = _mm512_setzero_si512();
+                const __m512i hv = type == 13 ? _mm512_loadu_si512((const void *)rase_r16k_h(o, j)) : m4;
+                for (int s = 0; s < 8; ++s) {
+                    const __m512i raw = _mm512_loadu_si512((const void *)rase_r16k_q(type, o, j / 2, s));
+                    __m512i q = _mm512_and_si512(j & 1 ? _mm512_srli_epi16(raw, 4) : raw, m4);
+                    if (type == 13)  // the fifth bit: bit s of each byte of hv, a byte mask
+                        q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(hv, _mm512_set1_epi8((char)(1 << s))), q, x10);
+                    for (int t = 0; t < nt; ++t)
+                        D[t] = _mm512_dpbusd_epi32(D[t], q, _mm512_set1_epi32(rase_ld32(RASE_ACT(block_q8_K, t, b)->qs + 32 * j + 4 * s)));
+                }
+                const __m512i sc = _mm512_and_si512(_mm512_srli_epi32(j < 4 ? sc4 : sc8, 8 * (j % 4)), lo8);
+                const __m512i mn = _mm512_and_si512(_mm512_srli_epi32(j < 4 ? mn4 : mn8, 8 * (j % 4)), lo8);
+                const __m512i mn2 = _mm512_or_si512(mn, _mm512_slli_epi32(mn, 16));  // mn in both i16 halves
+                for (int t = 0; t < nt; ++t) {
+                    S[t] = _mm512_add_epi32(S[t], _mm512_mullo_epi32(D[t], sc));
+                    M[t] = _mm512_dpwssd_epi32(M[t], mn2, _mm512_set1_epi32(rase_ld32(RASE_ACT(block_q8_K, t, b)->bsums + 2 * j)));
+                }
             }
         }
         const __m512 dx = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)hd->d));
