@@ -161,8 +161,33 @@ RASE_TARGET_AVX2 static RASE_INLINE void r16_q6_k_avx2_body(int64_t n, const uin
 // ---------------------------------------------------------------- AVX-512 VNNI
 // All 16 rows per zmm: per (v, L) maddubs then vpdpwssd with the scale pair; the value's two
 // parts are merged with one ternary-logic op (low nibble from A, bits 4-5 from the masked H).
-RASE_TARGET_AVX512 static RASE_INLINE void r16_q6_k_vnni_body(int64_t n, const uint8_t *w, const void *a, size_t astride,
-                                                            const int nt, float *y, int64_t ys, int nr) {
+// Many tokens: the group's values unpacked once into a panel in the thread's work buffer (per
+// block: u[L][v] 64 bytes each, the 8 widened scale pairs, dx as f32), which every pair of tokens
+// then reads instead of unpacking each block again. Same integers, same bits.
+#define RASE_Q6K_PANEL (64 * 64 + 8 * 64 + 64)  // panel bytes per 256-block
+_Static_assert(RASE_Q6K_PANEL / 256 <= RASE_CHUNK_ROWS * sizeof(float), "a Q6_K panel fits the work buffer");
+
+// u[4] (vectors 4h .. 4h + 3) of lane L: unpacked from the block, or read from the panel
+#define RASE_Q6K_UNPACK512(o, pb, L, h, u)                                                    \
+    do {                                                                                      \
+        if (pb) {                                                                             \
+            for (int k = 0; k < 4; ++k) u[k] = _mm512_loadu_si512((const void *)((pb) + 64 * (8 * (L) + 4 * (h) + k))); \
+            break;                                                                            \
+        }                                                                                     \
+        const r16_q6_k_lane *ln = &(o)->lane[L][h];                                           \
+        const __m512i A0 = _mm512_loadu_si512((const void *)ln->q[0]);                         \
+        const __m512i A1 = _mm512_loadu_si512((const void *)ln->q[1]);                         \
+        const __m512i H = _mm512_loadu_si512((const void *)ln->hb);                            \
+        /* (A & 0xF) | Hm: ternlog 0xEC = (a & c) | b with c = 0x0F */                        \
+        u[0] = _mm512_ternarylogic_epi32(A0, _mm512_and_si512(_mm512_slli_epi16(H, 4), m30), m4, 0xEC); \
+        u[1] = _mm512_ternarylogic_epi32(A1, _mm512_and_si512(_mm512_slli_epi16(H, 2), m30), m4, 0xEC); \
+        u[2] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(A0, 4), _mm512_and_si512(H, m30), m4, 0xEC); \
+        u[3] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(A1, 4), _mm512_and_si512(_mm512_srli_epi16(H, 2), m30), m4, 0xEC); \
+    } while (0)
+
+RASE_TARGET_AVX512 static RASE_INLINE void r16_q6_k_vnni_body(int64_t n, const uint8_t *w, const uint8_t *panel,
+                                                            const void *a, size_t astride, const int nt, float *y,
+                                                            int64_t ys, int nr) {
     const r16_q6_k *blk = (const r16_q6_k *)w;
     const __m512i m4 = _mm512_set1_epi8(0xF), m30 = _mm512_set1_epi8(0x30);
     const __m512i dup_lo = _mm512_loadu_si512((const void *)RASE_Q6K_DUP[0]);
@@ -172,25 +197,25 @@ RASE_TARGET_AVX512 static RASE_INLINE void r16_q6_k_vnni_body(int64_t n, const u
         for (int L = 0; L < 8; ++L) acc[t][L] = _mm512_setzero_ps();
     for (int64_t b = 0; b < n / 256; ++b) {
         const r16_q6_k *o = &blk[b];
-        RASE_PREFETCH_AHEAD(o, sizeof(r16_q6_k));
+        const uint8_t *pb = panel ? panel + b * RASE_Q6K_PANEL : 0;
         __m512i P[8];
-        for (int p = 0; p < 8; ++p) P[p] = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)o->sc[p]));
-        const __m512 dx = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)o->d));
+        __m512 dx;
+        if (pb) {
+            for (int p = 0; p < 8; ++p) P[p] = _mm512_loadu_si512((const void *)(pb + 4096 + 64 * p));
+            dx = _mm512_loadu_ps((const float *)(pb + 4608));
+        } else {
+            RASE_PREFETCH_AHEAD(o, sizeof(r16_q6_k));
+            for (int p = 0; p < 8; ++p) P[p] = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)o->sc[p]));
+            dx = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)o->d));
+        }
         for (int L = 0; L < 8; ++L) {
             __m512i lane[RASE_R16Q6_TILE];
             for (int t = 0; t < nt; ++t)
                 lane[t] = _mm512_slli_epi32(_mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpwssd_epi32(_mm512_setzero_si512(),
                     P[L], _mm512_set1_epi32(rase_ld32(RASE_ACT(block_q8_K, t, b)->bsums + 2 * L)))), 5);
             for (int h = 0; h < 2; ++h) {
-                const r16_q6_k_lane *ln = &o->lane[L][h];
-                const __m512i A0 = _mm512_loadu_si512((const void *)ln->q[0]);
-                const __m512i A1 = _mm512_loadu_si512((const void *)ln->q[1]);
-                const __m512i H = _mm512_loadu_si512((const void *)ln->hb);
-                __m512i u[4];  // (A & 0xF) | Hm: ternlog 0xEC = (a & c) | b with c = 0x0F
-                u[0] = _mm512_ternarylogic_epi32(A0, _mm512_and_si512(_mm512_slli_epi16(H, 4), m30), m4, 0xEC);
-                u[1] = _mm512_ternarylogic_epi32(A1, _mm512_and_si512(_mm512_slli_epi16(H, 2), m30), m4, 0xEC);
-                u[2] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(A0, 4), _mm512_and_si512(H, m30), m4, 0xEC);
-                u[3] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(A1, 4), _mm512_and_si512(_mm512_srli_epi16(H, 2), m30), m4, 0xEC);
+                __m512i u[4];
+                RASE_Q6K_UNPACK512(o, pb, L, h, u);
                 for (int k = 0; k < 4; ++k) {
                     const int v = 4 * h + k;
                     const __m512i sc = _mm512_shuffle_epi8(P[v], L < 4 ? dup_lo : dup_hi);
@@ -224,7 +249,40 @@ RASE_TARGET_AVX512 static RASE_INLINE void r16_q6_k_vnni_body(int64_t n, const u
         }                                                                                     \
     }
 RASE_R16Q6_ENTRY(r16_q6_k_avx2, RASE_TARGET_AVX2)
-RASE_R16Q6_ENTRY(r16_q6_k_vnni, RASE_TARGET_AVX512)
+RASE_TARGET_AVX512 static RASE_INLINE void r16_q6_k_vnni_rows_body(int64_t n, const uint8_t *w, const void *a,
+                                                                 size_t astride, const int nt, float *y, int64_t ys,
+                                                                 int nr) {
+    r16_q6_k_vnni_body(n, w, 0, a, astride, nt, y, ys, nr);
+}
+RASE_R16Q6_ENTRY(r16_q6_k_vnni_rows, RASE_TARGET_AVX512)
+RASE_TARGET_AVX512 static void r16_q6_k_vnni(int64_t n, const uint8_t *w, const void *a, size_t astride, int nt,
+                                            float *y, int64_t ys, int nr) {
+    r16_q6_k_vnni_rows(n, w, a, astride, nt, y, ys, nr);
+}
+
+// all T tokens of one group through a panel unpacked into work (n / 256 * RASE_Q6K_PANEL bytes)
+RASE_TARGET_AVX512 static void r16_q6_k_vnni_panel(int64_t n, const uint8_t *w, const void *a, size_t astride, int T,
+                                                  float *y, int64_t ys, int nr, uint8_t *work) {
+    const r16_q6_k *blk = (const r16_q6_k *)w;
+    const __m512i m4 = _mm512_set1_epi8(0xF), m30 = _mm512_set1_epi8(0x30);
+    for (int64_t b = 0; b < n / 256; ++b) {
+        uint8_t *pb = work + b * RASE_Q6K_PANEL;
+        for (int L = 0; L < 8; ++L)
+            for (int h = 0; h < 2; ++h) {
+                __m512i u[4];
+                RASE_Q6K_UNPACK512(&blk[b], (const uint8_t *)0, L, h, u);
+                for (int k = 0; k < 4; ++k) _mm512_storeu_si512((void *)(pb + 64 * (8 * L + 4 * h + k)), u[k]);
+            }
+        for (int p = 0; p < 8; ++p)
+            _mm512_storeu_si512((void *)(pb + 4096 + 64 * p), _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)blk[b].sc[p])));
+        _mm512_storeu_ps((float *)(pb + 4608), _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk[b].d)));
+    }
+    for (int t0 = 0; t0 < T; t0 += RASE_R16Q6_TILE) {
+        const void *at = (const char *)a + (size_t)t0 * astride;
+        if (T - t0 >= 2) r16_q6_k_vnni_body(n, w, work, at, astride, 2, y + t0 * ys, ys, nr);
+        else r16_q6_k_vnni_body(n, w, work, at, astride, 1, y + t0 * ys, ys, nr);
+    }
+}
 #endif
 
 #endif  // RASE_REPACK_Q6K_H

@@ -232,16 +232,16 @@ def test_the_repacked_types_are_the_32_element_block_types_and_q4_k_q5_k_q6_k():
 def test_repacking_moved_no_bit_of_the_row_kernels(qtype, n):
     """Q5_K and Q6_K ran row by row before they were repacked; every ISA's 16-row kernel (the
     scalar reference included) gives the bits those row kernels give on the SIMD paths, for
-    every row of a group and every tile of tokens."""
+    every row of a group and every tile of tokens, the GEMM panel's (from 12 tokens) too."""
     raw, _ = _matrix(qtype, 19, n, seed=n + int(qtype))
-    x = (np.random.default_rng(n).standard_normal((8, n)) * 3).astype(np.float32)
+    x = (np.random.default_rng(n).standard_normal((16, n)) * 3).astype(np.float32)
     simd = [isa for isa in _kernels.isa_supported() if isa != "scalar"]
     want = np.array([[_kernels.vec_dot(int(qtype), raw[r], x[t:t + 1], simd[0], plain=True)[0] for r in range(19)]
-                     for t in range(8)], np.float32)
+                     for t in range(16)], np.float32)
     for isa in simd[1:]:  # the row kernels agree among themselves
-        assert _kernels.vec_dot(int(qtype), raw[5], x, isa, plain=True) == list(want[:, 5]), isa
+        assert _kernels.vec_dot(int(qtype), raw[5], x[:8], isa, plain=True) == list(want[:8, 5]), isa
     for isa in _kernels.isa_supported():
-        for T in (1, 2, 3, 8):
+        for T in (1, 2, 3, 8, 13, 16):
             assert _kernels.matmul(int(qtype), raw, x[:T], isa).tobytes() == want[:T].tobytes(), (isa, T)
 
 
