@@ -39,6 +39,16 @@ static inline __attribute__((always_inline)) uint8_t *rase_r16k_h(const void *o,
 #define RASE_R16K_TILE 8  // tokens per kernel call
 #define RASE_R16K_PAIR_NT 4  // AVX-512: up to this many tokens, a sub-block pair per pass over its nibbles
 
+// byte s bit j of m to byte j bit s (Hacker's Delight's transpose8, little-endian bytes)
+static inline uint64_t rase_transpose8x8(uint64_t m) {
+    uint64_t t = (m ^ (m >> 7)) & 0x00AA00AA00AA00AAull;
+    m ^= t ^ (t << 7);
+    t = (m ^ (m >> 14)) & 0x0000CCCC0000CCCCull;
+    m ^= t ^ (t << 14);
+    t = (m ^ (m >> 28)) & 0x00000000F0F0F0F0ull;
+    return m ^ t ^ (t << 28);
+}
+
 // Group g of a (rows x n) plain Q4_K (type 12) or Q5_K (13) matrix into dst (n / 256 blocks);
 // rows past the end are zero. The leading fields of the two plain blocks share their layout.
 static inline __attribute__((always_inline)) void rase_r16_repack_k(const int type, const uint8_t *src, int64_t row_bytes,
@@ -56,14 +66,14 @@ static inline __attribute__((always_inline)) void rase_r16_repack_k(const int ty
             for (int i = 0; i < 3; ++i) memcpy(&hd->sm[i][r], x->scales + 4 * i, 4);
             for (int p = 0; p < 4; ++p)
                 for (int s = 0; s < 8; ++s) memcpy(rase_r16k_q(type, o, p, s) + 4 * r, qs + 32 * p + 4 * s, 4);
-            if (type == 13) {
+            if (type == 13) {  // bit j of qh[4s + i] to bit s of h[j][4r + i]: an 8 x 8 bit transpose per i
                 const uint8_t *qh = ((const block_q5_K *)x)->qh;
-                for (int j = 0; j < 8; ++j)
-                    for (int i = 0; i < 4; ++i) {
-                        uint8_t bits = 0;
-                        for (int s = 0; s < 8; ++s) bits |= (uint8_t)(((qh[4 * s + i] >> j) & 1) << s);
-                        rase_r16k_h(o, j)[4 * r + i] = bits;
-                    }
+                for (int i = 0; i < 4; ++i) {
+                    uint64_t m = 0;
+                    for (int s = 0; s < 8; ++s) m |= (uint64_t)qh[4 * s + i] << (8 * s);
+                    m = rase_transpose8x8(m);
+                    for (int j = 0; j < 8; ++j) rase_r16k_h(o, j)[4 * r + i] = (uint8_t)(m >> (8 * j));
+                }
             }
         }
     }
