@@ -136,17 +136,8 @@ RASE_TARGET_AVX512 static RASE_INLINE void rase_bs_vnni_body(const int type, int
     for (int t = 0; t < nt; ++t) _mm512_mask_storeu_ps(y + t * ys, (__mmask16)((1u << nr) - 1), acc[t]);
 }
 
-#define RASE_BS_BODIES(NAME, TYPE)                                                            \
-    RASE_TARGET_AVX2 static RASE_INLINE void NAME##_avx2_body(int64_t n, const uint8_t *w, const void *a, \
-                                                             size_t astride, const int nt, float *y, int64_t ys, int nr) { \
-        rase_bs_avx2_body(TYPE, n, w, a, astride, nt, y, ys, nr);                             \
-    }                                                                                         \
-    RASE_TARGET_AVX512 static RASE_INLINE void NAME##_vnni_body(int64_t n, const uint8_t *w, const void *a, \
-                                                               size_t astride, const int nt, float *y, int64_t ys, int nr) { \
-        rase_bs_vnni_body(TYPE, n, w, a, astride, nt, y, ys, nr);                             \
-    }
-RASE_BS_BODIES(r16_q4_0, 2)
-RASE_BS_BODIES(r16_q5_0, 6)
+RASE_R16_BODIES(r16_q4_0, 2, rase_bs)  // _repack_k.h's wrapper
+RASE_R16_BODIES(r16_q5_0, 6, rase_bs)
 
 // nt (<= RASE_R16_TILE) tokens, the count a constant in the body: _repack_k.h's entry switch
 _Static_assert(RASE_R16_TILE == 8, "RASE_R16K_ENTRY's switch covers tiles of 1..8 tokens");

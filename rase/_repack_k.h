@@ -312,17 +312,18 @@ RASE_TARGET_AVX512 static RASE_INLINE void rase_r16k_vnni_body(const int type, i
         _mm512_mask_storeu_ps(y + t * ys, (__mmask16)((1u << nr) - 1), _mm512_sub_ps(acc[t], accm[t]));
 }
 
-#define RASE_R16K_BODIES(NAME, TYPE)                                                          \
+// NAME_avx2_body / NAME_vnni_body: GEN's bodies (GEN_avx2_body(type, ...)) with the type a constant
+#define RASE_R16_BODIES(NAME, TYPE, GEN)                                                      \
     RASE_TARGET_AVX2 static RASE_INLINE void NAME##_avx2_body(int64_t n, const uint8_t *w, const void *a, \
                                                              size_t astride, const int nt, float *y, int64_t ys, int nr) { \
-        rase_r16k_avx2_body(TYPE, n, w, a, astride, nt, y, ys, nr);                           \
+        GEN##_avx2_body(TYPE, n, w, a, astride, nt, y, ys, nr);                               \
     }                                                                                         \
     RASE_TARGET_AVX512 static RASE_INLINE void NAME##_vnni_body(int64_t n, const uint8_t *w, const void *a, \
                                                                size_t astride, const int nt, float *y, int64_t ys, int nr) { \
-        rase_r16k_vnni_body(TYPE, n, w, a, astride, nt, y, ys, nr);                           \
+        GEN##_vnni_body(TYPE, n, w, a, astride, nt, y, ys, nr);                               \
     }
-RASE_R16K_BODIES(r16_q4_k, 12)
-RASE_R16K_BODIES(r16_q5_k, 13)
+RASE_R16_BODIES(r16_q4_k, 12, rase_r16k)
+RASE_R16_BODIES(r16_q5_k, 13, rase_r16k)
 
 // nt (1..RASE_R16K_TILE) a constant in each instance
 #define RASE_R16K_ENTRY(NAME, TARGET)                                                         \
