@@ -238,26 +238,27 @@ RASE_TARGET_AVX512 static RASE_INLINE void r16_q6_k_vnni_body(int64_t n, const u
     }
 }
 
-// tokens in passes of up to 2, each with its count a constant
-#define RASE_R16Q6_ENTRY(NAME, TARGET)                                                        \
-    TARGET static void NAME(int64_t n, const uint8_t *w, const void *a, size_t astride, int nt, float *y, \
-                            int64_t ys, int nr) {                                             \
-        for (int t0 = 0; t0 < nt; t0 += RASE_R16Q6_TILE) {                                    \
-            const void *at = (const char *)a + (size_t)t0 * astride;                          \
-            if (nt - t0 >= 2) NAME##_body(n, w, at, astride, 2, y + t0 * ys, ys, nr);         \
-            else NAME##_body(n, w, at, astride, 1, y + t0 * ys, ys, nr);                      \
-        }                                                                                     \
+// tokens in passes of up to 2, each with its count a constant; panel: NULL or the group's panel
+RASE_TARGET_AVX512 static RASE_INLINE void r16_q6_k_vnni_pairs(int64_t n, const uint8_t *w, const uint8_t *panel,
+                                                             const void *a, size_t astride, int nt, float *y, int64_t ys,
+                                                             int nr) {
+    for (int t0 = 0; t0 < nt; t0 += RASE_R16Q6_TILE) {
+        const void *at = (const char *)a + (size_t)t0 * astride;
+        if (nt - t0 >= 2) r16_q6_k_vnni_body(n, w, panel, at, astride, 2, y + t0 * ys, ys, nr);
+        else r16_q6_k_vnni_body(n, w, panel, at, astride, 1, y + t0 * ys, ys, nr);
     }
-RASE_R16Q6_ENTRY(r16_q6_k_avx2, RASE_TARGET_AVX2)
-RASE_TARGET_AVX512 static RASE_INLINE void r16_q6_k_vnni_rows_body(int64_t n, const uint8_t *w, const void *a,
-                                                                 size_t astride, const int nt, float *y, int64_t ys,
-                                                                 int nr) {
-    r16_q6_k_vnni_body(n, w, 0, a, astride, nt, y, ys, nr);
 }
-RASE_R16Q6_ENTRY(r16_q6_k_vnni_rows, RASE_TARGET_AVX512)
 RASE_TARGET_AVX512 static void r16_q6_k_vnni(int64_t n, const uint8_t *w, const void *a, size_t astride, int nt,
                                             float *y, int64_t ys, int nr) {
-    r16_q6_k_vnni_rows(n, w, a, astride, nt, y, ys, nr);
+    r16_q6_k_vnni_pairs(n, w, 0, a, astride, nt, y, ys, nr);
+}
+RASE_TARGET_AVX2 static void r16_q6_k_avx2(int64_t n, const uint8_t *w, const void *a, size_t astride, int nt,
+                                          float *y, int64_t ys, int nr) {
+    for (int t0 = 0; t0 < nt; t0 += RASE_R16Q6_TILE) {
+        const void *at = (const char *)a + (size_t)t0 * astride;
+        if (nt - t0 >= 2) r16_q6_k_avx2_body(n, w, at, astride, 2, y + t0 * ys, ys, nr);
+        else r16_q6_k_avx2_body(n, w, at, astride, 1, y + t0 * ys, ys, nr);
+    }
 }
 
 // all T tokens of one group through a panel unpacked into work (n / 256 * RASE_Q6K_PANEL bytes)
@@ -277,11 +278,7 @@ RASE_TARGET_AVX512 static void r16_q6_k_vnni_panel(int64_t n, const uint8_t *w, 
             _mm512_storeu_si512((void *)(pb + 4096 + 64 * p), _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)blk[b].sc[p])));
         _mm512_storeu_ps((float *)(pb + 4608), _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk[b].d)));
     }
-    for (int t0 = 0; t0 < T; t0 += RASE_R16Q6_TILE) {
-        const void *at = (const char *)a + (size_t)t0 * astride;
-        if (T - t0 >= 2) r16_q6_k_vnni_body(n, w, work, at, astride, 2, y + t0 * ys, ys, nr);
-        else r16_q6_k_vnni_body(n, w, work, at, astride, 1, y + t0 * ys, ys, nr);
-    }
+    r16_q6_k_vnni_pairs(n, w, work, a, astride, T, y, ys, nr);
 }
 #endif
 
