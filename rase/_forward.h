@@ -549,7 +549,9 @@ static inline int64_t rase_kv_slot(const rase_kv_pool *kv, const int32_t *table,
            kv->n_kv_dim;
 }
 
-// per (row, head): QK-norm, RoPE (and Gemma's q prescale); K and V go to the row's pool slot
+// per (row, head): QK-norm, RoPE (and Gemma's q prescale); K and V go to the row's pool slot.
+// Items (row, K heads then Q heads) dealt round-robin: a K head costs more (its K/V stores),
+// so leading with them spreads them over the threads.
 static void rase_qk_rope_store(rase_model *m, const rase_layer *L, int il, const rase_batch *b, int ith,
                                int nth) {
     const rase_hparams *hp = &m->w->hp;
@@ -557,77 +559,89 @@ static void rase_qk_rope_store(rase_model *m, const rase_layer *L, int il, const
     const int hd = hp->head_dim, nh = hp->n_head, nkv = hp->n_head_kv, T = b->n;
     const int64_t nq = (int64_t)nh * hd, nk = (int64_t)nkv * hd, half_rot = hp->n_rot / 2;
     const float *rope = s->rope + (size_t)L->rope_slot * s->max_rows * half_rot * 2;
-    int64_t lo, hi;
-    rase_split((int64_t)T * (nh + nkv), ith, nth, &lo, &hi);
-    for (int64_t w = lo; w < hi; ++w) {
+    for (int64_t w = ith; w < (int64_t)T * (nh + nkv); w += nth) {
         const int t = (int)(w / (nh + nkv)), hh = (int)(w % (nh + nkv));
         const float *cs = rope + (size_t)t * half_rot * 2;
-        if (hh < nh) {
-            float *qh = s->q + t * nq + (int64_t)hh * hd;
+        if (hh >= nkv) {
+            float *qh = s->q + t * nq + (int64_t)(hh - nkv) * hd;
             if (L->q_norm && !L->qk_norm_full) rase_rmsnorm(qh, L->q_norm, qh, hd, hp->eps);
             rase_rope(qh, cs, hp->n_rot, hp->rope_neox, m->isa);
             if (hp->attn_prescale)
                 for (int i = 0; i < hd; ++i) qh[i] *= hp->attn_scale;
         } else {
-            const int kh = hh - nh;
             const rase_entry e = b->rows[t];
-            float *khd = s->k + t * nk + (int64_t)kh * hd;
-            const float *vh = s->v + t * nk + (int64_t)kh * hd;
+            float *khd = s->k + t * nk + (int64_t)hh * hd;
+            const float *vh = s->v + t * nk + (int64_t)hh * hd;
             if (L->k_norm && !L->qk_norm_full) rase_rmsnorm(khd, L->k_norm, khd, hd, hp->eps);
             rase_rope(khd, cs, hp->n_rot, hp->rope_neox, m->isa);
-            const int64_t slot = rase_kv_slot(m->kv, b->tables + e.seq * b->table_stride, il, e.pos) + (int64_t)kh * hd;
-            uint16_t *kd = m->kv->k + slot, *vd = m->kv->v + slot;
-            for (int i = 0; i < hd; ++i) { kd[i] = rase_fp32_to_fp16(khd[i]); vd[i] = rase_fp32_to_fp16(vh[i]); }
+            const int64_t slot = rase_kv_slot(m->kv, b->tables + e.seq * b->table_stride, il, e.pos) + (int64_t)hh * hd;
+            rase_fp32_to_fp16_row(khd, m->kv->k + slot, hd, m->isa);
+            rase_fp32_to_fp16_row(vh, m->kv->v + slot, hd, m->isa);
         }
     }
 }
 
-// Attention, dealt round-robin (rows attend to different lengths, so contiguous ranges would
-// leave threads idle). Work items are (row, query head), or with enough rows to keep every
-// thread busy (row, KV head) serving up to RASE_ATTN_G query heads of its group at once; either
-// way each query is computed by the same operations. A row reads its own sequence's positions
-// [j0, pos]: the rows of its own chunk were stored before the barrier that precedes this.
-static void rase_attention(rase_model *m, const rase_layer *L, int il, const rase_batch *b, int ith, int nth) {
+// queries h0 .. h0 + g - 1 (g <= RASE_ATTN_G, one KV head) of row t, served together
+static void rase_attend_heads(rase_model *m, const rase_layer *L, int il, const rase_batch *b, int t, int h0, int g,
+                              int ith) {
     const rase_hparams *hp = &m->w->hp;
     rase_scratch *s = m->s;
-    const int hd = hp->head_dim, nh = hp->n_head, group = hp->n_head / hp->n_head_kv;
-    const int64_t nq = (int64_t)nh * hd;
+    const int hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
+    const int64_t nq = (int64_t)hp->n_head * hd;
     const rase_kv_pool *kv = m->kv;
-    const int64_t layer = (int64_t)il * RASE_KV_BLOCK * kv->n_kv_dim;
-    // heads per item: a whole group (in calls of up to RASE_ATTN_G), or one
-    const int per = (int64_t)b->n * hp->n_head_kv >= 4 * nth ? group : 1;
-    const int items_per_row = nh / per;
-    const float scale = hp->attn_prescale ? 1.0f : hp->attn_scale;
-    for (int64_t w = ith; w < (int64_t)b->n * items_per_row; w += nth) {
-        const int t = (int)(w / items_per_row), h0 = (int)(w % items_per_row) * per;
-        const rase_entry e = b->rows[t];
-        const int j0 = L->window > 0 && e.pos - L->window + 1 > 0 ? e.pos - L->window + 1 : 0;
-        const int64_t koff = layer + (int64_t)(h0 / group) * hd;
-        const rase_kv_view view = {kv->k + koff, kv->v + koff, b->tables + e.seq * b->table_stride,
-                                   (int64_t)kv->n_layer * RASE_KV_BLOCK * kv->n_kv_dim, kv->n_kv_dim};
-        for (int h = h0; h < h0 + per; h += RASE_ATTN_G) {
-            const int g = h0 + per - h < RASE_ATTN_G ? h0 + per - h : RASE_ATTN_G;
-            const float *qs[RASE_ATTN_G];
-            float *outs[RASE_ATTN_G];
-            for (int i = 0; i < g; ++i) {
-                qs[i] = s->q + t * nq + (int64_t)(h + i) * hd;
-                outs[i] = s->att + t * nq + (int64_t)(h + i) * hd;
+    const rase_entry e = b->rows[t];
+    const int j0 = L->window > 0 && e.pos - L->window + 1 > 0 ? e.pos - L->window + 1 : 0;
+    const int64_t koff = (int64_t)il * RASE_KV_BLOCK * kv->n_kv_dim + (int64_t)(h0 / group) * hd;
+    const rase_kv_view view = {kv->k + koff, kv->v + koff, b->tables + e.seq * b->table_stride,
+                               (int64_t)kv->n_layer * RASE_KV_BLOCK * kv->n_kv_dim, kv->n_kv_dim};
+    const float *qs[RASE_ATTN_G];
+    float *outs[RASE_ATTN_G];
+    for (int i = 0; i < g; ++i) {
+        qs[i] = s->q + t * nq + (int64_t)(h0 + i) * hd;
+        outs[i] = s->att + t * nq + (int64_t)(h0 + i) * hd;
+    }
+    rase_attend(g, qs, &view, j0, e.pos + 1, hd, hp->attn_prescale ? 1.0f : hp->attn_scale, hp->attn_softcap,
+                s->scores + (size_t)ith * RASE_ATTN_G * s->attn_stride, s->attn_stride, outs, m->isa);
+}
+
+// Attention; each query is computed by the same operations however the queries are grouped.
+// Enough rows to keep every thread busy: items (row, KV head) dealt round-robin (rows attend to
+// different lengths, so contiguous ranges would leave threads idle), each serving its group in
+// calls of up to RASE_ATTN_G. Fewer (decode): the (row, query head) pairs split into equal
+// contiguous shares, consecutive heads of one KV head served together (each K/V row read once
+// per call, not once per head). A row reads its own sequence's positions [j0, pos]: the rows
+// of its own chunk were stored before the barrier that precedes this.
+static void rase_attention(rase_model *m, const rase_layer *L, int il, const rase_batch *b, int ith, int nth) {
+    const rase_hparams *hp = &m->w->hp;
+    const int nh = hp->n_head, group = hp->n_head / hp->n_head_kv;
+    if ((int64_t)b->n * hp->n_head_kv >= 4 * nth) {
+        for (int64_t w = ith; w < (int64_t)b->n * hp->n_head_kv; w += nth)
+            for (int i = 0; i < group; i += RASE_ATTN_G) {
+                const int h0 = (int)(w % hp->n_head_kv) * group + i;
+                rase_attend_heads(m, L, il, b, (int)(w / hp->n_head_kv), h0, group - i < RASE_ATTN_G ? group - i : RASE_ATTN_G, ith);
             }
-            rase_attend(g, qs, &view, j0, e.pos + 1, hd, scale, hp->attn_softcap, s->scores + (size_t)ith * RASE_ATTN_G * s->attn_stride,
-                        s->attn_stride, outs, m->isa);
-        }
+        return;
+    }
+    int64_t lo, hi;
+    rase_split((int64_t)b->n * nh, ith, nth, &lo, &hi);
+    for (int64_t w = lo; w < hi;) {
+        const int h = (int)(w % nh), end = (h / group + 1) * group;  // the KV head's last query + 1
+        int g = end - h < RASE_ATTN_G ? end - h : RASE_ATTN_G;
+        if (g > hi - w) g = (int)(hi - w);
+        rase_attend_heads(m, L, il, b, (int)(w / nh), h, g, ith);
+        w += g;
     }
 }
 
-static void rase_layer_forward(rase_model *m, const rase_layer *L, int il, const rase_batch *b, int ith,
-                               int nth) {
+// One layer; on entry h holds rase_prenorm(L->attn_norm, x) (1. attention norm: the previous
+// layer's last op, or rase_embed's); next: the layer after (its attention norm is this layer's
+// last op), or NULL.
+static void rase_layer_forward(rase_model *m, const rase_layer *L, const rase_layer *next, int il,
+                               const rase_batch *b, int ith, int nth) {
     rase_scratch *s = m->s;
-    const int E = m->w->hp.n_embd, T = b->n;
+    const int T = b->n;
     int64_t lo, hi;
-    // 1. attention norm, rows split by token
     rase_split(T, ith, nth, &lo, &hi);
-    for (int64_t t = lo; t < hi; ++t) rase_prenorm(m, L->attn_norm, s->x + t * E, s->h + t * E);
-    rase_sync(m, ith);
     // 2. Q, K, V projections share the normed input (plus their biases)
     {
         RASE_PROF_START(m, ith);
@@ -680,11 +694,12 @@ static void rase_layer_forward(rase_model *m, const rase_layer *L, int il, const
         }
         RASE_PROF_ADD(m, ith, prof_matmul_ns);
     }
-    // 9. (post-FFN norm), residual
-    rase_residual(m, L->post_ffn_norm, 0, NULL, T, ith, nth);
+    // 9. (post-FFN norm), residual, (the next layer's attention norm)
+    rase_residual(m, L->post_ffn_norm, next != NULL, next ? next->attn_norm : NULL, T, ith, nth);
 }
 
-// embeddings and RoPE tables of this thread's rows, from each row's own token and position
+// embeddings, the first layer's attention norm and RoPE tables of this thread's rows, from
+// each row's own token and position
 static void rase_embed(rase_model *m, const rase_batch *b, int ith, int nth) {
     const rase_weights *w = m->w;
     const rase_hparams *hp = &w->hp;
@@ -705,6 +720,7 @@ static void rase_embed(rase_model *m, const rase_batch *b, int ith, int nth) {
             deq(te->data + tok * te->row_bytes, x, E);
         if (hp->embd_scale != 1.0f)
             for (int i = 0; i < E; ++i) x[i] *= hp->embd_scale;
+        rase_prenorm(m, w->layers[0].attn_norm, x, m->s->h + t * E);
         for (int sl = 0; sl < nslots; ++sl)
             rase_rope_table(m->s->rope + ((size_t)sl * m->s->max_rows + t) * half_rot * 2, b->rows[t].pos,
                             hp->n_rot, hp->rope_base[sl], hp->rope_freq_scale[sl]);
@@ -736,7 +752,8 @@ static void rase_step(rase_model *m, const rase_batch *b, const rase_sampler_ref
         rase_embed(m, b, ith, nth);
         rase_sync(m, ith);
         for (int il = 0; il < m->w->hp.n_layer; ++il) {
-            rase_layer_forward(m, &m->w->layers[il], il, b, ith, nth);
+            rase_layer_forward(m, &m->w->layers[il], il + 1 < m->w->hp.n_layer ? &m->w->layers[il + 1] : NULL, il,
+                               b, ith, nth);
             if (m->trace && ith == 0) memcpy(m->trace + (size_t)il * b->n * E, m->s->x, (size_t)b->n * E * sizeof(float));
         }
         // final norm of the wanted rows, gathered in output order, then the LM head

@@ -14,6 +14,7 @@ cdef extern from "_simd.h" nogil:
     int rase_prefetch_bytes
     int rase_prefetch_default()
     void rase_cpu_vendor(char *out)
+    void rase_fp32_to_fp16_row(const float *x, uint16_t *y, int64_t n, int isa)
 
 cdef extern from *:
     """

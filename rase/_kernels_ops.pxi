@@ -1,4 +1,4 @@
-# rase/_kernels_ops.pxi: included by _kernels.pyx (one extension module). Single ops exposed for tests: attention, activation quantization, gate, RoPE, expf.
+# rase/_kernels_ops.pxi: included by _kernels.pyx (one extension module). Single ops exposed for tests: attention, activation quantization, gate, RoPE, f16 rows, expf.
 
 def attention(const float[:, ::1] q, const uint16_t[:, ::1] k, const uint16_t[:, ::1] v, float scale,
               int j0=0, isa=None, float softcap=0.0):
@@ -80,6 +80,17 @@ def rope(const float[::1] x, int pos, float base, int n_rot=0, bint neox=False, 
     with nogil:
         rase_rope_table(&c[0], pos, n_rot, base, 1.0)
         rase_rope(&o[0], &c[0], n_rot, neox, path)
+    return out
+
+
+def fp16_row(const float[::1] x, isa=None):
+    """x rounded to f16 bit patterns as K and V rows are stored in the KV pool."""
+    cdef int path = rase_isa if isa is None else _isa_id(isa)
+    out = _np.empty(x.shape[0], dtype=_np.uint16)
+    cdef uint16_t[::1] o = out
+    if x.shape[0]:
+        with nogil:
+            rase_fp32_to_fp16_row(&x[0], &o[0], x.shape[0], path)
     return out
 
 

@@ -111,6 +111,24 @@ static inline uint16_t rase_fp32_to_fp16(float f) {
     return (uint16_t)((sign >> 16) | (shl1_w > 0xFF000000u ? 0x7E00u : nonsign));
 }
 
+#if RASE_HAVE_X86
+RASE_TARGET_AVX2 static void rase_fp32_to_fp16_row_f16c(const float *x, uint16_t *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; ++i) y[i] = rase_fp32_to_fp16(x[i]);
+}
+#endif
+
+// y[i] = rase_fp32_to_fp16(x[i]); F16C's conversion rounds to nearest even as it does (NaN
+// payloads aside: both give a NaN)
+static inline void rase_fp32_to_fp16_row(const float *x, uint16_t *y, int64_t n, int isa) {
+#if RASE_HAVE_X86
+    if (isa >= RASE_ISA_AVX2) { rase_fp32_to_fp16_row_f16c(x, y, n); return; }
+#endif
+    for (int64_t i = 0; i < n; ++i) y[i] = rase_fp32_to_fp16(x[i]);
+}
+
 static inline void rase_prefetch(const void *p) { __builtin_prefetch(p, 0, 3); }  // t0: prefetchnta stalls on Intel server cores
 
 // Weights are streamed once per step: each block a kernel reads asks for the lines

@@ -90,6 +90,11 @@ def test_thread_count_does_not_change_logits(tiny_models, arch):
     two = load_gguf_decoder(None, path, n_threads=2).prefill(TOKENS, all_logits=True)
     three = load_gguf_decoder(None, path, n_threads=3).prefill(TOKENS, all_logits=True)
     assert np.array_equal(one, two) and np.array_equal(one, three)
+    # one row: each thread serves its own run of query heads, cut at other heads per count
+    for n in (2, 3):
+        dec = load_gguf_decoder(None, path, n_threads=n)
+        steps = [dec.prefill(TOKENS[:1])] + [dec.decode(t) for t in TOKENS[1:]]
+        assert np.array_equal(np.array(steps), one), n
 
 
 @pytest.mark.parametrize("isa", _kernels.isa_supported())

@@ -187,6 +187,22 @@ def test_rope_avx2_matches_scalar_and_numpy(neox, n, n_rot):
         assert np.array_equal(avx2[n_rot:], x[n_rot:])
 
 
+@pytest.mark.parametrize("isa", _kernels.isa_supported())
+def test_kv_rows_round_to_f16_as_numpy_does(isa):
+    """K/V rows enter the pool as f16, nearest-even (numpy's conversion): ties, the subnormal
+    range, overflow to inf and a tail that is not a multiple of 8 included."""
+    rng = np.random.default_rng(7)
+    ties = (np.arange(1, 2049, dtype=np.float32) + 0.5) * np.float32(2.0 ** -10)  # halfway between f16s
+    x = np.concatenate([rng.standard_normal(1000) * 10.0 ** rng.integers(-9, 6, 1000), ties,
+                        [0.0, -0.0, 6.1e-5, 5.9e-8, 2.9e-8, -3.1e-8, 65504.0, 65519.0, 65520.0, -7e4, np.inf, -np.inf],
+                        rng.standard_normal(5)]).astype(np.float32)
+    got = _kernels.fp16_row(x, isa)
+    with np.errstate(over="ignore"):  # the values past 65519.99 are meant to become inf
+        want = x.astype(np.float16).view(np.uint16)
+    assert np.array_equal(got, want)
+    assert np.array_equal(got, _kernels.fp16_row(x, "scalar"))
+
+
 def test_vector_exp():
     x = np.concatenate([np.linspace(-110, 90, 4000), [0.0, -0.0, -np.inf, 1e-8, -87.5, 88.7, 126.0, -126.0]])
     x = np.resize(x, (len(x) + 7) // 8 * 8).astype(np.float32)
