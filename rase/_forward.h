@@ -30,7 +30,7 @@ typedef struct {
     int64_t row_bytes;
     int layout;           // RASE_LAYOUT_PLAIN: data; RASE_LAYOUT_R16: packed
     const uint8_t *packed;  // (ceil(rows / 16), cols / 32) r16 blocks (_repack.h), or NULL
-    int64_t group_bytes;  // bytes of one 8-row group in packed
+    int64_t group_bytes;  // bytes of one RASE_R16-row (16) group in packed
 } rase_mat;
 
 typedef struct {
