@@ -695,8 +695,8 @@ RASE_DOTN512(dotn_f16_512)
 // F16 GEMM, chain by chain. vec_dot_f16_f32_avx2 is 32 FMA chains per output, chain j over
 // the columns 32s + j (s = 0 .. n/32 - 1), then a fixed tree over the chains. Here a zmm lane
 // holds one row's chain j instead: 16 rows x 1 chain per register, so 2 row registers x 6 tokens
-// make 12 outputs per 24 accumulators, where holding every chain of an output in registers
-// (2 zmm each) made 12 outputs per 2 x 2 x 6. Weights: the 32-row chunk's panel in f32, chain-
+// make 12 outputs per 12 accumulators (AVX-512 runs two chains at once: 24), where holding every
+// chain of an output in registers (2 zmm each) made 12 outputs per 2 x 2 x 6. Weights: the 32-row chunk's panel in f32, chain-
 // major (work[(j * S + s) * 32 + r], built here); activations: ACT_F32C rows, chain-major
 // (y[j * S + s]). Same fma order per chain, same tree: the same bits as vec_dot_f16_f32_avx2.
 // Needs n % 32 == 0 (rase_rows_for).
@@ -743,20 +743,27 @@ RASE_TARGET_AVX512 static void rase_f16_panel_512(int64_t n, const uint8_t *data
             }
 }
 
-// out[2t + h] = chain j of rows 16h .. 16h + 15 for token t: fma over s in order, from 0
-RASE_TARGET_AVX512 static RASE_INLINE void rase_f16_chain_512(const int nt, int64_t S, const float *Pj,
-                                                            const float *const *y, __m512 *out) {
-    __m512 a0[RASE_F16_TT], a1[RASE_F16_TT];
-    for (int t = 0; t < nt; ++t) a0[t] = a1[t] = _mm512_setzero_ps();
+// o0[2t + h], o1[2t + h] = chains j and j + 8 of rows 16h .. 16h + 15 for token t: each an fma
+// chain over s in order, from 0. Two chains per pass (24 of 32 zmm accumulating): a pass's
+// fixed cost (drain, stores, loop exit) is spread over twice the FMAs.
+RASE_TARGET_AVX512 static RASE_INLINE void rase_f16_chain2_512(const int nt, int64_t S, const float *Pj,
+                                                             const float *const *y, __m512 *o0, __m512 *o1) {
+    const float *Pk = Pj + 8 * S * 32;  // chain j + 8's panel
+    const int64_t yk = 8 * S;           // and its activations, from chain j's
+    __m512 a0[RASE_F16_TT], a1[RASE_F16_TT], b0[RASE_F16_TT], b1[RASE_F16_TT];
+    for (int t = 0; t < nt; ++t) a0[t] = a1[t] = b0[t] = b1[t] = _mm512_setzero_ps();
     for (int64_t s = 0; s < S; ++s) {
         const __m512 w0 = _mm512_loadu_ps(Pj + s * 32), w1 = _mm512_loadu_ps(Pj + s * 32 + 16);
+        const __m512 x0 = _mm512_loadu_ps(Pk + s * 32), x1 = _mm512_loadu_ps(Pk + s * 32 + 16);
         for (int t = 0; t < nt; ++t) {
-            const __m512 yb = _mm512_set1_ps(y[t][s]);
-            a0[t] = _mm512_fmadd_ps(w0, yb, a0[t]);
-            a1[t] = _mm512_fmadd_ps(w1, yb, a1[t]);
+            const __m512 ya = _mm512_set1_ps(y[t][s]), yb = _mm512_set1_ps(y[t][yk + s]);
+            a0[t] = _mm512_fmadd_ps(w0, ya, a0[t]);
+            a1[t] = _mm512_fmadd_ps(w1, ya, a1[t]);
+            b0[t] = _mm512_fmadd_ps(x0, yb, b0[t]);
+            b1[t] = _mm512_fmadd_ps(x1, yb, b1[t]);
         }
     }
-    for (int t = 0; t < nt; ++t) out[2 * t] = a0[t], out[2 * t + 1] = a1[t];
+    for (int t = 0; t < nt; ++t) o0[2 * t] = a0[t], o0[2 * t + 1] = a1[t], o1[2 * t] = b0[t], o1[2 * t + 1] = b1[t];
 }
 
 // nt tokens (y[t]: ACT_F32C rows) x the chunk's R rows into Y[t * ys + r0 ..]: the 32 chains
@@ -767,14 +774,14 @@ RASE_TARGET_AVX512 static RASE_INLINE void rase_f16_tile_512(const int nt, int64
     __m512 v[8][2 * RASE_F16_TT], c[2 * RASE_F16_TT], d[2 * RASE_F16_TT];
     const float *yj[RASE_F16_TT];
     for (int l = 0; l < 8; ++l) {
-        for (int q = 0; q < 4; ++q) {
+        for (int q = 0; q < 4; q += 2) {  // chains l + 8q and l + 8q + 8
             const int j = l + 8 * q;
             for (int t = 0; t < nt; ++t) yj[t] = y[t] + j * S;
-            rase_f16_chain_512(nt, S, P + j * S * 32, yj, q == 0 ? c : q == 2 ? v[l] : d);
-            if (q == 1)
-                for (int i = 0; i < 2 * nt; ++i) c[i] = _mm512_add_ps(c[i], d[i]);
-            if (q == 3)
-                for (int i = 0; i < 2 * nt; ++i) v[l][i] = _mm512_add_ps(c[i], _mm512_add_ps(v[l][i], d[i]));
+            rase_f16_chain2_512(nt, S, P + j * S * 32, yj, c, d);
+            if (q == 0)
+                for (int i = 0; i < 2 * nt; ++i) v[l][i] = _mm512_add_ps(c[i], d[i]);
+            else
+                for (int i = 0; i < 2 * nt; ++i) v[l][i] = _mm512_add_ps(v[l][i], _mm512_add_ps(c[i], d[i]));
         }
     }
     for (int i = 0; i < 2 * nt; ++i) {
