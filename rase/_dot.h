@@ -32,6 +32,14 @@ static inline size_t rase_act_bytes(int act, int64_t n) {
     }
 }
 
+// bytes from one row to the next where several quantized rows lie in one buffer: a row, plus a
+// cache line when the row is a multiple of 2 KiB. The GEMM tiles read 6-12 rows side by side; rows
+// 4 KiB apart fall in the same L1 sets and evict one another (F16, n = 4096: 65% -> 91% of FMA peak).
+static inline size_t rase_act_row_stride(int act, int64_t n) {
+    const size_t b = rase_act_bytes(act, n);
+    return b % 2048 == 0 ? b + 64 : b;
+}
+
 #define RASE_CHUNK_ROWS 32  // rows per unit of matmul work (2 groups of the repacked layout)
 
 // ---------------------------------------------------------------- activation quantizers

@@ -396,7 +396,7 @@ static const uint8_t *rase_quantize_input(rase_model *m, int act, const float *X
                                           int ith, int nth, size_t *astride) {
     rase_scratch *s = m->s;
     const rase_quant_fn quant = rase_act_quant_for(act, m->isa);
-    const size_t row = rase_act_bytes(act, cols);
+    const size_t row = rase_act_row_stride(act, cols);  // fits: act_stride is an f32 row + 64
     *astride = row;
     const float **src = s->act_src + ith * 2 * ACT_COUNT;
     if (T == 1) {

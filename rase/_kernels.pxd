@@ -60,6 +60,7 @@ cdef extern from "_dot.h" nogil:
     int ACT_F32, ACT_Q8_0, ACT_Q8_1, ACT_Q8_K, ACT_F32C, ACT_COUNT
     const rase_dot_traits DOT_TRAITS[]
     size_t rase_act_bytes(int act, int64_t n)
+    size_t rase_act_row_stride(int act, int64_t n)
     int rase_act_for(int qtype, int isa, int T, int64_t n)
     rase_dotn_fn rase_dotn_for(int qtype, int isa)
     rase_quant_fn rase_act_quant_for(int act, int isa)

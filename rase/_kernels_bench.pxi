@@ -59,7 +59,7 @@ cdef class BenchMatrix:
         cdef int T = x.shape[0], t
         cdef int64_t n = self.mat.cols, ns
         cdef int act = rase_act_for(self.mat.type, self.path, T, n)  # as the forward's matmuls
-        cdef size_t row = rase_act_bytes(act, n)
+        cdef size_t row = rase_act_row_stride(act, n)
         abuf = bytearray(row * T + 64)
         cdef unsigned char[::1] a = abuf
         cdef rase_quant_fn quant = rase_act_quant_for(act, self.path)

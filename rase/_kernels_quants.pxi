@@ -104,7 +104,7 @@ def matmul(int qtype, const uint8_t[:, ::1] w, const float[:, ::1] x, isa=None):
     if n == 0 or n % kblk or T < 1 or rows < 1 or w.shape[1] != (n // blck) * size:
         raise ValueError(f"w (rows, {(n // blck) * size}) and x (T, n) with n a multiple of {kblk} required")
     cdef int path = rase_isa if isa is None else _isa_id(isa)
-    cdef size_t row = rase_act_bytes(act, n)
+    cdef size_t row = rase_act_row_stride(act, n)
     abuf = bytearray(row * T + 64)
     cdef unsigned char[::1] a = abuf
     out = _np.zeros((T, rows), dtype=_np.float32)
@@ -160,7 +160,7 @@ def vec_dot(int qtype, const uint8_t[::1] w, const float[:, ::1] x, isa=None, bi
     if R16_TRAITS[qtype].blk_bytes and not plain:  # one row of a repacked type: a group of 1
         return [float(v) for v in matmul(qtype, _np.asarray(w).reshape(1, -1), x, isa)[:, 0]]
     cdef int path = rase_isa if isa is None else _isa_id(isa)
-    cdef size_t row = rase_act_bytes(act, n)
+    cdef size_t row = rase_act_row_stride(act, n)
     buf = bytearray(row * nt + 64)
     cdef unsigned char[::1] a = buf
     cdef float out[8]

@@ -117,7 +117,7 @@ static void rase_moe_matmuls(rase_model *m, const rase_moe_mm *mm, int n, int it
 static size_t rase_moe_quantize(rase_model *m, int act, const float *X, int64_t cols, int by_token, uint8_t *A,
                                 int P, int ith, int nth) {
     const rase_quant_fn quant = rase_act_quant_for(act, m->isa);
-    const size_t row = rase_act_bytes(act, cols);
+    const size_t row = rase_act_row_stride(act, cols);
     int64_t lo, hi;
     rase_split(P, ith, nth, &lo, &hi);
     for (int64_t p = lo; p < hi; ++p) quant(X + (by_token ? m->s->ptok[p] : p) * cols, A + p * row, cols);
