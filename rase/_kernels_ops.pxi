@@ -94,6 +94,19 @@ def fp16_row(const float[::1] x, isa=None):
     return out
 
 
+def chain_major_row(const float[::1] x, isa=None):
+    """x in ACT_F32C order, the F16 GEMM's activation rows: x[k] at (k % 32) * (n / 32) + k / 32."""
+    if x.shape[0] == 0 or x.shape[0] % 32:
+        raise ValueError("length must be a positive multiple of 32")
+    cdef int path = rase_isa if isa is None else _isa_id(isa)
+    out = _np.empty(x.shape[0], dtype=_np.float32)
+    cdef float[::1] o = out
+    cdef rase_quant_fn quant = rase_act_quant_for(ACT_F32C, path)
+    with nogil:
+        quant(&x[0], &o[0], x.shape[0])
+    return out
+
+
 def expf_avx2(const float[::1] x):
     """The AVX2 exp used by softmax and SiLU, over len(x) (a multiple of 8) inputs."""
     if x.shape[0] % 8 or "avx2" not in isa_supported():

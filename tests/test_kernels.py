@@ -188,6 +188,16 @@ def test_rope_avx2_matches_scalar_and_numpy(neox, n, n_rot):
 
 
 @pytest.mark.parametrize("isa", _kernels.isa_supported())
+def test_chain_major_rows_are_the_transpose_numpy_gives(isa):
+    """The F16 GEMM's activation rows (ACT_F32C): x seen as (n / 32, 32), transposed, whole 8 x 8
+    blocks and the rows past them (n / 32 not a multiple of 8) alike."""
+    rng = np.random.default_rng(11)
+    for n in (32, 224, 256, 288, 576, 1536, 4096):
+        x = rng.standard_normal(n).astype(np.float32)
+        assert np.array_equal(_kernels.chain_major_row(x, isa), x.reshape(-1, 32).T.ravel()), n
+
+
+@pytest.mark.parametrize("isa", _kernels.isa_supported())
 def test_kv_rows_round_to_f16_as_numpy_does(isa):
     """K/V rows enter the pool as f16, nearest-even (numpy's conversion): ties, the subnormal
     range, overflow to inf and a tail that is not a multiple of 8 included."""
