@@ -704,10 +704,10 @@ RASE_DOTN512(dotn_f16_512)
 // the columns 32s + j (s = 0 .. n/32 - 1), then a fixed tree over the chains. Here a zmm lane
 // holds one row's chain j instead: 16 rows x 1 chain per register, so 2 row registers x 6 tokens
 // make 12 outputs per 12 accumulators (AVX-512 runs two chains at once: 24), where holding every
-// chain of an output in registers (2 zmm each) made 12 outputs per 2 x 2 x 6. Weights: the 32-row chunk's panel in f32, chain-
-// major (work[(j * S + s) * 32 + r], built here); activations: ACT_F32C rows, chain-major
-// (y[j * S + s]). Same fma order per chain, same tree: the same bits as vec_dot_f16_f32_avx2.
-// Needs n % 32 == 0 (rase_rows_for).
+// chain of an output in registers (2 zmm each) made 12 outputs per 2 x 2 x 6. Weights: the
+// 32-row chunk's panel in f32, chain-major (work[(j * S + s) * 32 + r], built here);
+// activations: ACT_F32C rows, chain-major (y[j * S + s]). Same fma order per chain, same tree:
+// the same bits as vec_dot_f16_f32_avx2. Needs n % 32 == 0 (rase_rows_for).
 #define RASE_F16_TT 6  // tokens per tile
 // t[j] lane i = r[i] lane j (16 x 16 f32): 32-bit, 64-bit, then 128-bit interleaves
 RASE_TARGET_AVX512 static RASE_INLINE void rase_transpose16_512(const __m512 *r, __m512 *t) {

@@ -56,6 +56,7 @@ cdef extern from "_dot.h" nogil:
     ctypedef struct rase_dot_traits:
         int act
         rase_dotn_fn dotn[3]  # RASE_ISA_COUNT
+        int rows_act
     int RASE_NT
     int ACT_F32, ACT_Q8_0, ACT_Q8_1, ACT_Q8_K, ACT_F32C, ACT_COUNT
     const rase_dot_traits DOT_TRAITS[]

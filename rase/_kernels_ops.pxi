@@ -32,11 +32,12 @@ def attention(const float[:, ::1] q, const uint16_t[:, ::1] k, const uint16_t[:,
     return out
 
 
-def quantize_activation(int qtype, const float[::1] x, isa=None):
+def quantize_activation(int qtype, const float[::1] x, isa=None, bint gemm=False):
     """x quantized to the activation format weights of type qtype pair with (the bytes the
-    matmul kernels read): q8_0/q8_1/q8_K blocks, or x itself for float weights."""
+    matmul kernels read): q8_0/q8_1/q8_K blocks, or x itself for float weights. gemm: the
+    format of the type's many-token GEMM instead, where it has one (F16: ACT_F32C)."""
     _check_type(qtype)
-    cdef int act = DOT_TRAITS[qtype].act
+    cdef int act = DOT_TRAITS[qtype].rows_act if gemm and DOT_TRAITS[qtype].rows_act else DOT_TRAITS[qtype].act
     cdef int64_t n = x.shape[0]
     cdef int kblk = 256 if act == ACT_Q8_K else (32 if act else 1)
     if n == 0 or n % kblk:
@@ -91,19 +92,6 @@ def fp16_row(const float[::1] x, isa=None):
     if x.shape[0]:
         with nogil:
             rase_fp32_to_fp16_row(&x[0], &o[0], x.shape[0], path)
-    return out
-
-
-def chain_major_row(const float[::1] x, isa=None):
-    """x in ACT_F32C order, the F16 GEMM's activation rows: x[k] at (k % 32) * (n / 32) + k / 32."""
-    if x.shape[0] == 0 or x.shape[0] % 32:
-        raise ValueError("length must be a positive multiple of 32")
-    cdef int path = rase_isa if isa is None else _isa_id(isa)
-    out = _np.empty(x.shape[0], dtype=_np.float32)
-    cdef float[::1] o = out
-    cdef rase_quant_fn quant = rase_act_quant_for(ACT_F32C, path)
-    with nogil:
-        quant(&x[0], &o[0], x.shape[0])
     return out
 
 
