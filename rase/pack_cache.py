@@ -34,6 +34,11 @@ LAYOUT_VERSION = 6          # bump when _repack.h's layout changes (2: Q5_* keep
 MAGIC = b"RASEPK01"
 ALIGN = 4096                # every matrix starts on a page (the kernels need 64 bytes)
 MAX_BYTES = 4 << 30         # the cache directory is trimmed to this, least recently used first
+# The file is written in whole, aligned 2 MiB windows: Linux (6.x, ext4/xfs) then keeps it in the
+# page cache as 2 MiB folios, which a mapping gets as huge pages (SmolLM2 Q4_1: all 94 MB, against
+# 30-62 MB written tensor by tensor; decode streams every weight per token through fewer TLB
+# entries). Files on disk are the same bytes either way.
+WINDOW = 2 << 20
 STALE_TMP_S = 3600.0
 
 
@@ -45,6 +50,23 @@ def _key(gguf_path: str) -> str:
 def _stamp(path: Path) -> list[int]:
     st = os.stat(path)
     return [st.st_size, st.st_mtime_ns, st.st_ino]
+
+
+def _windows(pieces: list[tuple[int, memoryview]], size: int, window: int = WINDOW):
+    """The file image of size bytes, pieces (offset, bytes; sorted, not overlapping) with zeros
+    between them, as consecutive windows of `window` bytes (the last one shorter)."""
+    i = 0
+    for lo in range(0, size, window):
+        hi = min(lo + window, size)
+        buf = bytearray(hi - lo)
+        while i < len(pieces) and pieces[i][0] < hi:
+            o, data = pieces[i]
+            a, b = max(o, lo), min(o + len(data), hi)
+            buf[a - lo:b - lo] = data[a - o:b - o]
+            if o + len(data) > hi:
+                break  # continues in the next window
+            i += 1
+        yield buf
 
 
 class PackCache:
@@ -89,6 +111,10 @@ class PackCache:
         except (ValueError, KeyError, TypeError, struct.error):
             return None
         if hasattr(mm, "madvise"):
+            try:  # huge pages where the page cache must read the file again (read ahead in 2 MiB folios)
+                mm.madvise(getattr(mmap, "MADV_HUGEPAGE", 14))
+            except OSError:
+                pass
             try:
                 mm.madvise(MADV_POPULATE_READ)  # map it all in one call
             except OSError:
@@ -121,12 +147,11 @@ class PackCache:
                 entries.append([n, off, int(packed[n].nbytes)])
                 off += -(-packed[n].nbytes // ALIGN) * ALIGN
             header = json.dumps({"key": self.key, "entries": entries}).encode()
+            pieces = [(0, memoryview(MAGIC + struct.pack("<Q", len(header)) + header))]
+            pieces += [(o, memoryview(packed[n]).cast("B")) for n, o, _ in entries]
             with open(tmp, "wb") as f:
-                f.write(MAGIC + struct.pack("<Q", len(header)) + header)
-                for (n, o, size) in entries:
-                    f.seek(o)
-                    f.write(memoryview(packed[n]).cast("B"))
-                f.truncate(off)
+                for window in _windows(pieces, off):
+                    f.write(window)
             os.replace(tmp, self.path)
             with open(f"{tmp}.ok", "w") as f:
                 json.dump(_stamp(self.path), f)

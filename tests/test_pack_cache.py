@@ -120,3 +120,39 @@ def test_the_trim_keeps_the_entry_used_last_not_the_one_written_last(tmp_path, c
     assert a.path.exists() and c.path.exists() and not b.path.exists()
     assert not b.path.with_suffix(".ok").exists()
     assert load_plan(paths[0]).weights.repacked == {}
+
+
+def test_the_file_is_written_in_whole_aligned_windows_with_zeros_between_pieces():
+    # windows of 16 bytes: a piece inside one window, one across three, gaps, a short tail
+    from rase.pack_cache import _windows
+
+    pieces = [(0, memoryview(b"HEAD")), (8, memoryview(bytes(range(1, 41)))), (52, memoryview(b"xyz"))]
+    image = bytearray(60)
+    for o, data in pieces:
+        image[o:o + len(data)] = data
+    windows = list(_windows(pieces, 60, window=16))
+    assert [len(w) for w in windows] == [16, 16, 16, 12]
+    assert b"".join(windows) == bytes(image)
+
+
+def test_a_saved_cache_file_holds_each_matrix_at_its_header_offset(tmp_path, cache_dir, tiny_models):
+    # the file written window by window: every entry's bytes where the header says, zeros between
+    path = tmp_path / "m.gguf"
+    path.write_bytes(tiny_models("qwen3", QuantType.Q4_1).read_bytes())
+    rng = np.random.default_rng(0)  # b crosses a 2 MiB window; no byte is zero
+    packed = {n: rng.integers(1, 256, size, dtype=np.uint8) for n, size in (("a", 5000), ("b", 3 << 20), ("c", 3))}
+    pc = PackCache(path)
+    pc.save(packed)
+    got = PackCache(path).load()
+    assert set(got) == set(packed)
+    for name, arr in packed.items():
+        assert np.array_equal(got[name], arr)
+    raw = np.frombuffer(pc.path.read_bytes(), np.uint8)
+    hlen = int(raw[8:16].view("<u8")[0])
+    entries = json.loads(raw[16:16 + hlen].tobytes())["entries"]
+    used = np.zeros(raw.size, bool)
+    used[:16 + hlen] = True
+    for name, off, size in entries:
+        assert np.array_equal(raw[off:off + size], packed[name])
+        used[off:off + size] = True
+    assert raw.size % 4096 == 0 and not raw[~used].any()
