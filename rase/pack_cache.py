@@ -84,8 +84,11 @@ class PackCache:
     def enabled(self) -> bool:
         return self.path is not None
 
-    def load(self) -> dict[str, np.ndarray] | None:
-        """name -> packed bytes (read-only views of the mapped file), or None on a miss."""
+    def load(self, huge_pages: bool = False) -> dict[str, np.ndarray] | None:
+        """name -> packed bytes (read-only views of the mapped file), or None on a miss.
+        huge_pages: a dense model, which reads every page each token: the mapping asks for huge
+        pages, so a file the page cache must read again comes back in 2 MiB folios too. Not for
+        MoE: a fault would read 2 MiB of experts the router did not choose."""
         if self.path is None:
             return None
         try:
@@ -111,11 +114,9 @@ class PackCache:
         except (ValueError, KeyError, TypeError, struct.error):
             return None
         if hasattr(mm, "madvise"):
-            try:  # huge pages where the page cache must read the file again (read ahead in 2 MiB folios)
-                mm.madvise(getattr(mmap, "MADV_HUGEPAGE", 14))
-            except OSError:
-                pass
             try:
+                if huge_pages:
+                    mm.madvise(getattr(mmap, "MADV_HUGEPAGE", 14))
                 mm.madvise(MADV_POPULATE_READ)  # map it all in one call
             except OSError:
                 pass

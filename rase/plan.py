@@ -66,7 +66,7 @@ def load_plan(path: str | os.PathLike[str], architecture: str | None = None,
 
     cache = PackCache(g.path)
     try:
-        weights = _kernels.Weights(forward, default_threads(), packed, packed=cache.load())
+        weights = _kernels.Weights(forward, default_threads(), packed, packed=cache.load(huge_pages=not hp.n_expert))
     except ValueError as exc:
         raise CorruptModelFile(g.path, str(exc)) from None
     cache.save_in_background(weights.repacked)  # later loads map it instead of repacking

@@ -156,3 +156,25 @@ def test_a_saved_cache_file_holds_each_matrix_at_its_header_offset(tmp_path, cac
         assert np.array_equal(raw[off:off + size], packed[name])
         used[off:off + size] = True
     assert raw.size % 4096 == 0 and not raw[~used].any()
+
+
+def test_dense_models_ask_for_huge_pages_moe_models_do_not(tmp_path, cache_dir, tiny_models, monkeypatch):
+    # a dense step reads every page; a MoE step only the chosen experts' (benchmarks/bench_moe.py)
+    from pathlib import Path
+
+    asked = []
+    real = PackCache.load
+
+    def load(self, huge_pages=False):
+        asked.append(huge_pages)
+        return real(self, huge_pages)
+
+    monkeypatch.setattr(PackCache, "load", load)
+    moe = Path(__file__).parent / "fixtures" / "archs" / "olmoe-tiny-q4_k_m.gguf"
+    for src in (tiny_models("qwen3", QuantType.Q4_1), moe):
+        path = tmp_path / src.name
+        path.write_bytes(src.read_bytes())
+        load_plan(path)
+        _wait_for_saves()
+        load_plan(path)  # a hit: mapped with or without huge pages
+    assert asked == [True, True, False, False]
