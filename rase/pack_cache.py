@@ -114,9 +114,12 @@ class PackCache:
         except (ValueError, KeyError, TypeError, struct.error):
             return None
         if hasattr(mm, "madvise"):
+            if huge_pages and hasattr(mmap, "MADV_HUGEPAGE"):
+                try:  # EINVAL where THP is off: the populate below must still run
+                    mm.madvise(mmap.MADV_HUGEPAGE)
+                except OSError:
+                    pass
             try:
-                if huge_pages:
-                    mm.madvise(getattr(mmap, "MADV_HUGEPAGE", 14))
                 mm.madvise(MADV_POPULATE_READ)  # map it all in one call
             except OSError:
                 pass
