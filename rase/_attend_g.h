@@ -90,9 +90,11 @@ RASE_ATTN_TARGET static inline __attribute__((always_inline)) void RASE_ATTN_NAM
         for (int j = 0; j < n; j += 8)  // p rounded to f16, kept as f32 values
             _mm256_storeu_ps(s + j, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_mul_ps(_mm256_loadu_ps(s + j), inv), 0)));
     }
-    // P.V: partial sums per slot (position mod 32), each a sequential FMA chain over the valid
-    // positions of that slot in order; a chain lives in a register for 8 elements of the head
-    // and is stored once (the chains of SG slots x G queries run side by side)
+    // P.V: partial sums per slot (position mod 32 = row of a block), each a sequential FMA chain
+    // over the valid positions of that slot in order. The blocks go in groups of RASE_PV_GROUP; in a
+    // group, passes of SG slots x IC chunks of the head (x G queries) in registers, loaded from
+    // and stored to the partial sums (zero for the first group), so each V row is read once and
+    // the reads stay inside one group while each pass asks for its rows of the next group.
     const int SG = G >= 3 ? 2 : 4;
     const int b0 = j0 / RASE_KV_BLOCK, b1 = (j1 + RASE_KV_BLOCK - 1) / RASE_KV_BLOCK;
 #if RASE_ATTN_WIDE
@@ -102,6 +104,7 @@ RASE_ATTN_TARGET static inline __attribute__((always_inline)) void RASE_ATTN_NAM
 #  define RASE_PV_LOAD(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
 #  define RASE_PV_FMA(v, p, acc) _mm512_fmadd_ps(v, _mm512_set1_ps(p), acc)
 #  define RASE_PV_STORE _mm512_storeu_ps
+#  define RASE_PV_LOADF _mm512_loadu_ps
 #  define RASE_PV_REGS 24  // of 32 zmm
 #else
 #  define RASE_PV_VEC __m256
@@ -110,10 +113,11 @@ RASE_ATTN_TARGET static inline __attribute__((always_inline)) void RASE_ATTN_NAM
 #  define RASE_PV_LOAD(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
 #  define RASE_PV_FMA(v, p, acc) _mm256_fmadd_ps(v, _mm256_set1_ps(p), acc)
 #  define RASE_PV_STORE _mm256_storeu_ps
+#  define RASE_PV_LOADF _mm256_loadu_ps
 #  define RASE_PV_REGS 12  // of 16 ymm
 #endif
     // IC register-blocked chunks of the head per pass: each V row is read once per pass, not
-    // once per chunk (the chains are unchanged: slot k, element i, over the blocks in order)
+    // once per chunk
     const int nchunk = hd / RASE_PV_W;
     const int IC = G * SG * 4 <= RASE_PV_REGS && nchunk % 4 == 0 ? 4 : G * SG * 2 <= RASE_PV_REGS && nchunk % 2 == 0 ? 2 : 1;
 #define RASE_PV_PASS(ICC)                                                                              \
@@ -121,13 +125,15 @@ RASE_ATTN_TARGET static inline __attribute__((always_inline)) void RASE_ATTN_NAM
         RASE_PV_VEC acc[RASE_ATTN_G][4][ICC];                                                          \
         for (int h = 0; h < G; ++h)                                                                    \
             for (int k = 0; k < SG; ++k)                                                               \
-                for (int c = 0; c < ICC; ++c) acc[h][k][c] = RASE_PV_ZERO();                           \
-        for (int b = b0; b < b1; ++b) {                                                                \
+                for (int c = 0; c < ICC; ++c)                                                          \
+                    acc[h][k][c] = g0 == b0 ? RASE_PV_ZERO()                                           \
+                        : RASE_PV_LOADF(scratch + h * qstride + poff + (int64_t)(s0 + k) * hd + i + c * RASE_PV_W); \
+        for (int b = g1; b < g2; ++b)                                                                  \
+            for (int k = 0; k < SG; ++k)                                                               \
+                rase_kv_prefetch_row(kv->v + (int64_t)kv->table[b] * kv->block_stride + i +             \
+                                     (int64_t)(s0 + k) * kv->row_stride, ICC * RASE_PV_W);             \
+        for (int b = g0; b < g1; ++b) {                                                                \
             const uint16_t *v = kv->v + (int64_t)kv->table[b] * kv->block_stride + i;                 \
-            if (b + RASE_KV_PF_PV < b1)                                                                \
-                for (int k = 0; k < SG; ++k)                                                           \
-                    rase_kv_prefetch_row(kv->v + (int64_t)kv->table[b + RASE_KV_PF_PV] * kv->block_stride + i + \
-                                         (int64_t)(s0 + k) * kv->row_stride, ICC * RASE_PV_W);         \
             for (int k = 0; k < SG; ++k) {                                                             \
                 const int j = b * RASE_KV_BLOCK + s0 + k;                                              \
                 if (j < j0 || j >= j1) continue;                                                       \
@@ -143,17 +149,22 @@ RASE_ATTN_TARGET static inline __attribute__((always_inline)) void RASE_ATTN_NAM
                 for (int c = 0; c < ICC; ++c)                                                          \
                     RASE_PV_STORE(scratch + h * qstride + poff + (int64_t)(s0 + k) * hd + i + c * RASE_PV_W, acc[h][k][c]); \
     }
-    for (int s0 = 0; s0 < 32; s0 += SG)
-        for (int i = 0; i < hd; i += RASE_PV_W * IC) {
-            if (IC == 4) RASE_PV_PASS(4)
-            else if (IC == 2) RASE_PV_PASS(2)
-            else RASE_PV_PASS(1)
-        }
+    for (int g0 = b0; g0 < b1; g0 += RASE_PV_GROUP) {
+        const int g1 = g0 + RASE_PV_GROUP < b1 ? g0 + RASE_PV_GROUP : b1;
+        const int g2 = g1 + RASE_PV_GROUP < b1 ? g1 + RASE_PV_GROUP : b1;
+        for (int s0 = 0; s0 < 32; s0 += SG)
+            for (int i = 0; i < hd; i += RASE_PV_W * IC) {
+                if (IC == 4) RASE_PV_PASS(4)
+                else if (IC == 2) RASE_PV_PASS(2)
+                else RASE_PV_PASS(1)
+            }
+    }
 #undef RASE_PV_PASS
 #undef RASE_PV_VEC
 #undef RASE_PV_W
 #undef RASE_PV_ZERO
 #undef RASE_PV_LOAD
+#undef RASE_PV_LOADF
 #undef RASE_PV_FMA
 #undef RASE_PV_STORE
 #undef RASE_PV_REGS

@@ -65,6 +65,76 @@ static void attend_ref(const float *q, const rase_kv_view *kv, int j0, int j1, i
     }
 }
 
+// exp(x) for one float: rase_avx2_expf's operations lane by lane (fmaf for each FMA)
+static float rase_expf_ref(float x) {
+    const float shift = 0x1.8p23f;
+    const float z = fmaf(x, 0x1.715476p+0f, shift), n = z - shift;
+    const float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
+    uint32_t zi, ki;
+    memcpy(&zi, &z, 4);
+    const uint32_t e = zi << 23;
+    ki = e + 0x3f800000u;
+    float k;
+    memcpy(&k, &ki, 4);
+    const float u = b * b;
+    const float hi = fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), lo = fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f);
+    const float j = fmaf(fmaf(hi, u, lo), u, 0x1.ffffecp-1f * b);
+    if (!(fabsf(n) > 126.0f)) return fmaf(j, k, k);
+    const uint32_t g = n <= 0.0f ? 0x82000000u : 0u, s1i = g + 0x7f000000u, s2i = e - g;
+    float s1, s2;
+    memcpy(&s1, &s1i, 4);
+    memcpy(&s2, &s2i, 4);
+    return fabsf(n) > 192.0f ? s1 * s1 : fmaf(s2, j, s2) * s1;
+}
+
+// The SIMD paths' one-token numerics (below) one float at a time, the reference their bits are
+// tested against: q and p rounded to f16; per key four 8-lane FMA chains, (c0 + c2) + (c1 + c3),
+// then lanes ((0 + 4) + (1 + 5)) + ((2 + 6) + (3 + 7)); softmax over the length padded to 32,
+// its f64 sum of 8-lane sums ((0 + 4) + (2 + 6)) + ((1 + 5) + (3 + 7)); P.V as 32 chains by
+// slot (position mod 32), reduced per element as (s + s16) + (s8 + s24) for s < 8, then as the
+// score lanes. scratch: n + 33 * hd floats (rase_attend_scratch).
+static void attend_ggml_ref(const float *q, const rase_kv_view *kv, int j0, int j1, int hd, float scale,
+                            float softcap, float *scratch, float *out) {
+    const int n = (j1 + 31) & ~31;
+    float *s = scratch, *qf = s + n, *part = qf + hd, mx = -INFINITY;
+    for (int i = 0; i < hd; ++i) qf[i] = rase_fp16_to_fp32(rase_fp32_to_fp16(q[i]));
+    for (int j = 0; j < n; ++j) {
+        s[j] = -INFINITY;
+        if (j < j0 || j >= j1) continue;
+        const uint16_t *k = kv->k + rase_kv_off(kv, j);
+        float a[4][8] = {{0.0f}}, x[8];
+        for (int m = 0; m < hd; m += 32)
+            for (int c = 0; c < 4; ++c)
+                for (int l = 0; l < 8; ++l)
+                    a[c][l] = fmaf(rase_fp16_to_fp32(k[m + 8 * c + l]), qf[m + 8 * c + l], a[c][l]);
+        for (int l = 0; l < 8; ++l) x[l] = (a[0][l] + a[2][l]) + (a[1][l] + a[3][l]);
+        s[j] = (((x[0] + x[4]) + (x[1] + x[5])) + ((x[2] + x[6]) + (x[3] + x[7]))) * scale;
+        if (s[j] > mx) mx = s[j];
+    }
+    if (softcap > 0.0f) mx = rase_softcap(s, j0, j1, softcap);
+    double sum = 0.0;
+    for (int j = 0; j < n; j += 8) {
+        float e[8];
+        for (int l = 0; l < 8; ++l) e[l] = s[j + l] = rase_expf_ref(s[j + l] - mx);
+        sum += (double)(((e[0] + e[4]) + (e[2] + e[6])) + ((e[1] + e[5]) + (e[3] + e[7])));
+    }
+    const float inv = (float)(1.0 / sum);
+    for (int j = 0; j < n; ++j) s[j] = rase_fp16_to_fp32(rase_fp32_to_fp16(s[j] * inv));
+    for (int k = 0; k < 32; ++k)
+        for (int i = 0; i < hd; ++i) {
+            float acc = 0.0f;
+            for (int j = k; j < j1; j += 32)
+                if (j >= j0) acc = fmaf(rase_fp16_to_fp32(kv->v[rase_kv_off(kv, j) + i]), s[j], acc);
+            part[k * hd + i] = acc;
+        }
+    for (int i = 0; i < hd; ++i) {
+        float z[8];
+        for (int l = 0; l < 8; ++l)
+            z[l] = (part[l * hd + i] + part[(l + 16) * hd + i]) + (part[(l + 8) * hd + i] + part[(l + 24) * hd + i]);
+        out[i] = ((z[0] + z[4]) + (z[1] + z[5])) + ((z[2] + z[6]) + (z[3] + z[7]));
+    }
+}
+
 #if RASE_HAVE_X86
 // llama.cpp's one-token (decode) attention, step for step, so logits equal its n_batch = 1
 // numerics: q rounded to f16; scores as ggml_vec_dot_f16 computes them (four 8-lane FMA
@@ -81,13 +151,15 @@ static void attend_ref(const float *q, const rase_kv_view *kv, int j0, int j1, i
     ptr += (int64_t)kv->table[b] * kv->block_stride + (int64_t)(lo - (b) * RASE_KV_BLOCK) * kv->row_stride
 
 // The K/V rows of one head are row_stride apart inside a block of RASE_KV_BLOCK positions and
-// the blocks lie anywhere in the pool (block_stride apart at best): the hardware prefetcher
-// restarts at every block, so past the caches (long contexts) each block began with DRAM
-// latency. The scores loop asks, with each key, for the same row RASE_KV_PF_QK blocks on; the
-// P.V passes (a few slots of every block per pass) ask for their rows RASE_KV_PF_PV blocks on.
-// Prefetches never change a result.
+// the blocks lie anywhere in the pool (block_stride apart when a sequence's blocks were taken in
+// order). The scores loop asks, with each key, for the same row RASE_KV_PF_QK blocks on. P.V
+// reads its blocks in groups of RASE_PV_GROUP (256 positions; one group is 32 KiB of V at
+// head_dim 64): each pass over a group asks for its rows of the next group, so the next group
+// arrives while this one is read, and no pass strides through the whole context (a pass per
+// slot pair over every block ran at half the speed of the same reads in cache at 4000
+// positions). Prefetches and groups never change a result: each chain keeps its order.
 #define RASE_KV_PF_QK 1
-#define RASE_KV_PF_PV 4
+#define RASE_PV_GROUP 8
 static inline void rase_kv_prefetch_row(const uint16_t *row, int hd) {
     for (int o = 0; o < hd * 2; o += 64) rase_prefetch((const char *)row + o);
 }

@@ -70,9 +70,11 @@ typedef struct {  // read-only during a forward
 } rase_weights;
 
 typedef struct {
-    uint16_t *k, *v;   // (n_blocks, n_layer, RASE_KV_BLOCK, n_kv_dim) f16; pages touched as written
-    int32_t n_blocks, n_layer;
-    int64_t n_kv_dim;  // n_head_kv * head_dim
+    // (n_layer, n_head_kv, n_blocks, RASE_KV_BLOCK, head_dim) f16; pages touched as written. One
+    // head's rows of a layer are contiguous block after block, so a sequence whose blocks were
+    // taken in order reads each head's K and V as one stream
+    uint16_t *k, *v;
+    int32_t n_blocks, n_layer, n_head_kv, head_dim;
 } rase_kv_pool;
 
 typedef struct {
@@ -163,23 +165,30 @@ static void rase_kv_pool_free(rase_kv_pool *kv) {
 static int rase_kv_pool_alloc(rase_kv_pool *kv, const rase_hparams *hp, int32_t n_blocks) {
     kv->n_blocks = n_blocks;
     kv->n_layer = hp->n_layer;
-    kv->n_kv_dim = (int64_t)hp->n_head_kv * hp->head_dim;
-    const size_t bytes = (size_t)n_blocks * hp->n_layer * RASE_KV_BLOCK * kv->n_kv_dim * sizeof(uint16_t);
+    kv->n_head_kv = hp->n_head_kv;
+    kv->head_dim = hp->head_dim;
+    const size_t bytes = (size_t)n_blocks * hp->n_layer * hp->n_head_kv * RASE_KV_BLOCK * hp->head_dim * sizeof(uint16_t);
     kv->k = rase_alloc(bytes);  // never written here: pages are touched as positions fill
     kv->v = rase_alloc(bytes);
     if (!kv->k || !kv->v) { rase_kv_pool_free(kv); return -1; }
     return 0;
 }
 
+// pool offset (elements) of row `row` of block `blk`, layer il, KV head h
+static inline int64_t rase_kv_at(const rase_kv_pool *kv, int il, int h, int64_t blk, int row) {
+    return ((((int64_t)il * kv->n_head_kv + h) * kv->n_blocks + blk) * RASE_KV_BLOCK + row) * kv->head_dim;
+}
+
 // rows [0, n) of block src copied into block dst, every layer, K and V (a cached block's
 // leading positions reused by a sequence that shares only them)
 static void rase_kv_copy_rows(rase_kv_pool *kv, int32_t src, int32_t dst, int n) {
-    const int64_t layer = (int64_t)RASE_KV_BLOCK * kv->n_kv_dim, block = kv->n_layer * layer;
-    for (int il = 0; il < kv->n_layer; ++il) {
-        const int64_t s = src * block + il * layer, d = dst * block + il * layer;
-        memcpy(kv->k + d, kv->k + s, (size_t)n * kv->n_kv_dim * sizeof(uint16_t));
-        memcpy(kv->v + d, kv->v + s, (size_t)n * kv->n_kv_dim * sizeof(uint16_t));
-    }
+    const size_t bytes = (size_t)n * kv->head_dim * sizeof(uint16_t);
+    for (int il = 0; il < kv->n_layer; ++il)
+        for (int h = 0; h < kv->n_head_kv; ++h) {
+            const int64_t s = rase_kv_at(kv, il, h, src, 0), d = rase_kv_at(kv, il, h, dst, 0);
+            memcpy(kv->k + d, kv->k + s, bytes);
+            memcpy(kv->v + d, kv->v + s, bytes);
+        }
 }
 
 static void rase_scratch_free(rase_scratch *s) {
@@ -543,12 +552,6 @@ static void rase_residual(rase_model *m, const float *post_norm, int next, const
     rase_sync(m, ith);
 }
 
-// pool offset (elements) of position pos of a sequence, for layer il
-static inline int64_t rase_kv_slot(const rase_kv_pool *kv, const int32_t *table, int il, int pos) {
-    return (((int64_t)table[pos / RASE_KV_BLOCK] * kv->n_layer + il) * RASE_KV_BLOCK + pos % RASE_KV_BLOCK) *
-           kv->n_kv_dim;
-}
-
 // per (row, head): QK-norm, RoPE (and Gemma's q prescale); K and V go to the row's pool slot.
 // Items (row, K heads then Q heads) dealt round-robin: a K head costs more (its K/V stores),
 // so leading with them spreads them over the threads.
@@ -574,7 +577,8 @@ static void rase_qk_rope_store(rase_model *m, const rase_layer *L, int il, const
             const float *vh = s->v + t * nk + (int64_t)hh * hd;
             if (L->k_norm && !L->qk_norm_full) rase_rmsnorm(khd, L->k_norm, khd, hd, hp->eps);
             rase_rope(khd, cs, hp->n_rot, hp->rope_neox, m->isa);
-            const int64_t slot = rase_kv_slot(m->kv, b->tables + e.seq * b->table_stride, il, e.pos) + (int64_t)hh * hd;
+            const int64_t slot = rase_kv_at(m->kv, il, hh, b->tables[e.seq * b->table_stride + e.pos / RASE_KV_BLOCK],
+                                            e.pos % RASE_KV_BLOCK);
             rase_fp32_to_fp16_row(khd, m->kv->k + slot, hd, m->isa);
             rase_fp32_to_fp16_row(vh, m->kv->v + slot, hd, m->isa);
         }
@@ -591,9 +595,9 @@ static void rase_attend_heads(rase_model *m, const rase_layer *L, int il, const 
     const rase_kv_pool *kv = m->kv;
     const rase_entry e = b->rows[t];
     const int j0 = L->window > 0 && e.pos - L->window + 1 > 0 ? e.pos - L->window + 1 : 0;
-    const int64_t koff = (int64_t)il * RASE_KV_BLOCK * kv->n_kv_dim + (int64_t)(h0 / group) * hd;
+    const int64_t koff = rase_kv_at(kv, il, h0 / group, 0, 0);
     const rase_kv_view view = {kv->k + koff, kv->v + koff, b->tables + e.seq * b->table_stride,
-                               (int64_t)kv->n_layer * RASE_KV_BLOCK * kv->n_kv_dim, kv->n_kv_dim};
+                               (int64_t)RASE_KV_BLOCK * hd, hd};
     const float *qs[RASE_ATTN_G];
     float *outs[RASE_ATTN_G];
     for (int i = 0; i < g; ++i) {

@@ -192,6 +192,8 @@ cdef extern from "_attention.h" nogil:
     int64_t rase_attend_scratch(int64_t n_ctx, int hd)
     void rase_attend(int g, const float *const *q, const rase_kv_view *kv, int j0, int j1, int hd,
                      float scale, float softcap, float *scratch, int64_t qstride, float *const *out, int isa)
+    void attend_ggml_ref(const float *q, const rase_kv_view *kv, int j0, int j1, int hd, float scale,
+                         float softcap, float *scratch, float *out)
 
 cdef extern from "_forward.h" nogil:
     void rase_gate(float *g, const float *u, int64_t n, const uint16_t *gelu_table, int isa)

@@ -1,34 +1,60 @@
 # rase/_kernels_ops.pxi: included by _kernels.pyx (one extension module). Single ops exposed for tests: attention, activation quantization, gate, RoPE, f16 rows, expf.
 
+def _pool(const uint16_t[:, ::1] k, const uint16_t[:, ::1] v, blocks):
+    """k, v (n, hd) laid into pool blocks: sequence block b in pool block blocks[b] (default: in
+    order); returns (table, pool k, pool v)."""
+    cdef int n = k.shape[0], nb = (n + RASE_KV_BLOCK - 1) // RASE_KV_BLOCK
+    table = _np.arange(nb, dtype=_np.int32) if blocks is None else _np.asarray(blocks, dtype=_np.int32)
+    if table.shape != (nb,) or sorted(table.tolist()) != list(range(nb)):
+        raise ValueError(f"blocks: a permutation of the {nb} blocks")
+    kp = _np.zeros((nb * RASE_KV_BLOCK, k.shape[1]), dtype=_np.uint16)
+    vp = _np.zeros_like(kp)
+    for b in range(nb):
+        rows = slice(b * RASE_KV_BLOCK, min(n, (b + 1) * RASE_KV_BLOCK))
+        at = int(table[b]) * RASE_KV_BLOCK
+        kp[at:at + rows.stop - rows.start] = _np.asarray(k)[rows]
+        vp[at:at + rows.stop - rows.start] = _np.asarray(v)[rows]
+    return table, kp, vp
+
+
 def attention(const float[:, ::1] q, const uint16_t[:, ::1] k, const uint16_t[:, ::1] v, float scale,
-              int j0=0, isa=None, float softcap=0.0):
+              int j0=0, isa=None, float softcap=0.0, blocks=None):
     """softmax(scale * q[h] . k[j]) . v over rows j0..len(k)-1 for each of 1..ATTN_G query
     heads q (g, hd) sharing one KV head; k, v are f16 bit patterns (n, hd), as in the KV pool
-    (read here as consecutive blocks). softcap > 0: scores s -> softcap * tanh(s / softcap)
-    before the softmax. The kernel the forward uses; returns (g, hd)."""
+    (in consecutive blocks, or sequence block b in pool block blocks[b]). softcap > 0: scores
+    s -> softcap * tanh(s / softcap) before the softmax. isa "ggml-ref": attend_ggml_ref, the
+    scalar reference of the SIMD paths' numerics, query by query. The kernel the forward uses;
+    returns (g, hd)."""
     cdef int n = k.shape[0], hd = q.shape[1], g = q.shape[0], h
     if n < 1 or k.shape[1] != hd or v.shape[0] != n or v.shape[1] != hd or not 0 <= j0 < n:
         raise ValueError("q (g, hd), k and v (n, hd), 0 <= j0 < n required")
     if not 1 <= g <= RASE_ATTN_G:
         raise ValueError(f"1..{RASE_ATTN_G} query heads per call")
-    cdef int path = rase_isa if isa is None else _isa_id(isa)
+    cdef bint ref = isa == "ggml-ref"
+    cdef int path = rase_isa if isa is None or ref else _isa_id(isa)
     cdef int64_t qstride = rase_attend_scratch(n, hd)
     scratch = _np.zeros(g * qstride, dtype=_np.float32)
     out = _np.empty((g, hd), dtype=_np.float32)
-    table = _np.arange((n + RASE_KV_BLOCK - 1) // RASE_KV_BLOCK, dtype=_np.int32)
+    table, kp, vp = _pool(k, v, blocks)
     cdef float[::1] sv = scratch
     cdef float[:, ::1] ov = out
     cdef const int32_t[::1] tv = table
+    cdef const uint16_t[:, ::1] kv_ = kp
+    cdef const uint16_t[:, ::1] vv = vp
     cdef rase_kv_view view
     cdef const float *qs[8]
     cdef float *outs[8]
     for h in range(g):
         qs[h] = &q[h, 0]
         outs[h] = &ov[h, 0]
-    view.k, view.v, view.table = &k[0, 0], &v[0, 0], &tv[0]
+    view.k, view.v, view.table = &kv_[0, 0], &vv[0, 0], &tv[0]
     view.block_stride, view.row_stride = RASE_KV_BLOCK * hd, hd
     with nogil:
-        rase_attend(g, qs, &view, j0, n, hd, scale, softcap, &sv[0], qstride, outs, path)
+        if ref:
+            for h in range(g):
+                attend_ggml_ref(qs[h], &view, j0, n, hd, scale, softcap, &sv[0], outs[h])
+        else:
+            rase_attend(g, qs, &view, j0, n, hd, scale, softcap, &sv[0], qstride, outs, path)
     return out
 
 

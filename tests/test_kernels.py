@@ -225,6 +225,37 @@ def test_vector_exp():
     assert np.all(got[~finite] == np.inf) and got[x == -np.inf][0] == 0.0
 
 
+SIMD_ISAS = [i for i in _kernels.isa_supported() if i != "scalar"]
+
+
+@pytest.mark.parametrize("hd", [32, 64, 128, 256])
+@pytest.mark.parametrize("n,j0", [(1, 0), (33, 0), (256, 0), (257, 3), (700, 290), (1100, 513)])
+@pytest.mark.parametrize("softcap", [0.0, 2.0])
+def test_simd_attention_equals_its_scalar_reference_bit_for_bit(hd, n, j0, softcap):
+    """attend_ggml_ref spells out the SIMD paths' numerics float by float (the f16 roundings,
+    FMA chains, reduction orders, f64 softmax sum, the 32 P.V slot chains). Every SIMD path, for
+    every group size, gives its bits, with the blocks in order or scattered through the pool, for
+    lengths that span several P.V block groups (256 positions each) and windows starting inside
+    one; the reference itself is near the float64 spec."""
+    assert SIMD_ISAS  # CI's machines have AVX2 at least
+    rng = np.random.default_rng(hd * 10_000 + n)
+    k = rng.standard_normal((n, hd)).astype(np.float16).view(np.uint16)
+    v = rng.standard_normal((n, hd)).astype(np.float16).view(np.uint16)
+    scattered = rng.permutation((n + 31) // 32)
+    q = (rng.standard_normal((4, hd)) * 2).astype(np.float32)
+    ref = _kernels.attention(q, k, v, 0.125, j0, "ggml-ref", softcap=softcap)
+    for h in range(4):
+        spec = _attention_spec(q[h], k, v, 0.125, j0, softcap)
+        assert np.abs(ref[h] - spec).max() <= 4e-3 * np.abs(spec).max() + 1e-6
+    for isa in SIMD_ISAS:
+        for g in (1, 2, 3, 4):
+            for blocks in (None, scattered):
+                got = _kernels.attention(q[:g], k, v, 0.125, j0, isa, softcap=softcap, blocks=blocks)
+                assert got.tobytes() == ref[:g].tobytes(), (isa, g, blocks is None)
+    with pytest.raises(ValueError, match="permutation"):
+        _kernels.attention(q[:1], k, v, 0.125, j0, blocks=np.zeros(len(scattered), np.int32) + len(scattered))
+
+
 @pytest.mark.parametrize("isa", ["scalar", "avx2"])
 @pytest.mark.parametrize("hd,n,j0", [(64, 1, 0), (64, 77, 0), (128, 300, 200), (256, 40, 9)])
 def test_grouped_attention_equals_each_query_alone_bit_for_bit(isa, hd, n, j0):
