@@ -1,29 +1,19 @@
-// rase/_attend_g.h: the body of the grouped attention kernel, included by _attention.h once per
-// width: RASE_ATTN_NAME / RASE_ATTN_TARGET / RASE_ATTN_WIDE (0: ymm, AVX2; 1: zmm, AVX-512). Both
-// widths run the same FMA chains lane for lane, so they give the same bits.
-RASE_ATTN_TARGET static inline __attribute__((always_inline)) void RASE_ATTN_NAME(
-        const int G, const float *const *q, const rase_kv_view *kv, int j0, int j1, int hd, float scale,
-        float softcap, float *scratch, int64_t qstride, float *const *out) {
-    const int n = (j1 + 31) & ~31;
-    const int64_t poff = (n + 64 + 7) & ~7, qoff = poff + 32 * (int64_t)hd;
-    float mx[RASE_ATTN_G];
-    for (int h = 0; h < G; ++h) {
-        float *s = scratch + h * qstride, *qf = s + qoff;
-        for (int i = 0; i < hd; i += 8)
-            _mm256_storeu_ps(qf + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(q[h] + i), 0)));
-        for (int j = 0; j < j0; ++j) s[j] = -INFINITY;
-        for (int j = j1; j < n; ++j) s[j] = -INFINITY;
-        mx[h] = -INFINITY;
-    }
-    // Scores: per key and query the 8-lane sum x of the four chains, then x's horizontal sum
-    // (rase_avx2_reduce4's order), 8 keys at a time through rase_avx2_reduce8x (the same adds)
-    __m256 xs[RASE_ATTN_G][8], mxv[RASE_ATTN_G];
-    for (int h = 0; h < G; ++h) mxv[h] = _mm256_set1_ps(-INFINITY);
-    int nx = 0, jx = j0;  // keys waiting in xs, the first of them
-    const int bend = (j1 + RASE_KV_BLOCK - 1) / RASE_KV_BLOCK;
-    for (int b = j0 / RASE_KV_BLOCK; b * RASE_KV_BLOCK < j1; ++b) {  // block by block through the table
+// rase/_attend_g.h: the grouped attention kernel, included by _attention.h once per width:
+// RASE_ATTN_NAME (the whole kernel), RASE_ATTN_SCORES, RASE_ATTN_FINISH and RASE_ATTN_REDUCE (its
+// phases, which threads may split: keys, slots, head elements), RASE_ATTN_TARGET, RASE_ATTN_WIDE (0: ymm, AVX2;
+// 1: zmm, AVX-512). Both widths run the same FMA chains lane for lane, so they give the same bits.
+// Scores of keys [ja, jb) for G queries whose f16-rounded q is qf[h]: s[h][j] = scale * (q . k_j),
+// per key and query the 8-lane sum x of the four chains, then x's horizontal sum
+// (rase_avx2_reduce4's order), 8 keys at a time through rase_avx2_reduce8x (the same adds)
+RASE_ATTN_TARGET static inline __attribute__((always_inline)) void RASE_ATTN_SCORES(
+        const int G, const float *const *qf, const rase_kv_view *kv, int ja, int jb, int hd, float scale,
+        float *const *s) {
+    __m256 xs[RASE_ATTN_G][8];
+    int nx = 0, jx = ja;  // keys waiting in xs, the first of them
+    const int bend = (jb + RASE_KV_BLOCK - 1) / RASE_KV_BLOCK;
+    for (int b = ja / RASE_KV_BLOCK; b * RASE_KV_BLOCK < jb; ++b) {  // block by block through the table
         const uint16_t *k = kv->k;
-        RASE_ROWS(k, b, j0, j1, lo, hi);
+        RASE_ROWS(k, b, ja, jb, lo, hi);
         // the same rows RASE_KV_PF_QK blocks on (none past the last block)
         const int64_t ahead = b + RASE_KV_PF_QK < bend
             ? ((int64_t)kv->table[b + RASE_KV_PF_QK] - kv->table[b]) * kv->block_stride : 0;
@@ -36,7 +26,7 @@ RASE_ATTN_TARGET static inline __attribute__((always_inline)) void RASE_ATTN_NAM
                 for (int c2 = 0; c2 < 2; ++c2) {
                     const __m512 kf = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(k + i + 16 * c2)));
                     for (int h = 0; h < G; ++h)
-                        acc[h][c2] = _mm512_fmadd_ps(kf, _mm512_loadu_ps(scratch + h * qstride + qoff + i + 16 * c2), acc[h][c2]);
+                        acc[h][c2] = _mm512_fmadd_ps(kf, _mm512_loadu_ps(qf[h] + i + 16 * c2), acc[h][c2]);
                 }
             for (int h = 0; h < G; ++h) {  // (a0 + a2) + (a1 + a3)
                 const __m512 z = _mm512_add_ps(acc[h][0], acc[h][1]);
@@ -50,31 +40,43 @@ RASE_ATTN_TARGET static inline __attribute__((always_inline)) void RASE_ATTN_NAM
                 for (int c = 0; c < 4; ++c) {
                     const __m256 kf = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + i + 8 * c)));
                     for (int h = 0; h < G; ++h)
-                        acc[h][c] = _mm256_fmadd_ps(kf, _mm256_loadu_ps(scratch + h * qstride + qoff + i + 8 * c), acc[h][c]);
+                        acc[h][c] = _mm256_fmadd_ps(kf, _mm256_loadu_ps(qf[h] + i + 8 * c), acc[h][c]);
                 }
             for (int h = 0; h < G; ++h)
                 xs[h][nx] = _mm256_add_ps(_mm256_add_ps(acc[h][0], acc[h][2]), _mm256_add_ps(acc[h][1], acc[h][3]));
 #endif
             if (++nx == 8) {
-                for (int h = 0; h < G; ++h) {
-                    const __m256 r = _mm256_mul_ps(rase_avx2_reduce8x(xs[h]), _mm256_set1_ps(scale));
-                    _mm256_storeu_ps(scratch + h * qstride + jx, r);
-                    mxv[h] = _mm256_max_ps(r, mxv[h]);  // a NaN score is never the max, as below
-                }
+                for (int h = 0; h < G; ++h)
+                    _mm256_storeu_ps(s[h] + jx, _mm256_mul_ps(rase_avx2_reduce8x(xs[h]), _mm256_set1_ps(scale)));
                 nx = 0, jx = j + 1;
             }
         }
     }
+    for (int h = 0; h < G; ++h)
+        for (int q = 0; q < nx; ++q) s[h][jx + q] = rase_avx2_reduce_x(xs[h][q]) * scale;
+}
+
+// Softmax, then the P.V partial sums of slots [k0, k1) (multiples of 4) into part + h * qstride
+// (32 x hd floats a query): the scores of keys [j0, j1) come from src[h] (the query's own
+// scratch, or a buffer another thread filled); scratch + h * qstride holds them padded to 32
+// with -inf, then p.
+RASE_ATTN_TARGET static inline __attribute__((always_inline)) void RASE_ATTN_FINISH(
+        const int G, const float *const *src, const rase_kv_view *kv, int j0, int j1, int hd, int k0, int k1,
+        float softcap, float *scratch, int64_t qstride, float *part) {
+    const int n = (j1 + 31) & ~31;
+    float mx[RASE_ATTN_G];
     for (int h = 0; h < G; ++h) {
         float *s = scratch + h * qstride;
+        if (src[h] != s) memcpy(s + j0, src[h] + j0, (size_t)(j1 - j0) * sizeof(float));
+        for (int j = 0; j < j0; ++j) s[j] = -INFINITY;
+        for (int j = j1; j < n; ++j) s[j] = -INFINITY;
+        __m256 mxv = _mm256_set1_ps(-INFINITY);
+        for (int j = 0; j < n; j += 8) mxv = _mm256_max_ps(_mm256_loadu_ps(s + j), mxv);  // a NaN score is never the max
         float m8[8];
-        _mm256_storeu_ps(m8, mxv[h]);
+        _mm256_storeu_ps(m8, mxv);
+        mx[h] = -INFINITY;
         for (int l = 0; l < 8; ++l)
             if (m8[l] > mx[h]) mx[h] = m8[l];
-        for (int q = 0; q < nx; ++q) {
-            s[jx + q] = rase_avx2_reduce_x(xs[h][q]) * scale;
-            if (s[jx + q] > mx[h]) mx[h] = s[jx + q];
-        }
     }
     if (softcap > 0.0f)
         for (int h = 0; h < G; ++h) mx[h] = rase_softcap(scratch + h * qstride, j0, j1, softcap);
@@ -127,7 +129,7 @@ RASE_ATTN_TARGET static inline __attribute__((always_inline)) void RASE_ATTN_NAM
             for (int k = 0; k < SG; ++k)                                                               \
                 for (int c = 0; c < ICC; ++c)                                                          \
                     acc[h][k][c] = g0 == b0 ? RASE_PV_ZERO()                                           \
-                        : RASE_PV_LOADF(scratch + h * qstride + poff + (int64_t)(s0 + k) * hd + i + c * RASE_PV_W); \
+                        : RASE_PV_LOADF(part + h * qstride + (int64_t)(s0 + k) * hd + i + c * RASE_PV_W); \
         for (int b = g1; b < g2; ++b)                                                                  \
             for (int k = 0; k < SG; ++k)                                                               \
                 rase_kv_prefetch_row(kv->v + (int64_t)kv->table[b] * kv->block_stride + i +             \
@@ -147,12 +149,12 @@ RASE_ATTN_TARGET static inline __attribute__((always_inline)) void RASE_ATTN_NAM
         for (int h = 0; h < G; ++h)                                                                    \
             for (int k = 0; k < SG; ++k)                                                               \
                 for (int c = 0; c < ICC; ++c)                                                          \
-                    RASE_PV_STORE(scratch + h * qstride + poff + (int64_t)(s0 + k) * hd + i + c * RASE_PV_W, acc[h][k][c]); \
+                    RASE_PV_STORE(part + h * qstride + (int64_t)(s0 + k) * hd + i + c * RASE_PV_W, acc[h][k][c]); \
     }
     for (int g0 = b0; g0 < b1; g0 += RASE_PV_GROUP) {
         const int g1 = g0 + RASE_PV_GROUP < b1 ? g0 + RASE_PV_GROUP : b1;
         const int g2 = g1 + RASE_PV_GROUP < b1 ? g1 + RASE_PV_GROUP : b1;
-        for (int s0 = 0; s0 < 32; s0 += SG)
+        for (int s0 = k0; s0 < k1; s0 += SG)
             for (int i = 0; i < hd; i += RASE_PV_W * IC) {
                 if (IC == 4) RASE_PV_PASS(4)
                 else if (IC == 2) RASE_PV_PASS(2)
@@ -168,9 +170,14 @@ RASE_ATTN_TARGET static inline __attribute__((always_inline)) void RASE_ATTN_NAM
 #undef RASE_PV_FMA
 #undef RASE_PV_STORE
 #undef RASE_PV_REGS
+}
+
+// out[h] elements [d0, d1) (multiples of 8) from the 32 partial sums at part + h * qstride
+RASE_ATTN_TARGET static inline __attribute__((always_inline)) void RASE_ATTN_REDUCE(
+        const int G, const float *part0, int64_t qstride, int hd, int d0, int d1, float *const *out) {
     for (int h = 0; h < G; ++h) {
-        const float *part = scratch + h * qstride + poff;
-        for (int i = 0; i < hd; i += 8) {  // lane l of accumulator c holds slot 8c + l; reduce as ggml
+        const float *part = part0 + h * qstride;
+        for (int i = d0; i < d1; i += 8) {  // lane l of accumulator c holds slot 8c + l; reduce as ggml
             __m256 z[8];
             for (int l = 0; l < 8; ++l) {
                 const float *pl = part + l * hd + i;
@@ -185,3 +192,21 @@ RASE_ATTN_TARGET static inline __attribute__((always_inline)) void RASE_ATTN_NAM
     }
 }
 
+
+// The whole attention of G queries (up to RASE_ATTN_G) over keys [j0, j1): q rounded to f16
+// into scratch, then the scores and the finish above, all head elements.
+RASE_ATTN_TARGET static inline __attribute__((always_inline)) void RASE_ATTN_NAME(
+        const int G, const float *const *q, const rase_kv_view *kv, int j0, int j1, int hd, float scale,
+        float softcap, float *scratch, int64_t qstride, float *const *out) {
+    const int64_t qoff = rase_attend_qoff(j1, hd);
+    float *s[RASE_ATTN_G], *qf[RASE_ATTN_G];
+    for (int h = 0; h < G; ++h) {
+        s[h] = scratch + h * qstride, qf[h] = s[h] + qoff;
+        for (int i = 0; i < hd; i += 8)
+            _mm256_storeu_ps(qf[h] + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(q[h] + i), 0)));
+    }
+    RASE_ATTN_SCORES(G, (const float *const *)qf, kv, j0, j1, hd, scale, s);
+    float *part = scratch + ((((j1 + 31) & ~31) + 64 + 7) & ~7);
+    RASE_ATTN_FINISH(G, (const float *const *)s, kv, j0, j1, hd, 0, 32, softcap, scratch, qstride, part);
+    RASE_ATTN_REDUCE(G, part, qstride, hd, 0, hd, out);
+}

@@ -31,6 +31,12 @@ static inline int64_t rase_attend_scratch(int64_t n_ctx, int hd) {
     return ((n_ctx + 31 + 64 + 7) & ~7) + 33 * (int64_t)hd;
 }
 
+// where a query's f16-rounded q lives in its scratch, past the scores (padded to 32) and the 32
+// partial sums of an attend over keys up to j1 (within rase_attend_scratch(j1, hd))
+static inline int64_t rase_attend_qoff(int j1, int hd) {
+    return ((((j1 + 31) & ~31) + 64 + 7) & ~7) + 32 * (int64_t)hd;
+}
+
 // s[j] = cap * tanh(s[j] / cap) for j in [j0, j1) (ggml_scale, ggml_tanh, ggml_scale: Gemma 2's
 // soft-capping of attention scores, already scaled, and of logits); returns their new max
 static float rase_softcap(float *s, int64_t j0, int64_t j1, float cap) {
@@ -165,10 +171,16 @@ static inline void rase_kv_prefetch_row(const uint16_t *row, int hd) {
 }
 
 #define RASE_ATTN_NAME attend_avx2_g
+#define RASE_ATTN_SCORES attend_avx2_scores
+#define RASE_ATTN_FINISH attend_avx2_finish
+#define RASE_ATTN_REDUCE attend_avx2_reduce
 #define RASE_ATTN_TARGET RASE_TARGET_AVX2
 #define RASE_ATTN_WIDE 0
 #include "_attend_g.h"
 #undef RASE_ATTN_NAME
+#undef RASE_ATTN_SCORES
+#undef RASE_ATTN_FINISH
+#undef RASE_ATTN_REDUCE
 #undef RASE_ATTN_TARGET
 #undef RASE_ATTN_WIDE
 
@@ -176,10 +188,16 @@ RASE_TARGET_AVX512 static inline __m256 rase_512_hi(__m512 v) {
     return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
 }
 #define RASE_ATTN_NAME attend_512_g
+#define RASE_ATTN_SCORES attend_512_scores
+#define RASE_ATTN_FINISH attend_512_finish
+#define RASE_ATTN_REDUCE attend_512_reduce
 #define RASE_ATTN_TARGET RASE_TARGET_AVX512
 #define RASE_ATTN_WIDE 1
 #include "_attend_g.h"
 #undef RASE_ATTN_NAME
+#undef RASE_ATTN_SCORES
+#undef RASE_ATTN_FINISH
+#undef RASE_ATTN_REDUCE
 #undef RASE_ATTN_TARGET
 #undef RASE_ATTN_WIDE
 
@@ -195,6 +213,44 @@ RASE_TARGET_AVX512 static inline __m256 rase_512_hi(__m512 v) {
     }
 RASE_ATTEND_FN(attend_avx2, RASE_TARGET_AVX2, attend_avx2_g)
 RASE_ATTEND_FN(attend_512, RASE_TARGET_AVX512, attend_512_g)
+
+// the three phases of one group's attention, split over threads (rase_attend_split)
+#define RASE_SPLIT_FN(NAME, TARGET, SCORES, FINISH, REDUCE)                                    \
+    TARGET static void NAME(int phase, int g, const float *const *q, const rase_kv_view *kv, int j0, int j1, \
+                            int hd, float scale, float cap, int lo, int hi, int parts, float *shared,    \
+                            float *scratch, int64_t qstride, float *const *out) {                        \
+        float *qf[RASE_ATTN_G], *sh[RASE_ATTN_G];                                               \
+        float *part = shared + ((((j1 + 31) & ~31) + 64 + 7) & ~7);                             \
+        for (int h = 0; h < g; ++h) {                                                           \
+            qf[h] = scratch + h * qstride + rase_attend_qoff(j1, hd);                           \
+            sh[h] = shared + h * qstride;                                                       \
+        }                                                                                       \
+        if (phase == 0)                                                                         \
+            for (int h = 0; h < g; ++h)                                                         \
+                for (int i = 0; i < hd; i += 8)                                                 \
+                    _mm256_storeu_ps(qf[h] + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(q[h] + i), 0))); \
+        const int ja = j0 + (int)((int64_t)(j1 - j0) * lo / parts), jb = j0 + (int)((int64_t)(j1 - j0) * hi / parts); \
+        const int k0 = 8 * lo / parts * 4, k1 = 8 * hi / parts * 4;                             \
+        const int d0 = hd / 8 * lo / parts * 8, d1 = hd / 8 * hi / parts * 8;                  \
+        const float *const *cq = (const float *const *)qf, *const *cs = (const float *const *)sh; \
+        switch (g * 4 + phase) { /* G as a constant: the per-query loops unroll */              \
+            case 4: SCORES(1, cq, kv, ja, jb, hd, scale, sh); break;                            \
+            case 8: SCORES(2, cq, kv, ja, jb, hd, scale, sh); break;                            \
+            case 12: SCORES(3, cq, kv, ja, jb, hd, scale, sh); break;                           \
+            case 16: SCORES(4, cq, kv, ja, jb, hd, scale, sh); break;                           \
+            case 5: FINISH(1, cs, kv, j0, j1, hd, k0, k1, cap, scratch, qstride, part); break;  \
+            case 9: FINISH(2, cs, kv, j0, j1, hd, k0, k1, cap, scratch, qstride, part); break;  \
+            case 13: FINISH(3, cs, kv, j0, j1, hd, k0, k1, cap, scratch, qstride, part); break; \
+            case 17: FINISH(4, cs, kv, j0, j1, hd, k0, k1, cap, scratch, qstride, part); break; \
+            case 6: REDUCE(1, part, qstride, hd, d0, d1, out); break;                          \
+            case 10: REDUCE(2, part, qstride, hd, d0, d1, out); break;                         \
+            case 14: REDUCE(3, part, qstride, hd, d0, d1, out); break;                         \
+            default: REDUCE(4, part, qstride, hd, d0, d1, out); break;                         \
+        }                                                                                       \
+    }
+RASE_SPLIT_FN(attend_avx2_split, RASE_TARGET_AVX2, attend_avx2_scores, attend_avx2_finish, attend_avx2_reduce)
+RASE_SPLIT_FN(attend_512_split, RASE_TARGET_AVX512, attend_512_scores, attend_512_finish, attend_512_reduce)
+#undef RASE_SPLIT_FN
 #undef RASE_ROWS
 #endif
 
@@ -208,6 +264,27 @@ static void rase_attend(int g, const float *const *q, const rase_kv_view *kv, in
     if (isa >= RASE_ISA_AVX2 && hd % 32 == 0) { attend_avx2(g, q, kv, j0, j1, hd, scale, softcap, scratch, qstride, out); return; }
 #endif
     for (int h = 0; h < g; ++h) attend_ref(q[h], kv, j0, j1, hd, scale, softcap, scratch, out[h]);
+}
+
+// 1 when rase_attend_split can serve this ISA and head size (the SIMD paths)
+static int rase_attend_splits(int hd, int isa) { return RASE_HAVE_X86 && isa >= RASE_ISA_AVX2 && hd % 32 == 0; }
+
+// One group's rase_attend shared by `parts` threads with its bits, this thread taking share
+// [lo, hi) of `parts`: phase 0 computes the scores of its share of keys into shared (qstride
+// floats a query, laid out as scratch: scores, then 32 partial sums); phase 1 redoes the softmax
+// over all keys from shared and computes its share of the 32 P.V slots into shared; phase 2
+// reduces its share of head elements into out. A barrier between phases. scratch: the
+// thread's own, as rase_attend's.
+static void rase_attend_split(int phase, int g, const float *const *q, const rase_kv_view *kv, int j0, int j1,
+                              int hd, float scale, float softcap, int lo, int hi, int parts, float *shared,
+                              float *scratch, int64_t qstride, float *const *out, int isa) {
+#if RASE_HAVE_X86
+    if (isa >= RASE_ISA_AVX512) attend_512_split(phase, g, q, kv, j0, j1, hd, scale, softcap, lo, hi, parts, shared, scratch, qstride, out);
+    else attend_avx2_split(phase, g, q, kv, j0, j1, hd, scale, softcap, lo, hi, parts, shared, scratch, qstride, out);
+#else
+    (void)phase, (void)g, (void)q, (void)kv, (void)j0, (void)j1, (void)hd, (void)scale, (void)softcap, (void)lo;
+    (void)hi, (void)parts, (void)shared, (void)scratch, (void)qstride, (void)out, (void)isa;
+#endif
 }
 
 #endif  // RASE_ATTENTION_H

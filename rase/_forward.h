@@ -92,6 +92,7 @@ typedef struct {
     uint8_t *pact;         // (2, max_rows * n_expert_used, act_stride): quantized pair inputs
     float *rope;           // (2, max_rows, n_rot / 2, 2): cos, sin per row and rope slot
     float *scores;         // (n_threads, RASE_ATTN_G, attn_stride): attention scratch per query
+    float *shared;         // (n_threads, RASE_ATTN_G, attn_stride): scores of groups split over threads
     int64_t attn_stride;
     uint8_t *act;          // (n_threads, ACT_COUNT, act_stride): one quantized row per thread
     uint8_t *act_rows;     // (ACT_COUNT, max_rows, act_stride): shared quantized rows
@@ -192,7 +193,7 @@ static void rase_kv_copy_rows(rase_kv_pool *kv, int32_t src, int32_t dst, int n)
 }
 
 static void rase_scratch_free(rase_scratch *s) {
-    void *bufs[] = {s->x, s->h, s->o, s->q, s->att, s->k, s->v, s->g, s->u, s->rope, s->scores,
+    void *bufs[] = {s->x, s->h, s->o, s->q, s->att, s->k, s->v, s->g, s->u, s->rope, s->scores, s->shared,
                     s->act, s->act_rows, (void *)s->act_src, s->router, s->sel, s->pair, s->wsel,
                     s->ptok, s->seg, s->cursor, s->pg, s->pu, s->pd, s->pact, s->jobs, s->work};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); ++i) free(bufs[i]);
@@ -224,6 +225,7 @@ static int rase_scratch_alloc(rase_scratch *s, const rase_hparams *hp, int max_r
     s->rope = rase_alloc(2 * B * (hp->n_rot / 2) * 2 * 4);
     s->attn_stride = rase_attend_scratch(hp->n_ctx, hp->head_dim);
     s->scores = rase_alloc((size_t)n_threads * RASE_ATTN_G * s->attn_stride * 4);
+    s->shared = rase_alloc((size_t)n_threads * RASE_ATTN_G * s->attn_stride * 4);  // touched by long decodes only
     s->act = rase_alloc((size_t)n_threads * ACT_COUNT * s->act_stride);
     s->act_rows = rase_alloc((size_t)ACT_COUNT * B * s->act_stride);
     s->act_src = rase_alloc((size_t)n_threads * 2 * ACT_COUNT * sizeof(float *));
@@ -250,7 +252,7 @@ static int rase_scratch_alloc(rase_scratch *s, const rase_hparams *hp, int max_r
         }
     }
     if (!s->x || !s->h || !s->o || !s->q || !s->att || !s->k || !s->v || !s->g || !s->u || !s->rope ||
-        !s->scores || !s->act || !s->act_rows || !s->act_src || !s->jobs || !s->work) {
+        !s->scores || !s->shared || !s->act || !s->act_rows || !s->act_src || !s->jobs || !s->work) {
         rase_scratch_free(s);
         return -1;
     }
@@ -585,6 +587,19 @@ static void rase_qk_rope_store(rase_model *m, const rase_layer *L, int il, const
     }
 }
 
+// the view of row t's sequence for layer il and KV head kh, and its keys [*j0, *j1)
+static rase_kv_view rase_row_view(const rase_model *m, const rase_layer *L, int il, const rase_batch *b, int t,
+                                  int kh, int *j0, int *j1) {
+    const rase_kv_pool *kv = m->kv;
+    const rase_entry e = b->rows[t];
+    *j0 = L->window > 0 && e.pos - L->window + 1 > 0 ? e.pos - L->window + 1 : 0;
+    *j1 = e.pos + 1;
+    const int64_t koff = rase_kv_at(kv, il, kh, 0, 0);
+    const rase_kv_view view = {kv->k + koff, kv->v + koff, b->tables + e.seq * b->table_stride,
+                               (int64_t)RASE_KV_BLOCK * kv->head_dim, kv->head_dim};
+    return view;
+}
+
 // queries h0 .. h0 + g - 1 (g <= RASE_ATTN_G, one KV head) of row t, served together
 static void rase_attend_heads(rase_model *m, const rase_layer *L, int il, const rase_batch *b, int t, int h0, int g,
                               int ith) {
@@ -592,29 +607,78 @@ static void rase_attend_heads(rase_model *m, const rase_layer *L, int il, const 
     rase_scratch *s = m->s;
     const int hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
     const int64_t nq = (int64_t)hp->n_head * hd;
-    const rase_kv_pool *kv = m->kv;
-    const rase_entry e = b->rows[t];
-    const int j0 = L->window > 0 && e.pos - L->window + 1 > 0 ? e.pos - L->window + 1 : 0;
-    const int64_t koff = rase_kv_at(kv, il, h0 / group, 0, 0);
-    const rase_kv_view view = {kv->k + koff, kv->v + koff, b->tables + e.seq * b->table_stride,
-                               (int64_t)RASE_KV_BLOCK * hd, hd};
+    int j0, j1;
+    const rase_kv_view view = rase_row_view(m, L, il, b, t, h0 / group, &j0, &j1);
     const float *qs[RASE_ATTN_G];
     float *outs[RASE_ATTN_G];
     for (int i = 0; i < g; ++i) {
         qs[i] = s->q + t * nq + (int64_t)(h0 + i) * hd;
         outs[i] = s->att + t * nq + (int64_t)(h0 + i) * hd;
     }
-    rase_attend(g, qs, &view, j0, e.pos + 1, hd, hp->attn_prescale ? 1.0f : hp->attn_scale, hp->attn_softcap,
+    rase_attend(g, qs, &view, j0, j1, hd, hp->attn_prescale ? 1.0f : hp->attn_scale, hp->attn_softcap,
                 s->scores + (size_t)ith * RASE_ATTN_G * s->attn_stride, s->attn_stride, outs, m->isa);
+}
+
+#define RASE_ATTN_SPLIT_MIN 512  // keys from which decode splits a KV head's group over threads
+
+// Decode with few (row, KV head) items and a long context: items (row, KV head, up to
+// RASE_ATTN_G of its query heads) cut into I * nth equal units, thread ith taking units
+// [ith I, (ith + 1) I), so every thread reads 1 / nth of the K/V. An item a thread holds whole
+// is one rase_attend; an item shared by threads is split with its bits (rase_attend_split):
+// each takes its share of the keys, then, past a barrier, of the 32 P.V slots (a contiguous
+// part of every K/V block), then of the head's elements. The shared scores and partial sums of
+// an item live in the slot of the first thread that holds it. Returns 0 when the
+// step does not qualify (the caller's split by query heads then serves it).
+static int rase_attention_split(rase_model *m, const rase_layer *L, int il, const rase_batch *b, int ith, int nth) {
+    const rase_hparams *hp = &m->w->hp;
+    rase_scratch *s = m->s;
+    const int hd = hp->head_dim, nkv = hp->n_head_kv, group = hp->n_head / nkv;
+    const int nsub = (group + RASE_ATTN_G - 1) / RASE_ATTN_G;
+    const int64_t I = (int64_t)b->n * nkv * nsub, nq = (int64_t)hp->n_head * hd;
+    int longest = 0;
+    for (int t = 0; t < b->n; ++t) {
+        int j0, j1;
+        rase_row_view(m, L, il, b, t, 0, &j0, &j1);
+        if (j1 - j0 > longest) longest = j1 - j0;
+    }
+    if (nth < 2 || longest < RASE_ATTN_SPLIT_MIN || !rase_attend_splits(hd, m->isa)) return 0;
+    const float scale = hp->attn_prescale ? 1.0f : hp->attn_scale;
+    float *own = s->scores + (size_t)ith * RASE_ATTN_G * s->attn_stride;
+    for (int phase = 0; phase < 3; ++phase) {
+        for (int64_t it = ith * I / nth; it < I && it * nth < (ith + 1) * I; ++it) {
+            const int64_t lo = (ith * I > it * nth ? ith * I : it * nth) - it * nth;
+            const int64_t hi = ((ith + 1) * I < (it + 1) * nth ? (ith + 1) * I : (it + 1) * nth) - it * nth;
+            const int t = (int)(it / (nkv * nsub)), kh = (int)(it / nsub % nkv), h0 = kh * group + (int)(it % nsub) * RASE_ATTN_G;
+            const int g = group - (h0 - kh * group) < RASE_ATTN_G ? group - (h0 - kh * group) : RASE_ATTN_G;
+            if (lo == 0 && hi == nth) {
+                if (phase == 0) rase_attend_heads(m, L, il, b, t, h0, g, ith);
+                continue;
+            }
+            int j0, j1;
+            const rase_kv_view view = rase_row_view(m, L, il, b, t, kh, &j0, &j1);
+            const float *qs[RASE_ATTN_G];
+            float *outs[RASE_ATTN_G];
+            for (int i = 0; i < g; ++i) {
+                qs[i] = s->q + t * nq + (int64_t)(h0 + i) * hd;
+                outs[i] = s->att + t * nq + (int64_t)(h0 + i) * hd;
+            }
+            const int64_t first = it * nth / I;  // the first thread that holds this item
+            rase_attend_split(phase, g, qs, &view, j0, j1, hd, scale, hp->attn_softcap, (int)lo, (int)hi, nth,
+                              s->shared + (size_t)first * RASE_ATTN_G * s->attn_stride, own, s->attn_stride, outs, m->isa);
+        }
+        if (phase < 2) rase_barrier_wait(&m->barrier);
+    }
+    return 1;
 }
 
 // Attention; each query is computed by the same operations however the queries are grouped.
 // Enough rows to keep every thread busy: items (row, KV head) dealt round-robin (rows attend to
 // different lengths, so contiguous ranges would leave threads idle), each serving its group in
-// calls of up to RASE_ATTN_G. Fewer (decode): the (row, query head) pairs split into equal
-// contiguous shares, consecutive heads of one KV head served together (each K/V row read once
-// per call, not once per head). A row reads its own sequence's positions [j0, pos]: the rows
-// of its own chunk were stored before the barrier that precedes this.
+// calls of up to RASE_ATTN_G. Fewer (decode): long contexts split the K/V reads evenly
+// (rase_attention_split); short ones split the (row, query head) pairs into equal contiguous
+// shares, consecutive heads of one KV head served together (each K/V row read once per call,
+// not once per head). A row reads its own sequence's positions [j0, pos]: the rows of its own
+// chunk were stored before the barrier that precedes this.
 static void rase_attention(rase_model *m, const rase_layer *L, int il, const rase_batch *b, int ith, int nth) {
     const rase_hparams *hp = &m->w->hp;
     const int nh = hp->n_head, group = hp->n_head / hp->n_head_kv;
@@ -626,6 +690,7 @@ static void rase_attention(rase_model *m, const rase_layer *L, int il, const ras
             }
         return;
     }
+    if (rase_attention_split(m, L, il, b, ith, nth)) return;
     int64_t lo, hi;
     rase_split((int64_t)b->n * nh, ith, nth, &lo, &hi);
     for (int64_t w = lo; w < hi;) {

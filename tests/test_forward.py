@@ -97,6 +97,30 @@ def test_thread_count_does_not_change_logits(tiny_models, arch):
         assert np.array_equal(np.array(steps), one), n
 
 
+@pytest.mark.parametrize("isa", [i for i in _kernels.isa_supported() if i != "scalar"])
+@pytest.mark.parametrize("arch,heads,kv_heads", [("llama", 6, 3), ("llama", 4, 1), ("llama", 12, 2), ("gemma2", 4, 1)])
+def test_long_decode_split_over_threads_keeps_the_bits(tmp_path, isa, arch, heads, kv_heads):
+    """Past 512 keys a decode step splits each KV head's queries over the threads (keys for the
+    scores, head elements for P.V) when the heads do not divide evenly: 3 KV heads on 2 threads,
+    1 on 2-4, two groups of 6 queries on 3; gemma2 adds the score soft-cap and window layers.
+    Every thread count gives the one-thread logits, and those equal a prefill of the same tokens."""
+    from tests.tinymodels import write_tiny_model
+
+    path = write_tiny_model(tmp_path / "m.gguf", arch, QuantType.Q8_0,
+                            hp=dict(n_ctx=700, n_head=heads, n_head_kv=kv_heads, head_dim=64, n_embd=64 * heads))
+    ids = [int(t) for t in np.random.default_rng(heads * 10 + kv_heads).integers(1, HP["n_vocab"], 606)]
+    previous = _kernels.get_isa()
+    _kernels.set_isa(isa)
+    try:
+        whole = load_gguf_decoder(None, path).prefill(ids, all_logits=True)[600:]
+        for n in (1, 2, 3, 4):
+            dec = load_gguf_decoder(None, path, n_threads=n)
+            steps = [dec.prefill(ids[:601])] + [dec.decode(t) for t in ids[601:]]
+            assert np.array_equal(np.array(steps), whole), n
+    finally:
+        _kernels.set_isa(previous)
+
+
 @pytest.mark.parametrize("isa", _kernels.isa_supported())
 @pytest.mark.parametrize("qtype", list(QuantType), ids=lambda t: t.name)
 @pytest.mark.parametrize("arch", ARCHS)
