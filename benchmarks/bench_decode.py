@@ -31,6 +31,15 @@ from pathlib import Path
 
 PP, TG = 512, 128
 REPS = 3  # timed runs per test after a warm-up, as llama-bench -r 3
+SETTLE_S = 0.3  # numpy's OpenBLAS workers spin ~0.1 s after `import numpy`, taking a core
+
+
+def _settle() -> None:
+    """Both workers wait this out after their imports, before the load clock starts: a load
+    shorter than the spin (rase's, 0.02-0.15 s) would otherwise time its first prompt against
+    a busy core (measured: 30-32 ms instead of 18 ms for SmolLM2 F16), llama-cpp-python's
+    longer load would not."""
+    time.sleep(SETTLE_S)
 
 
 def _prompt(n: int, vocab: int) -> list[int]:
@@ -70,6 +79,7 @@ def _rates(reset, prefill, decode, ids: list[int]) -> dict:
 def worker_rase(path: str, threads: int, depth: int = 0) -> dict:
     from rase.decoder import load_gguf_decoder
 
+    _settle()
     t0 = time.perf_counter()
     dec = load_gguf_decoder(None, path, n_ctx=max(PP, depth) + TG + 16, n_threads=threads)
     load = time.perf_counter() - t0
@@ -112,8 +122,10 @@ def worker_bandwidth(path: str, threads: int) -> dict:
 
 def worker_llama(path: str, threads: int) -> dict:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    import llama_cpp  # noqa: F401  imported before the load clock, as rase's modules are
     from llamacpp_ref import llama  # llama.cpp's plain CPU kernels: its AMX repack crashes
 
+    _settle()
     t0 = time.perf_counter()
     llm = llama(path, n_ctx=PP + TG + 16, n_threads=threads, n_threads_batch=threads, n_batch=PP, n_ubatch=PP)
     load = time.perf_counter() - t0
