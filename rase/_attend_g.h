@@ -206,7 +206,7 @@ RASE_ATTN_TARGET static inline __attribute__((always_inline)) void RASE_ATTN_NAM
             _mm256_storeu_ps(qf[h] + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(q[h] + i), 0)));
     }
     RASE_ATTN_SCORES(G, (const float *const *)qf, kv, j0, j1, hd, scale, s);
-    float *part = scratch + ((((j1 + 31) & ~31) + 64 + 7) & ~7);
+    float *part = scratch + rase_attend_partoff(j1);
     RASE_ATTN_FINISH(G, (const float *const *)s, kv, j0, j1, hd, 0, 32, softcap, scratch, qstride, part);
     RASE_ATTN_REDUCE(G, part, qstride, hd, 0, hd, out);
 }

@@ -31,11 +31,10 @@ static inline int64_t rase_attend_scratch(int64_t n_ctx, int hd) {
     return ((n_ctx + 31 + 64 + 7) & ~7) + 33 * (int64_t)hd;
 }
 
-// where a query's f16-rounded q lives in its scratch, past the scores (padded to 32) and the 32
-// partial sums of an attend over keys up to j1 (within rase_attend_scratch(j1, hd))
-static inline int64_t rase_attend_qoff(int j1, int hd) {
-    return ((((j1 + 31) & ~31) + 64 + 7) & ~7) + 32 * (int64_t)hd;
-}
+// where a query's 32 P.V partial sums start in its scratch, past the scores of keys up to j1
+// (padded to 32); its f16-rounded q follows them (both within rase_attend_scratch(j1, hd))
+static inline int64_t rase_attend_partoff(int j1) { return (((j1 + 31) & ~31) + 64 + 7) & ~7; }
+static inline int64_t rase_attend_qoff(int j1, int hd) { return rase_attend_partoff(j1) + 32 * (int64_t)hd; }
 
 // s[j] = cap * tanh(s[j] / cap) for j in [j0, j1) (ggml_scale, ggml_tanh, ggml_scale: Gemma 2's
 // soft-capping of attention scores, already scaled, and of logits); returns their new max
@@ -220,7 +219,7 @@ RASE_ATTEND_FN(attend_512, RASE_TARGET_AVX512, attend_512_g)
                             int hd, float scale, float cap, int lo, int hi, int parts, float *shared,    \
                             float *scratch, int64_t qstride, float *const *out) {                        \
         float *qf[RASE_ATTN_G], *sh[RASE_ATTN_G];                                               \
-        float *part = shared + ((((j1 + 31) & ~31) + 64 + 7) & ~7);                             \
+        float *part = shared + rase_attend_partoff(j1);                                        \
         for (int h = 0; h < g; ++h) {                                                           \
             qf[h] = scratch + h * qstride + rase_attend_qoff(j1, hd);                           \
             sh[h] = shared + h * qstride;                                                       \

@@ -600,21 +600,26 @@ static rase_kv_view rase_row_view(const rase_model *m, const rase_layer *L, int 
     return view;
 }
 
+// query heads h0 .. h0 + g - 1 of row t: their q rows and attention outputs
+static void rase_head_rows(const rase_model *m, int t, int h0, int g, const float **qs, float **outs) {
+    const int64_t hd = m->w->hp.head_dim, nq = (int64_t)m->w->hp.n_head * hd;
+    for (int i = 0; i < g; ++i) {
+        qs[i] = m->s->q + t * nq + (h0 + i) * hd;
+        outs[i] = m->s->att + t * nq + (h0 + i) * hd;
+    }
+}
+
 // queries h0 .. h0 + g - 1 (g <= RASE_ATTN_G, one KV head) of row t, served together
 static void rase_attend_heads(rase_model *m, const rase_layer *L, int il, const rase_batch *b, int t, int h0, int g,
                               int ith) {
     const rase_hparams *hp = &m->w->hp;
     rase_scratch *s = m->s;
     const int hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
-    const int64_t nq = (int64_t)hp->n_head * hd;
     int j0, j1;
     const rase_kv_view view = rase_row_view(m, L, il, b, t, h0 / group, &j0, &j1);
     const float *qs[RASE_ATTN_G];
     float *outs[RASE_ATTN_G];
-    for (int i = 0; i < g; ++i) {
-        qs[i] = s->q + t * nq + (int64_t)(h0 + i) * hd;
-        outs[i] = s->att + t * nq + (int64_t)(h0 + i) * hd;
-    }
+    rase_head_rows(m, t, h0, g, qs, outs);
     rase_attend(g, qs, &view, j0, j1, hd, hp->attn_prescale ? 1.0f : hp->attn_scale, hp->attn_softcap,
                 s->scores + (size_t)ith * RASE_ATTN_G * s->attn_stride, s->attn_stride, outs, m->isa);
 }
@@ -634,7 +639,7 @@ static int rase_attention_split(rase_model *m, const rase_layer *L, int il, cons
     rase_scratch *s = m->s;
     const int hd = hp->head_dim, nkv = hp->n_head_kv, group = hp->n_head / nkv;
     const int nsub = (group + RASE_ATTN_G - 1) / RASE_ATTN_G;
-    const int64_t I = (int64_t)b->n * nkv * nsub, nq = (int64_t)hp->n_head * hd;
+    const int64_t I = (int64_t)b->n * nkv * nsub;
     int longest = 0;
     for (int t = 0; t < b->n; ++t) {
         int j0, j1;
@@ -658,10 +663,7 @@ static int rase_attention_split(rase_model *m, const rase_layer *L, int il, cons
             const rase_kv_view view = rase_row_view(m, L, il, b, t, kh, &j0, &j1);
             const float *qs[RASE_ATTN_G];
             float *outs[RASE_ATTN_G];
-            for (int i = 0; i < g; ++i) {
-                qs[i] = s->q + t * nq + (int64_t)(h0 + i) * hd;
-                outs[i] = s->att + t * nq + (int64_t)(h0 + i) * hd;
-            }
+            rase_head_rows(m, t, h0, g, qs, outs);
             const int64_t first = it * nth / I;  // the first thread that holds this item
             rase_attend_split(phase, g, qs, &view, j0, j1, hd, scale, hp->attn_softcap, (int)lo, (int)hi, nth,
                               s->shared + (size_t)first * RASE_ATTN_G * s->attn_stride, own, s->attn_stride, outs, m->isa);
