@@ -41,12 +41,22 @@ typedef struct {
     const float *bq, *bk, *bv, *bo;               // projection biases (rows,) or NULL
     int qk_norm_full;  // 1: q_norm/k_norm span all heads of a row (olmo2); 0: each head
     int window;     // sliding-window length in positions; 0 = full causal attention
-    int rope_slot;  // 0 or 1: which (base, scale) pair
+    int rope_slot;  // 0 or 1: which of the model's rope params; -1: no RoPE in this layer (NoPE)
     // mixture of experts (moe = 1): router (n_expert, n_embd) and experts (n_expert,) each
     int moe;
     rase_mat gate_inp;
     const rase_mat *exp_gate, *exp_up, *exp_down;
 } rase_layer;
+
+// One RoPE as ggml_rope_ext applies it (after llama_context's setup of its parameters):
+// theta_i = pos * base^(-2i/n_rot) / factors[i], scaled by freq_scale; YaRN (ext_factor != 0)
+// mixes the scaled and unscaled angle by a ramp over dimensions [corr_dims[0], corr_dims[1]];
+// cos and sin are multiplied by attn_factor (rase_rope_init).
+typedef struct {
+    float base, freq_scale, ext_factor, attn_factor;
+    float corr_dims[2];
+    const float *factors;  // (n_rot / 2,) frequency divisors (Llama 3 rope_freqs, LongRoPE), or NULL
+} rase_rope_params;
 
 typedef struct {
     int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_rot;
@@ -58,7 +68,7 @@ typedef struct {
     float attn_softcap, final_softcap;  // > 0: s -> cap * tanh(s / cap) on scores / logits (gemma2)
     int n_expert, n_expert_used, n_ff_exp;  // MoE layers: experts, chosen per token, width
     int expert_norm;    // 1: the chosen experts' weights renormalized to sum 1
-    float rope_base[2], rope_freq_scale[2];
+    rase_rope_params rope[2];  // rope[1] unused when its base is 0
 } rase_hparams;
 
 typedef struct {  // read-only during a forward
@@ -379,14 +389,46 @@ static void rase_rope(float *x, const float *cs, int n_rot, int neox, int isa) {
     rope_ref(x, cs, n_rot, neox);
 }
 
-// ggml's theta: theta_i = pos * base^(-2i/n_rot), built by repeated multiplication in f32
-static void rase_rope_table(float *cs, int pos, int n_rot, float base, float freq_scale) {
-    const float theta_scale = powf(base, -2.0f / (float)n_rot);
+// llama.cpp's YaRN parameters, in its float steps (llama_context's setup and ggml.c's
+// ggml_rope_yarn_corr_dims, both compiled without FMA): yarn = 0 leaves ext_factor 0 and the
+// cos/sin multiplier the file's attn_factor (Phi-3's LongRoPE factor, else 1).
+static void rase_rope_init(rase_rope_params *r, int n_rot, float base, float freq_scale, int yarn, float attn_factor,
+                           int n_ctx_orig, const float *factors) {
+    r->base = base;
+    r->freq_scale = freq_scale;
+    r->factors = factors;
+    r->ext_factor = yarn ? 1.0f : 0.0f;
+    r->attn_factor = 1.0f;
+    r->corr_dims[0] = r->corr_dims[1] = 0.0f;
+    if (yarn) {
+        const float factor = 1.0f / freq_scale, beta[2] = {32.0f, 1.0f};  // yarn_beta_fast, yarn_beta_slow
+        r->attn_factor = factor <= 1.0f ? 1.0f : 0.1f * logf(factor) + 1.0f;
+        r->attn_factor *= 1.0f / (1.0f + 0.1f * logf(factor));  // the kernel's own mscale cancelled
+        for (int i = 0; i < 2; ++i) {
+            const float d = (float)n_rot * logf((float)n_ctx_orig / (beta[i] * 2 * (float)M_PI)) / (2 * logf(base));
+            r->corr_dims[i] = i == 0 ? fmaxf(0.0f, floorf(d)) : fminf((float)(n_rot - 1), ceilf(d));
+        }
+    }
+    r->attn_factor *= attn_factor;
+}
+
+// cs = (cos, sin) x n_rot/2 at position pos: ggml_rope_cache_init as llama.cpp's x86 builds
+// compile it (theta by repeated multiplication in f32; GCC contracts the YaRN mix and the
+// mscale term into the two FMAs written out here)
+static void rase_rope_table(float *cs, int pos, int n_rot, const rase_rope_params *r) {
+    const float theta_scale = powf(r->base, -2.0f / (float)n_rot);
     float theta = (float)pos;
     for (int i = 0; i < n_rot / 2; ++i) {
-        const float t = freq_scale * theta;
-        cs[2 * i] = cosf(t);
-        cs[2 * i + 1] = sinf(t);
+        const float extrap = r->factors ? theta / r->factors[i] : theta;
+        float t = r->freq_scale * extrap, mscale = r->attn_factor;
+        if (r->ext_factor != 0.0f) {
+            const float y = ((float)i - r->corr_dims[0]) / fmaxf(0.001f, r->corr_dims[1] - r->corr_dims[0]);
+            const float mix = (1.0f - fminf(1.0f, fmaxf(0.0f, y))) * r->ext_factor;
+            t = fmaf(t, 1.0f - mix, extrap * mix);
+            mscale *= fmaf(0.1f, logf(1.0f / r->freq_scale), 1.0f);
+        }
+        cs[2 * i] = cosf(t) * mscale;
+        cs[2 * i + 1] = sinf(t) * mscale;
         theta *= theta_scale;
     }
 }
@@ -563,14 +605,14 @@ static void rase_qk_rope_store(rase_model *m, const rase_layer *L, int il, const
     rase_scratch *s = m->s;
     const int hd = hp->head_dim, nh = hp->n_head, nkv = hp->n_head_kv, T = b->n;
     const int64_t nq = (int64_t)nh * hd, nk = (int64_t)nkv * hd, half_rot = hp->n_rot / 2;
-    const float *rope = s->rope + (size_t)L->rope_slot * s->max_rows * half_rot * 2;
+    const float *rope = L->rope_slot < 0 ? NULL : s->rope + (size_t)L->rope_slot * s->max_rows * half_rot * 2;
     for (int64_t w = ith; w < (int64_t)T * (nh + nkv); w += nth) {
         const int t = (int)(w / (nh + nkv)), hh = (int)(w % (nh + nkv));
-        const float *cs = rope + (size_t)t * half_rot * 2;
+        const float *cs = rope ? rope + (size_t)t * half_rot * 2 : NULL;
         if (hh >= nkv) {
             float *qh = s->q + t * nq + (int64_t)(hh - nkv) * hd;
             if (L->q_norm && !L->qk_norm_full) rase_rmsnorm(qh, L->q_norm, qh, hd, hp->eps);
-            rase_rope(qh, cs, hp->n_rot, hp->rope_neox, m->isa);
+            if (cs) rase_rope(qh, cs, hp->n_rot, hp->rope_neox, m->isa);
             if (hp->attn_prescale)
                 for (int i = 0; i < hd; ++i) qh[i] *= hp->attn_scale;
         } else {
@@ -578,7 +620,7 @@ static void rase_qk_rope_store(rase_model *m, const rase_layer *L, int il, const
             float *khd = s->k + t * nk + (int64_t)hh * hd;
             const float *vh = s->v + t * nk + (int64_t)hh * hd;
             if (L->k_norm && !L->qk_norm_full) rase_rmsnorm(khd, L->k_norm, khd, hd, hp->eps);
-            rase_rope(khd, cs, hp->n_rot, hp->rope_neox, m->isa);
+            if (cs) rase_rope(khd, cs, hp->n_rot, hp->rope_neox, m->isa);
             const int64_t slot = rase_kv_at(m->kv, il, hh, b->tables[e.seq * b->table_stride + e.pos / RASE_KV_BLOCK],
                                             e.pos % RASE_KV_BLOCK);
             rase_fp32_to_fp16_row(khd, m->kv->k + slot, hd, m->isa);
@@ -774,7 +816,7 @@ static void rase_layer_forward(rase_model *m, const rase_layer *L, const rase_la
 static void rase_embed(rase_model *m, const rase_batch *b, int ith, int nth) {
     const rase_weights *w = m->w;
     const rase_hparams *hp = &w->hp;
-    const int E = hp->n_embd, nslots = hp->rope_base[1] > 0.0f ? 2 : 1;
+    const int E = hp->n_embd, nslots = hp->rope[1].base > 0.0f ? 2 : 1;
     const int64_t half_rot = hp->n_rot / 2;
     const rase_dequant_fn deq = rase_dequant_for(w->tok_embd.type, m->isa);
     int64_t lo, hi;
@@ -794,7 +836,7 @@ static void rase_embed(rase_model *m, const rase_batch *b, int ith, int nth) {
         rase_prenorm(m, w->layers[0].attn_norm, x, m->s->h + t * E);
         for (int sl = 0; sl < nslots; ++sl)
             rase_rope_table(m->s->rope + ((size_t)sl * m->s->max_rows + t) * half_rot * 2, b->rows[t].pos,
-                            hp->n_rot, hp->rope_base[sl], hp->rope_freq_scale[sl]);
+                            hp->n_rot, &hp->rope[sl]);
     }
 }
 

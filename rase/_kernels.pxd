@@ -132,13 +132,16 @@ cdef extern from "_forward.h" nogil:
         const rase_mat *exp_gate
         const rase_mat *exp_up
         const rase_mat *exp_down
+    ctypedef struct rase_rope_params:
+        float base, freq_scale, ext_factor, attn_factor
+        float corr_dims[2]
+        const float *factors
     ctypedef struct rase_hparams:
         int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_rot, n_ctx
         int rope_neox, gelu, attn_prescale
         float eps, embd_scale, attn_scale, attn_softcap, final_softcap
         int n_expert, n_expert_used, n_ff_exp, expert_norm
-        float rope_base[2]
-        float rope_freq_scale[2]
+        rase_rope_params rope[2]
     ctypedef struct rase_weights:
         rase_hparams hp
         rase_mat tok_embd, output
@@ -198,7 +201,9 @@ cdef extern from "_attention.h" nogil:
 cdef extern from "_forward.h" nogil:
     void rase_gate(float *g, const float *u, int64_t n, const uint16_t *gelu_table, int isa)
     void rase_rope(float *x, const float *cs, int n_rot, int neox, int isa)
-    void rase_rope_table(float *cs, int pos, int n_rot, float base, float freq_scale)
+    void rase_rope_init(rase_rope_params *r, int n_rot, float base, float freq_scale, int yarn, float attn_factor,
+                        int n_ctx_orig, const float *factors)
+    void rase_rope_table(float *cs, int pos, int n_rot, const rase_rope_params *r)
     uint16_t *rase_gelu_table_new()
 
 cdef extern from "_simd.h" nogil:

@@ -93,8 +93,10 @@ def gate(const float[::1] g, const float[::1] u, bint gelu, isa=None):
     return out
 
 
-def rope(const float[::1] x, int pos, float base, int n_rot=0, bint neox=False, isa=None):
-    """x rotated for position pos (theta_i = pos * base^(-2i/n_rot), ggml's f32 recurrence)."""
+def rope(const float[::1] x, int pos, float base, int n_rot=0, bint neox=False, isa=None, float freq_scale=1.0,
+         factors=None, bint yarn=False, float attn_factor=1.0, int n_ctx_orig=0):
+    """x rotated for position pos (theta_i = pos * base^(-2i/n_rot) / factors[i], ggml's f32
+    recurrence; freq_scale, YaRN and attn_factor as rase_rope_init sets them up)."""
     cdef int n = x.shape[0]
     if n_rot == 0:
         n_rot = n
@@ -104,8 +106,17 @@ def rope(const float[::1] x, int pos, float base, int n_rot=0, bint neox=False, 
     out = _np.array(x, dtype=_np.float32)
     cs = _np.empty(n_rot, dtype=_np.float32)
     cdef float[::1] o = out, c = cs
+    cdef const float[::1] fv
+    cdef const float *fp = NULL
+    if factors is not None:
+        fv = _np.ascontiguousarray(factors, dtype=_np.float32)
+        if fv.shape[0] != n_rot // 2:
+            raise ValueError(f"{fv.shape[0]} factors for {n_rot // 2} frequencies")
+        fp = &fv[0]
+    cdef rase_rope_params r
+    rase_rope_init(&r, n_rot, base, freq_scale, yarn, attn_factor, n_ctx_orig, fp)
     with nogil:
-        rase_rope_table(&c[0], pos, n_rot, base, 1.0)
+        rase_rope_table(&c[0], pos, n_rot, &r)
         rase_rope(&o[0], &c[0], n_rot, neox, path)
     return out
 

@@ -56,14 +56,13 @@ cdef class Weights:
         if h.n_expert and not 0 < h.n_expert_used <= h.n_expert <= 256 or h.n_expert < 0 or \
                 (h.n_expert and h.n_ff_exp <= 0) or h.attn_softcap < 0 or h.final_softcap < 0:
             raise ValueError("invalid expert or soft-capping hyper-parameters")
-        for s in range(2):
-            h.rope_base[s] = plan.rope_base[s]
-            h.rope_freq_scale[s] = plan.rope_freq_scale[s]
         if min(h.n_layer, h.n_embd, h.n_head, h.n_head_kv, h.head_dim, h.n_ff, h.n_vocab,
                h.n_ctx) <= 0 or h.n_head % h.n_head_kv:
             raise ValueError("invalid hyper-parameters")
         if h.n_rot <= 0 or h.n_rot > h.head_dim or h.n_rot % 2:
             raise ValueError(f"rope dimension {h.n_rot} invalid for head_dim {h.head_dim}")
+        for s, r in enumerate(plan.rope):
+            self._rope(&h.rope[s], r, s)
         self._mat(&self.w.tok_embd, plan.tok_embd, h.n_vocab, h.n_embd, "token_embd")
         self._mat(&self.w.output, plan.output, h.n_vocab, h.n_embd, "output")
         if self.w.output.layout == RASE_LAYOUT_R16 and self.w.output.data == self.w.tok_embd.data:
@@ -118,8 +117,18 @@ cdef class Weights:
         if L.qk_norm_full and (L.q_norm == NULL or L.k_norm == NULL):
             raise ValueError(f"layer {il}: full-width QK norms need q_norm and k_norm")
         L.window, L.rope_slot = spec.window, spec.rope_slot
-        if L.rope_slot not in (0, 1) or (L.rope_slot == 1 and h.rope_base[1] <= 0) or L.window < 0:
+        if L.rope_slot not in (-1, 0, 1) or (L.rope_slot == 1 and h.rope[1].base <= 0) or L.window < 0:
             raise ValueError(f"layer {il}: bad window/rope slot")
+        return 0
+
+    cdef int _rope(self, rase_rope_params *out, object r, int slot) except -1:
+        cdef const float *factors = NULL
+        if r.base < 0 or (slot == 0 and r.base <= 0) or not r.freq_scale > 0 or not r.attn_factor > 0 \
+                or (r.yarn and r.n_ctx_orig <= 0):
+            raise ValueError(f"rope slot {slot}: invalid base, scale, attention factor or original context")
+        if r.factors is not None:
+            factors = self._vec(r.factors, self.w.hp.n_rot // 2, f"rope slot {slot} factors")
+        rase_rope_init(out, self.w.hp.n_rot, r.base, r.freq_scale, r.yarn, r.attn_factor, r.n_ctx_orig, factors)
         return 0
 
     cdef int _experts(self, rase_layer *L, int il, object ex) except -1:

@@ -8,6 +8,7 @@ check the C forward, layer by layer when they disagree.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
@@ -30,11 +31,35 @@ def rmsnorm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
 
 
-def rope(x: np.ndarray, pos: np.ndarray, n_rot: int, base: float, freq_scale: float, neox: bool) -> np.ndarray:
-    """x: (T, heads, hd); rotate the first n_rot dims of each head by pos * base^(-2i/n_rot)."""
+def yarn_corr_dims(n_rot: int, n_ctx_orig: int, base: float, beta_fast=32.0, beta_slow=1.0) -> tuple[float, float]:
+    """YaRN's ramp: the dimensions whose wavelength lies between n_ctx_orig/beta_fast and /beta_slow."""
+    dim = lambda beta: n_rot * math.log(n_ctx_orig / (beta * 2 * math.pi)) / (2 * math.log(base))
+    return max(0.0, math.floor(dim(beta_fast))), min(n_rot - 1.0, math.ceil(dim(beta_slow)))
+
+
+def rope_angles(r, pos: np.ndarray, n_rot: int) -> tuple[np.ndarray, float]:
+    """(T, n_rot/2) angles and the cos/sin multiplier of a models.base.Rope (factors resolved):
+    theta_i = pos * base^(-2i/n_rot) / factors[i]; linear scaling multiplies by freq_scale; YaRN
+    blends the scaled and unscaled angle over its ramp and scales cos/sin by 1 + 0.1 ln(factor);
+    the file's attn_factor (LongRoPE's) multiplies cos and sin."""
     half = n_rot // 2
-    theta = freq_scale * pos[:, None] * base ** (-2.0 * np.arange(half) / n_rot)  # (T, half)
-    c, s = np.cos(theta)[:, None, :], np.sin(theta)[:, None, :]
+    factors = np.ones(half) if r.factors is None else np.asarray(r.factors, np.float64)
+    extrap = pos[:, None] * r.base ** (-2.0 * np.arange(half) / n_rot) / factors  # (T, half)
+    theta = r.freq_scale * extrap
+    if r.yarn:
+        lo, hi = yarn_corr_dims(n_rot, r.n_ctx_orig, r.base)
+        mix = 1.0 - np.clip((np.arange(half) - lo) / max(0.001, hi - lo), 0.0, 1.0)
+        theta = theta * (1.0 - mix) + extrap * mix
+        if r.freq_scale < 1.0:
+            return theta, r.attn_factor * (1.0 + 0.1 * math.log(1.0 / r.freq_scale))
+    return theta, r.attn_factor
+
+
+def rope(x: np.ndarray, pos: np.ndarray, n_rot: int, r, neox: bool) -> np.ndarray:
+    """x: (T, heads, hd); rotate the first n_rot dims of each head (rope_angles)."""
+    half = n_rot // 2
+    theta, mscale = rope_angles(r, pos, n_rot)
+    c, s = mscale * np.cos(theta)[:, None, :], mscale * np.sin(theta)[:, None, :]
     out = x.copy()
     if neox:
         a, b = x[..., :half], x[..., half:n_rot]
@@ -135,15 +160,29 @@ def _moe(W: dict, h: np.ndarray, hp, spec, act) -> np.ndarray:
 class Reference:
     """forward(tokens) -> logits (T, vocab) for a fresh sequence; `trace` keeps each layer's output."""
 
-    def __init__(self, path) -> None:
+    def __init__(self, path, n_ctx: int | None = None) -> None:
+        """n_ctx: the context the model is loaded for (LongRoPE's long/short switch), default the
+        file's, capped at 4096 as rase's loader does."""
         self.g = g = GGUFFile(path)
         self.hp = hp = read_hparams(g)
         self.spec = ARCHITECTURES[resolve(g.architecture)].spec(g, hp)
+        self.rope = [self._factors(r, n_ctx) for r in self.spec.rope]
         self.embd = _w(g, "token_embd.weight")
         self.out = _w(g, "output.weight") if "output.weight" in g.tensors else self.embd
         self.out_norm = _w(g, "output_norm.weight")
         self.layers = [_layer_weights(g, il, hp) for il in range(len(self.spec.layers))]
         self.trace: list[np.ndarray] = []
+
+    def _factors(self, r, n_ctx: int | None):
+        """r with the file's frequency factors when the architecture takes them: rope_freqs, or
+        LongRoPE's long factors past the original context (llama.cpp pads n_ctx to 256)."""
+        g = self.g
+        if not r.file_factors:
+            return r
+        n_ctx = min(self.hp.context_length, 4096) if n_ctx is None else n_ctx
+        name = "rope_freqs.weight" if "rope_freqs.weight" in g.tensors else (
+            "rope_factors_long.weight" if -(-n_ctx // 256) * 256 > r.n_ctx_orig else "rope_factors_short.weight")
+        return replace(r, factors=_w(g, name)) if name in g.tensors else r
 
     def _attention(self, ls, W: dict, h: np.ndarray, pos: np.ndarray) -> np.ndarray:
         hp, spec = self.hp, self.spec
@@ -155,9 +194,10 @@ class Reference:
         q, k, v = q.reshape(T, nh, hd), k.reshape(T, nkv, hd), v.reshape(T, nkv, hd)
         if ls.qk_norm:
             q, k = rmsnorm(q, W["q_norm"], hp.eps), rmsnorm(k, W["k_norm"], hp.eps)
-        base, fscale = spec.rope[ls.rope_slot]
-        q = rope(q, pos, hp.n_rot, base, fscale, spec.rope_neox)
-        k, v = f16(rope(k, pos, hp.n_rot, base, fscale, spec.rope_neox)), f16(v)
+        if ls.rope_slot >= 0:
+            r = self.rope[ls.rope_slot]
+            q, k = rope(q, pos, hp.n_rot, r, spec.rope_neox), rope(k, pos, hp.n_rot, r, spec.rope_neox)
+        k, v = f16(k), f16(v)
         group = nh // nkv
         att = np.empty((T, nh, hd))
         for t in range(T):

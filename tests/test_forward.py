@@ -239,13 +239,29 @@ def _with_extra_tensor(tmp_path, arch: str, name: str, data: np.ndarray):
     ("llama", "blk.0.attn_sinks.weight", "'blk.0.attn_sinks.weight' has no place"),
     ("llama", "blk.7.attn_q.weight", "'blk.7.attn_q.weight' has no place"),
     ("llama-moe", "blk.0.ffn_gate_shexp.weight", "shared experts"),
-    ("llama", "rope_freqs.weight", "RoPE frequency factors"),
+    ("qwen2", "rope_freqs.weight", "RoPE frequency factors"),
 ])
 def test_tensors_with_no_place_in_the_forward_are_refused(tmp_path, arch, name, fragment):
     """Every tensor of a file is used or the file is refused by name (nothing silently ignored)."""
     path = _with_extra_tensor(tmp_path, arch, name, np.zeros(HP["n_embd"], np.float32))
     with pytest.raises(UnsupportedArchitecture, match=fragment):
         load_gguf_decoder(None, path)
+
+
+def test_rope_freqs_are_used_and_checked(tmp_path, tiny_models):
+    """A llama file's rope_freqs divide its RoPE frequencies (Llama 3.1+): factors of 1 change no
+    bit, others change the logits; factors of the wrong length or zero are a corrupt file."""
+    plain = load_gguf_decoder(None, tiny_models("llama", QuantType.Q8_0)).prefill(TOKENS, all_logits=True)
+    half = HP["head_dim"] // 2
+    for name, factors, same in (("ones", np.ones(half), True), ("llama3", np.linspace(1, 8, half), False)):
+        (tmp_path / name).mkdir()
+        path = _with_extra_tensor(tmp_path / name, "llama", "rope_freqs.weight", factors.astype(np.float32))
+        assert np.array_equal(load_gguf_decoder(None, path).prefill(TOKENS, all_logits=True), plain) == same
+    for name, factors in (("short", np.ones(half - 1)), ("zero", np.zeros(half))):
+        (tmp_path / name).mkdir()
+        path = _with_extra_tensor(tmp_path / name, "llama", "rope_freqs.weight", factors.astype(np.float32))
+        with pytest.raises(CorruptModelFile, match="RoPE factors"):
+            load_gguf_decoder(None, path)
 
 
 def test_optional_biases_are_used_and_checked(tmp_path, tiny_models):

@@ -7,13 +7,25 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from ..errors import CorruptModelFile, UnsupportedArchitecture
 from ..gguf import GGUFFile, TensorInfo
 from ..quants import dequantize
+
+
+@dataclass(frozen=True)
+class Rope:
+    """One RoPE as llama.cpp applies it (ggml_rope_ext after llama_context's setup)."""
+    base: float
+    freq_scale: float = 1.0        # positions times this (linear and YaRN scaling: 1 / factor)
+    yarn: bool = False             # YaRN's ramp between scaled and unscaled frequencies
+    attn_factor: float = 1.0       # cos/sin multiplier (`rope.scaling.attn_factor`: Phi-3 LongRoPE)
+    n_ctx_orig: int = 0            # the training context YaRN's ramp and LongRoPE's switch refer to
+    file_factors: bool = False     # divide frequencies by the file's rope_freqs / LongRoPE factors
+    factors: np.ndarray | None = field(default=None, compare=False)  # (n_rot/2,) float32, set by build_plan
 
 
 @dataclass(frozen=True)
@@ -33,6 +45,15 @@ class HParams:
     n_expert: int = 0          # mixture of experts: experts per MoE layer (0: dense)
     n_expert_used: int = 0     # experts chosen per token
     n_ff_exp: int = 0          # width of one expert's FFN
+    rope_yarn: bool = False    # rope.scaling.type yarn
+    rope_attn_factor: float = 1.0
+    n_ctx_orig: int = 0        # rope.scaling.original_context_length, else context_length
+
+    def rope(self, file_factors: bool = False) -> Rope:
+        """The file's RoPE (base, scaling); file_factors: the architecture applies the file's
+        frequency factors, as llama.cpp's get_rope_factors does for llama, phi3 and granite."""
+        return Rope(self.rope_base, self.rope_freq_scale, self.rope_yarn, self.rope_attn_factor,
+                    self.n_ctx_orig, file_factors)
 
 
 @dataclass(frozen=True)
@@ -42,13 +63,13 @@ class LayerSpec:
     pre_norms: bool = True     # attn_norm/ffn_norm before each sublayer; False: it reads x (olmo2)
     post_norms: bool = False   # RMSNorm of the attention and FFN outputs before the residual (gemma3)
     window: int = 0            # sliding-window length; 0 = full causal attention
-    rope_slot: int = 0         # index into ModelSpec.rope
+    rope_slot: int = 0         # index into ModelSpec.rope; -1: no RoPE (SmolLM3's NoPE layers)
 
 
 @dataclass(frozen=True)
 class ModelSpec:
     layers: tuple[LayerSpec, ...]
-    rope: tuple[tuple[float, float], ...]  # (base, freq_scale) per slot, at most 2
+    rope: tuple[Rope, ...]     # at most 2 slots
     rope_neox: bool = False    # rotate (i, i + n_rot/2) pairs; False: (2i, 2i+1)
     gelu: bool = False         # GELU(tanh) gate instead of SiLU
     embd_scale: float = 1.0    # token embeddings are multiplied by this
@@ -130,8 +151,7 @@ class ForwardPlan:
     n_expert_used: int
     n_ff_exp: int
     expert_norm: bool
-    rope_base: tuple[float, float]        # per rope slot (slot 1 unused when 0)
-    rope_freq_scale: tuple[float, float]
+    rope: tuple[Rope, Rope]    # slot 1 unused when its base is 0; factors resolved
     tok_embd: Matrix
     output: Matrix
     output_norm: np.ndarray
@@ -152,6 +172,9 @@ EXPERT_TENSORS = {"gate_inp": "ffn_gate_inp.weight", "gate": "ffn_gate_exps.weig
                   "up": "ffn_up_exps.weight", "down": "ffn_down_exps.weight"}
 _BLK = re.compile(r"^blk\.(\d+)\.(.+)$")
 GLOBAL_TENSORS = {"token_embd.weight", "output_norm.weight", "output.weight"}
+ROPE_SCALINGS = ("none", "linear", "yarn", "longrope")  # llama.cpp's rope.scaling.type names
+ROPE_FREQS = "rope_freqs.weight"     # Llama 3.1+: (n_rot/2,) frequency divisors
+LONGROPE = ("rope_factors_long.weight", "rope_factors_short.weight")  # Phi-3.5/4: chosen by n_ctx
 
 
 def _required(g: GGUFFile, suffix: str) -> int | float:
@@ -164,25 +187,30 @@ def _required(g: GGUFFile, suffix: str) -> int | float:
 def read_hparams(g: GGUFFile) -> HParams:
     n_embd, n_head = int(_required(g, "embedding_length")), int(_required(g, "attention.head_count"))
     head_dim = int(g.arch_get("attention.key_length", n_embd // max(n_head, 1)))
-    scaling = g.arch_get("rope.scaling.type", "none")
-    factor = float(g.arch_get("rope.scaling.factor", 1.0) or 1.0)
-    if scaling not in ("none", "linear") and factor != 1.0:
+    scaling = g.arch_get("rope.scaling.type", "linear")  # llama.cpp's default when absent
+    factor = g.arch_get("rope.scaling.factor", None)
+    factor = g.arch_get("rope.scale_linear", 0.0) if factor is None else factor  # the old key
+    if scaling not in ROPE_SCALINGS or not isinstance(factor, (int, float)) or factor < 0:
         raise UnsupportedArchitecture(
-            g.architecture or "?", reason=f"RoPE scaling {scaling!r} is not implemented; "
-            "use a model without it or a linear-scaled one")
+            g.architecture or "?", reason=f"RoPE scaling {scaling!r} (factor {factor!r}) is not "
+            f"implemented; rase reads {', '.join(ROPE_SCALINGS)} with a positive factor")
+    freq_scale = 1.0 if scaling == "none" or not factor else float(np.float32(1.0) / np.float32(factor))
+    n_ctx_train = int(_required(g, "context_length"))
     hp = HParams(
         n_layer=int(_required(g, "block_count")), n_embd=n_embd, n_head=n_head,
         n_head_kv=int(g.arch_get("attention.head_count_kv", n_head)), head_dim=head_dim,
         n_ff=int(_required(g, "feed_forward_length")),
         n_vocab=int(g.tensor("token_embd.weight").ne[1]),
-        context_length=int(_required(g, "context_length")),
+        context_length=n_ctx_train,
         eps=float(_required(g, "attention.layer_norm_rms_epsilon")),
         rope_base=float(g.arch_get("rope.freq_base", 10000.0)),
-        rope_freq_scale=1.0 / factor,
+        rope_freq_scale=freq_scale,
         n_rot=int(g.arch_get("rope.dimension_count", head_dim)),
         n_expert=int(g.arch_get("expert_count", 0) or 0),
         n_expert_used=int(g.arch_get("expert_used_count", 0) or 0),
         n_ff_exp=int(g.arch_get("expert_feed_forward_length", 0) or g.arch_get("feed_forward_length", 0)),
+        rope_yarn=scaling == "yarn", rope_attn_factor=float(g.arch_get("rope.scaling.attn_factor", 1.0)),
+        n_ctx_orig=int(g.arch_get("rope.scaling.original_context_length", 0) or n_ctx_train),
     )
     if hp.n_expert and not (0 < hp.n_expert_used <= hp.n_expert <= 256):
         raise CorruptModelFile(g.path, f"{hp.n_expert_used} experts used of {hp.n_expert} "
@@ -286,18 +314,38 @@ def _refuse_unused(g: GGUFFile, ts: _Tensors) -> None:
     """Tensors this plan would ignore (shared experts, extra layers, RoPE factors ...) are refused."""
     for name in ts.unused():
         reason = f"tensor {name!r} has no place in rase's {g.architecture} forward"
-        if name == "rope_freqs.weight" or "rope_factors" in name:
-            reason = "per-dimension RoPE frequency factors (Llama 3.1 rope_freqs, Phi-3 128k " \
-                     "rope_factors) are not implemented yet; use a model without them"
+        if name == ROPE_FREQS or name in LONGROPE:
+            reason = f"RoPE frequency factors ({name!r}) have no place in {g.architecture}'s forward " \
+                     "(llama.cpp refuses this file too)"
         elif "shexp" in name:
             reason = f"shared experts ({name!r}) are not implemented yet"
         raise UnsupportedArchitecture(g.architecture or "?", reason=reason)
 
 
+def _rope_factors(ts: _Tensors, rope: Rope, hp: HParams, n_ctx: int) -> Rope:
+    """rope with the file's frequency factors when it takes them: rope_freqs, else LongRoPE's
+    long factors when the context (rounded up to 256, as llama.cpp pads it) exceeds the original
+    training context, its short ones otherwise (llama_model::get_rope_factors)."""
+    if not rope.file_factors:
+        return rope
+    want = hp.n_rot // 2
+    if ts.has(ROPE_FREQS):
+        factors = ts.vector(ROPE_FREQS)
+    elif all(ts.has(n) for n in LONGROPE):
+        long, short = (ts.vector(n) for n in LONGROPE)
+        factors = long if -(-n_ctx // 256) * 256 > rope.n_ctx_orig else short
+    else:
+        return rope
+    if factors.shape != (want,) or not np.all(np.isfinite(factors)) or np.any(factors == 0):
+        raise CorruptModelFile(ts.g.path, f"RoPE factors of shape {factors.shape} (finite, non-zero, "
+                               f"({want},) expected)")
+    return replace(rope, factors=factors)
+
+
 def build_plan(g: GGUFFile, hp: HParams, spec: ModelSpec, n_ctx: int) -> ForwardPlan:
     """The typed plan for _kernels.Weights; weights stay in the mmap (fused tensors as views)."""
     ts = _Tensors(g)
-    rope = list(spec.rope) + [(0.0, 1.0)] * (2 - len(spec.rope))
+    rope = [_rope_factors(ts, r, hp, n_ctx) for r in spec.rope] + [Rope(0.0)] * (2 - len(spec.rope))
     embd = ts.take("token_embd.weight")
     output = ts.take("output.weight") if ts.has("output.weight") else embd  # tied when absent
     layers = []
@@ -314,5 +362,5 @@ def build_plan(g: GGUFFile, hp: HParams, spec: ModelSpec, n_ctx: int) -> Forward
         attn_scale=spec.attn_scale if spec.attn_scale is not None else 1.0 / math.sqrt(hp.head_dim),
         attn_softcap=spec.attn_softcap, final_softcap=spec.final_softcap, n_expert=hp.n_expert,
         n_expert_used=hp.n_expert_used, n_ff_exp=hp.n_ff_exp, expert_norm=spec.expert_norm,
-        rope_base=(rope[0][0], rope[1][0]), rope_freq_scale=(rope[0][1], rope[1][1]),
+        rope=(rope[0], rope[1]),
         tok_embd=_matrix(embd), output=_matrix(output), output_norm=output_norm, layers=tuple(layers))

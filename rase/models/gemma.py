@@ -11,6 +11,6 @@ from .base import HParams, LayerSpec, ModelSpec
 
 
 def spec(g: GGUFFile, hp: HParams) -> ModelSpec:
-    return ModelSpec(layers=(LayerSpec(),) * hp.n_layer, rope=((hp.rope_base, hp.rope_freq_scale),),
+    return ModelSpec(layers=(LayerSpec(),) * hp.n_layer, rope=(hp.rope(),),
                      rope_neox=True, gelu=True, embd_scale=math.sqrt(hp.n_embd),
                      attn_scale=1.0 / math.sqrt(hp.head_dim), attn_prescale=True)

@@ -19,7 +19,7 @@ def spec(g: GGUFFile, hp: HParams) -> ModelSpec:
                    for il in range(hp.n_layer))
     scalar = hp.n_embd / hp.n_head if hp.n_layer == LAYERS_27B else hp.head_dim
     return ModelSpec(
-        layers=layers, rope=((hp.rope_base, hp.rope_freq_scale),), rope_neox=True, gelu=True,
+        layers=layers, rope=(hp.rope(),), rope_neox=True, gelu=True,
         embd_scale=math.sqrt(hp.n_embd), attn_scale=1.0 / math.sqrt(scalar), attn_prescale=True,
         attn_softcap=float(g.arch_get("attn_logit_softcapping", 50.0)),
         final_softcap=float(g.arch_get("final_logit_softcapping", 30.0)),

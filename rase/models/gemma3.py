@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 from ..gguf import GGUFFile
-from .base import HParams, LayerSpec, ModelSpec
+from .base import HParams, LayerSpec, ModelSpec, Rope
 
 SWA_PATTERN = 6        # every 6th layer (il % 6 == 5) attends globally
 SWA_ROPE_BASE = 10000.0
@@ -24,7 +24,7 @@ def spec(g: GGUFFile, hp: HParams) -> ModelSpec:
     )
     scalar = float(g.arch_get("attention.query_pre_attn_scalar", hp.head_dim))
     return ModelSpec(
-        layers=layers, rope=((hp.rope_base, hp.rope_freq_scale), (SWA_ROPE_BASE, 1.0)),
+        layers=layers, rope=(hp.rope(), Rope(SWA_ROPE_BASE)),
         rope_neox=True, gelu=True, embd_scale=math.sqrt(hp.n_embd),
         attn_scale=1.0 / math.sqrt(scalar), attn_prescale=True,
     )

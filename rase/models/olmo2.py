@@ -14,4 +14,4 @@ def spec(g: GGUFFile, hp: HParams) -> ModelSpec:
         raise UnsupportedArchitecture("olmo2", reason="OLMo 3's sliding-window layers are not "
                                       "implemented yet; use an OLMo 2 GGUF")
     layers = (LayerSpec(qk_norm_full=True, pre_norms=False, post_norms=True),) * hp.n_layer
-    return ModelSpec(layers=layers, rope=((hp.rope_base, hp.rope_freq_scale),), rope_neox=True)
+    return ModelSpec(layers=layers, rope=(hp.rope(),), rope_neox=True)

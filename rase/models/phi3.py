@@ -1,7 +1,8 @@
 """phi3: Phi-3 / Phi-3.5 / Phi-4. Fused `attn_qkv` and fused gate+up in `ffn_up`, split into
 views at load (models/base.py); NeoX RoPE; Q scaled by 1/sqrt(head_dim) after RoPE, scores
 unscaled (llama.cpp's graph). The metadata's sliding window is ignored, as llama.cpp ignores it;
-the 128k variants' rope_factors tensors are refused by name."""
+LongRoPE (Phi-3.5, Phi-4-mini): rope_factors_long/short by the context, rope.scaling.attn_factor
+on cos and sin (models/base.py)."""
 from __future__ import annotations
 
 import math
@@ -11,5 +12,5 @@ from .base import HParams, LayerSpec, ModelSpec
 
 
 def spec(g: GGUFFile, hp: HParams) -> ModelSpec:
-    return ModelSpec(layers=(LayerSpec(),) * hp.n_layer, rope=((hp.rope_base, hp.rope_freq_scale),),
+    return ModelSpec(layers=(LayerSpec(),) * hp.n_layer, rope=(hp.rope(file_factors=True),),
                      rope_neox=True, attn_scale=1.0 / math.sqrt(hp.head_dim), attn_prescale=True)

@@ -7,5 +7,5 @@ from .base import HParams, LayerSpec, ModelSpec
 
 
 def spec(g: GGUFFile, hp: HParams) -> ModelSpec:
-    return ModelSpec(layers=(LayerSpec(),) * hp.n_layer, rope=((hp.rope_base, hp.rope_freq_scale),),
+    return ModelSpec(layers=(LayerSpec(),) * hp.n_layer, rope=(hp.rope(),),
                      rope_neox=True)

@@ -8,4 +8,4 @@ from .base import HParams, LayerSpec, ModelSpec
 
 def spec(g: GGUFFile, hp: HParams) -> ModelSpec:
     return ModelSpec(layers=(LayerSpec(qk_norm=True),) * hp.n_layer,
-                     rope=((hp.rope_base, hp.rope_freq_scale),), rope_neox=True, expert_norm=True)
+                     rope=(hp.rope(),), rope_neox=True, expert_norm=True)
