@@ -66,6 +66,8 @@ typedef struct {
     int attn_prescale;  // 1: q *= attn_scale before rounding (gemma), scores unscaled
     float eps, embd_scale, attn_scale;
     float attn_softcap, final_softcap;  // > 0: s -> cap * tanh(s / cap) on scores / logits (gemma2)
+    float residual_scale;  // != 1: each sublayer's output times this before the residual add (granite)
+    float logit_mul;       // != 1: the logits times this (granite's 1 / logit_scale)
     int n_expert, n_expert_used, n_ff_exp;  // MoE layers: experts, chosen per token, width
     int expert_norm;    // 1: the chosen experts' weights renormalized to sum 1
     rase_rope_params rope[2];  // rope[1] unused when its base is 0
@@ -540,7 +542,7 @@ static void rase_matmuls(rase_model *m, int n, const rase_mat *const *w, const f
         const int64_t r1 = r0 + RASE_CHUNK_ROWS < w[i]->rows ? r0 + RASE_CHUNK_ROWS : w[i]->rows;
         rase_mm_rows(m, w[i], A[i], act[i], as[i], T, Y[i], r0, r1, rase_work(m->s, ith));
         if (bias && bias[i]) rase_add_bias(Y[i], w[i]->rows, bias[i], T, r0, r1);
-        if (w[i] == &m->w->output && m->w->hp.final_softcap <= 0.0f &&  // checked while in this core's cache
+        if (w[i] == &m->w->output && m->w->hp.final_softcap <= 0.0f && m->w->hp.logit_mul == 1.0f &&  // in this core's cache
             rase_any_nonfinite(Y[i], w[i]->rows, T, r0, r1))
             __atomic_store_n(&m->s->nonfinite, 1, __ATOMIC_RELAXED);
         if (gate_u) {
@@ -590,6 +592,8 @@ static void rase_residual(rase_model *m, const float *post_norm, int next, const
     for (int64_t t = lo; t < hi; ++t) {
         float *o = m->s->o + t * E, *x = m->s->x + t * E;
         if (post_norm) rase_rmsnorm(o, post_norm, o, E, eps);
+        if (m->w->hp.residual_scale != 1.0f)  // ggml_scale, then ggml_add: two roundings
+            for (int i = 0; i < E; ++i) o[i] *= m->w->hp.residual_scale;
         for (int i = 0; i < E; ++i) x[i] += o[i];
         if (next) rase_prenorm(m, next_norm, x, m->s->h + t * E);
     }
@@ -880,10 +884,12 @@ static void rase_step(rase_model *m, const rase_batch *b, const rase_sampler_ref
             rase_matmul(m, &m->w->output, m->s->h, b->n_out, b->logits, NULL, ith, nth);
             RASE_PROF_ADD(m, ith, prof_matmul_ns);
         }
-        if (m->w->hp.final_softcap > 0.0f) {  // gemma2
+        if (m->w->hp.final_softcap > 0.0f || m->w->hp.logit_mul != 1.0f) {  // gemma2, granite
             rase_sync(m, ith);
             rase_split((int64_t)b->n_out * V, ith, nth, &lo, &hi);
-            rase_softcap(b->logits, lo, hi, m->w->hp.final_softcap);
+            if (m->w->hp.logit_mul != 1.0f)
+                for (int64_t i = lo; i < hi; ++i) b->logits[i] *= m->w->hp.logit_mul;
+            if (m->w->hp.final_softcap > 0.0f) rase_softcap(b->logits, lo, hi, m->w->hp.final_softcap);
             if (rase_any_nonfinite(b->logits + lo, hi - lo, 1, 0, hi - lo))
                 __atomic_store_n(&m->s->nonfinite, 1, __ATOMIC_RELAXED);
         }

@@ -139,7 +139,7 @@ cdef extern from "_forward.h" nogil:
     ctypedef struct rase_hparams:
         int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_rot, n_ctx
         int rope_neox, gelu, attn_prescale
-        float eps, embd_scale, attn_scale, attn_softcap, final_softcap
+        float eps, embd_scale, attn_scale, attn_softcap, final_softcap, residual_scale, logit_mul
         int n_expert, n_expert_used, n_ff_exp, expert_norm
         rase_rope_params rope[2]
     ctypedef struct rase_weights:

@@ -51,6 +51,7 @@ cdef class Weights:
         h.rope_neox, h.gelu, h.attn_prescale = bool(plan.rope_neox), bool(plan.gelu), bool(plan.attn_prescale)
         h.eps, h.embd_scale, h.attn_scale = plan.eps, plan.embd_scale, plan.attn_scale
         h.attn_softcap, h.final_softcap = plan.attn_softcap, plan.final_softcap
+        h.residual_scale, h.logit_mul = plan.residual_scale, plan.logit_mul
         h.n_expert, h.n_expert_used, h.n_ff_exp = plan.n_expert, plan.n_expert_used, plan.n_ff_exp
         h.expert_norm = bool(plan.expert_norm)
         if h.n_expert and not 0 < h.n_expert_used <= h.n_expert <= 256 or h.n_expert < 0 or \

@@ -221,7 +221,7 @@ class Reference:
             o = self._attention(ls, W, h, pos)
             if ls.post_norms:
                 o = rmsnorm(o, W["post_attn_norm"], hp.eps)
-            x = x + o
+            x = x + o * spec.residual_scale
             h = rmsnorm(x, W["ffn_norm"], hp.eps) if ls.pre_norms else x
             if "gate_inp" in W:
                 f = _moe(W, h, hp, spec, act)
@@ -229,9 +229,9 @@ class Reference:
                 f = W["wdown"](act(W["wgate"](h)) * W["wup"](h))
             if ls.post_norms:
                 f = rmsnorm(f, W["post_ffn_norm"], hp.eps)
-            x = x + f
+            x = x + f * spec.residual_scale
             self.trace.append(x.copy())
-        logits = self.out(rmsnorm(x, self.out_norm, hp.eps))
+        logits = self.out(rmsnorm(x, self.out_norm, hp.eps)) * spec.logit_mul
         if spec.final_softcap:
             logits = spec.final_softcap * np.tanh(logits / spec.final_softcap)
         return logits

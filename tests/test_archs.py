@@ -1,16 +1,19 @@
-"""The eight architectures of tests/fixtures/archs (tiny random-weight files of qwen2, phi3,
-gemma, gemma2, olmo2, Mixtral-style llama, qwen3moe and olmoe, in Q8_0 and Q4_K_M, with llama.cpp
-0.3.36's outputs; see that folder's README) against llama.cpp.
+"""The decoder families of tests/fixtures/archs (tiny random-weight files of qwen2, phi3, gemma,
+gemma2, olmo2, Mixtral-style llama, qwen3moe, olmoe, and of the files users download first:
+Llama 3.1+ rope_freqs, Llama linear and YaRN scaling, Phi-3.5/4 LongRoPE, SmolLM3, Granite 3; in
+Q8_0 and Q4_K_M, with llama.cpp 0.3.36's outputs; see that folder's README) against llama.cpp.
 
 Against the one-token (`-t1`) fixtures every teacher-forced logit equals llama.cpp's to the 4
-stored decimals and every greedy continuation is identical, in all 16 files, MoE included (the
-routers' F32 products in ggml_vec_dot_f32's order); against the batched fixtures, llama.cpp's
-batch-dependent rounding, the usual tolerances."""
+stored decimals and every greedy continuation is identical, in all 28 files, MoE included (the
+routers' F32 products in ggml_vec_dot_f32's order), LongRoPE's long factors past its original
+context and its short ones at n_ctx 256; against the batched fixtures, llama.cpp's
+batch-dependent rounding, the usual tolerances. The encoders' files are tests/test_encoders.py's."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from rase import GGUFFile
@@ -19,16 +22,20 @@ from rase.tokenizer import LocalTokenizer
 from tests.conformance import Agreement, greedy_agreement, teacher_forced
 
 ARCHS = Path(__file__).parent / "fixtures" / "archs"
-NAMES = sorted(p.stem for p in ARCHS.glob("*.gguf"))
+NAMES = sorted(p.stem for p in ARCHS.glob("*.gguf") if (ARCHS / f"{p.stem}.llamacpp-t1.json").exists())
+ENCODERS = sorted(p.stem for p in ARCHS.glob("*.gguf") if (ARCHS / f"{p.stem}.llamacpp-embd.json").exists())
 
 
-def _fixture(name: str, t1: bool) -> dict:
-    return json.loads((ARCHS / f"{name}.llamacpp{'-t1' if t1 else ''}.json").read_text())
+def _fixture(name: str, t1: bool, variant: str = "") -> dict:
+    return json.loads((ARCHS / f"{name}{variant}.llamacpp{'-t1' if t1 else ''}.json").read_text())
 
 
 def test_every_architecture_is_here():
     archs = {GGUFFile(ARCHS / f"{n}.gguf").architecture for n in NAMES}
-    assert len(NAMES) == 16 and archs == {"qwen2", "phi3", "gemma", "gemma2", "olmo2", "llama", "qwen3moe", "olmoe"}
+    assert len(NAMES) == 28 and archs == {"qwen2", "phi3", "gemma", "gemma2", "olmo2", "llama", "qwen3moe", "olmoe",
+                                          "smollm3", "granite"}
+    assert len(ENCODERS) == 4 and {GGUFFile(ARCHS / f"{n}.gguf").architecture for n in ENCODERS} == {"bert", "nomic-bert"}
+    assert len(list(ARCHS.glob("*.gguf"))) == len(NAMES) + len(ENCODERS)
 
 
 @pytest.fixture(scope="module", params=NAMES)
@@ -56,6 +63,27 @@ def test_one_token_fixture(arch):
     assert a.positions > 120 and a.exact == a.positions
     assert a.max_rounded_err < 1e-9, f"{name}: logits differ from llama.cpp's by {a.max_rounded_err}"
     assert a.greedy_equal == a.prompts, [(o[:8], r[:8]) for eq, o, r in a.details if not eq]
+
+
+@pytest.mark.parametrize("name", ["phi3-longrope-tiny-q8_0", "phi3-longrope-tiny-q4_k_m"])
+def test_longrope_switches_on_the_context(name):
+    """LongRoPE's factors follow the context a model is loaded for, as in llama.cpp: at n_ctx 2048
+    (above the original 256) the long ones, through positions past 256 (the 6th prompt reaches
+    305), at n_ctx 256 the short ones; each equals llama.cpp's one-token logits at that context."""
+    long_fx, short_fx = _fixture(name, True), _fixture(name, True, ".n256")
+    assert long_fx["n_ctx"] == 2048 and short_fx["n_ctx"] == 256
+    assert max(len(p["ids"]) for p in long_fx["prompts"]) > 300
+    for fx, n_ctx in ((long_fx, 2048), (short_fx, 256)):
+        a = Agreement()
+        dec = load_gguf_decoder(None, ARCHS / f"{name}.gguf", n_ctx=n_ctx)
+        teacher_forced(dec, fx, a)
+        greedy_agreement(dec, fx, a)
+        assert a.exact == a.positions and a.max_rounded_err < 1e-9 and a.greedy_equal == a.prompts, (n_ctx, a)
+    # the two contexts really differ: the long factors' logits are not the short ones'
+    ids = short_fx["prompts"][2]["ids"]
+    short = load_gguf_decoder(None, ARCHS / f"{name}.gguf", n_ctx=256).prefill(ids, all_logits=True)
+    long = load_gguf_decoder(None, ARCHS / f"{name}.gguf", n_ctx=2048).prefill(ids, all_logits=True)
+    assert np.abs(short - long).max() > 0.5
 
 
 def test_batched_fixture_within_tolerance(arch):

@@ -9,7 +9,7 @@ import numpy as np
 from rase.quants import QUANT_BLOCKS, QuantType
 
 HP = dict(n_embd=256, n_ff=512, n_head=4, n_head_kv=2, head_dim=64, n_vocab=160, n_ctx=64)
-N_LAYER = {"gemma3": 6}  # gemma3: layer 5 is the global one; 2 layers elsewhere
+N_LAYER = {"gemma3": 6, "smollm3": 4}  # gemma3: layer 5 is the global one; smollm3: layer 3 has no RoPE
 WINDOW = 5  # gemma3/gemma2 sliding window, small so that tests cross it
 # MoE files: 8 experts (the router softmax's 8-lane exp path), 3 chosen (the sum order binds)
 HP.update(n_expert=8, n_expert_used=3, n_ff_exp=256)
@@ -27,6 +27,11 @@ ARCH_FEATURES = {
     "llama-moe": ("llama", {"moe", "untied"}),
     "qwen3moe": ("qwen3moe", {"qk_norm", "moe", "untied", "key_length"}),
     "olmoe": ("olmoe", {"qk_norm_full", "moe", "untied"}),
+    "llama3": ("llama", {"rope_freqs", "untied"}),
+    "llama-yarn": ("llama", {"yarn"}),
+    "phi3-longrope": ("phi3", {"fused", "longrope", "untied"}),
+    "smollm3": ("smollm3", {"untied"}),
+    "granite": ("granite", {"granite", "untied"}),
 }
 
 # K-quant blocks are random bytes with their f16 scales set so weights come out ~0.1
@@ -100,6 +105,17 @@ def write_tiny_model(path: Path, arch: str, qtype: QuantType, seed: int = 0, ext
     if "softcap" in feat:
         w.add_float32(f"{file_arch}.attn_logit_softcapping", 2.0)  # small: binds on these scores
         w.add_float32(f"{file_arch}.final_logit_softcapping", 30.0)
+    if "yarn" in feat:  # the ramp spans dimensions 8..21 of 32 at this original context
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(4.0)
+        w.add_rope_scaling_orig_ctx_len(2048)
+    if "longrope" in feat:  # n_ctx 64 > 32: the long factors
+        w.add_rope_scaling_orig_ctx_len(32)
+        w.add_rope_scaling_attn_factors(1.2)
+    if "granite" in feat:
+        for key, value in (("embedding_scale", 3.0), ("residual_scale", 0.5), ("logit_scale", 4.0)):
+            w.add_float32(f"{file_arch}.{key}", value)
+        w.add_float32(f"{file_arch}.attention.scale", 0.05)
     if "moe" in feat:
         w.add_expert_count(hp["n_expert"])
         w.add_expert_used_count(hp["n_expert_used"])
@@ -124,6 +140,11 @@ def write_tiny_model(path: Path, arch: str, qtype: QuantType, seed: int = 0, ext
     vec("output_norm.weight", E)
     if "untied" in feat:
         mat("output.weight", V, E)
+    if "rope_freqs" in feat:
+        w.add_tensor("rope_freqs.weight", np.linspace(1.0, 8.0, D // 2).astype(np.float32))
+    if "longrope" in feat:
+        w.add_tensor("rope_factors_long.weight", np.linspace(1.0, 16.0, D // 2).astype(np.float32))
+        w.add_tensor("rope_factors_short.weight", np.linspace(1.0, 2.0, D // 2).astype(np.float32))
     for i in range(L):
         _write_layer(w, f"blk.{i}.", feat, mat, vec, rng, hp)
     w.write_header_to_file()

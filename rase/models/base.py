@@ -77,6 +77,8 @@ class ModelSpec:
     attn_prescale: bool = False  # scale Q before the QK product (gemma) instead of the scores
     attn_softcap: float = 0.0  # > 0: scores s -> cap * tanh(s / cap) before the softmax (gemma2)
     final_softcap: float = 0.0  # > 0: the same on the logits
+    residual_scale: float = 1.0  # each sublayer's output times this before the residual add (granite)
+    logit_mul: float = 1.0     # the logits times this (granite: 1 / logit_scale)
     expert_norm: bool = True   # MoE: the chosen experts' weights renormalized to sum 1
 
     def __post_init__(self) -> None:
@@ -147,6 +149,8 @@ class ForwardPlan:
     attn_scale: float
     attn_softcap: float
     final_softcap: float
+    residual_scale: float
+    logit_mul: float
     n_expert: int
     n_expert_used: int
     n_ff_exp: int
@@ -360,7 +364,8 @@ def build_plan(g: GGUFFile, hp: HParams, spec: ModelSpec, n_ctx: int) -> Forward
         rope_neox=spec.rope_neox, gelu=spec.gelu, attn_prescale=spec.attn_prescale, eps=hp.eps,
         embd_scale=spec.embd_scale,
         attn_scale=spec.attn_scale if spec.attn_scale is not None else 1.0 / math.sqrt(hp.head_dim),
-        attn_softcap=spec.attn_softcap, final_softcap=spec.final_softcap, n_expert=hp.n_expert,
+        attn_softcap=spec.attn_softcap, final_softcap=spec.final_softcap, residual_scale=spec.residual_scale,
+        logit_mul=spec.logit_mul, n_expert=hp.n_expert,
         n_expert_used=hp.n_expert_used, n_ff_exp=hp.n_ff_exp, expert_norm=spec.expert_norm,
         rope=(rope[0], rope[1]),
         tok_embd=_matrix(embd), output=_matrix(output), output_norm=output_norm, layers=tuple(layers))
