@@ -12,7 +12,7 @@ from .errors import (
     IntegrityMismatch, InvalidGenerationConfig, InvalidGrammar, InvalidLogits, InvalidModelId, ManifestError,
     MissingDependency, ModelFileNotFound,
     ModelNotFound, Overloaded, RaseError, StoreWriteError, TokenizerError, UnsupportedArchitecture, UnsupportedFormat,
-    UnsupportedQuantType,
+    UnsupportedQuantType, WrongModelKind,
 )
 from .gguf import GGUFFile, TensorInfo
 from .quants import QuantType, dequantize
@@ -82,5 +82,5 @@ __all__ = [
     "HubDownloadError", "IntegrityMismatch", "InvalidGenerationConfig", "InvalidGrammar", "InvalidLogits",
     "InvalidModelId", "ManifestError", "MissingDependency", "ModelFileNotFound", "ModelNotFound", "Overloaded", "QuantType", "RaseError", "StoreWriteError",
     "TensorInfo", "TokenizerError", "UnsupportedArchitecture", "UnsupportedFormat",
-    "UnsupportedQuantType", "__version__", "build_info", "dequantize", *_API,
+    "UnsupportedQuantType", "WrongModelKind", "__version__", "build_info", "dequantize", *_API,
 ]

@@ -286,4 +286,68 @@ static void rase_attend_split(int phase, int g, const float *const *q, const ras
 #endif
 }
 
+// ---------------------------------------------------------------- an encoder's attention
+
+// An encoder's query against the f32 K/V rows of its own input (llama.cpp's no-cache path keeps
+// them f32; f16 rows moved a random encoder's Q8_0 embeddings by ~1%): keys k + j * ks and
+// values v + j * ks for j in [0, n). Scores as 8 lane chains of FMAs over the head, reduced
+// ((0 + 4) + (2 + 6)) + ((1 + 5) + (3 + 7)); exp as rase_avx2_expf; the softmax sum in f64,
+// key by key; P.V one FMA chain per element, key by key. s: n floats. Every ISA path computes
+// these same operations (tested bit for bit).
+static void attend_f32_ref(const float *q, const float *k, const float *v, int64_t ks, int n, int hd, float scale,
+                           float *s, float *out) {
+    float mx = -INFINITY;
+    for (int j = 0; j < n; ++j) {
+        float a[8] = {0.0f};
+        for (int i = 0; i < hd; ++i) a[i % 8] = fmaf(q[i], k[j * ks + i], a[i % 8]);
+        s[j] = ((((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7])))) * scale;
+        if (s[j] > mx) mx = s[j];
+    }
+    double sum = 0.0;
+    for (int j = 0; j < n; ++j) { s[j] = rase_expf_ref(s[j] - mx); sum += (double)s[j]; }
+    const float inv = (float)(1.0 / sum);
+    for (int i = 0; i < hd; ++i) out[i] = 0.0f;
+    for (int j = 0; j < n; ++j) {
+        const float p = s[j] * inv;
+        for (int i = 0; i < hd; ++i) out[i] = fmaf(p, v[j * ks + i], out[i]);
+    }
+}
+
+#if RASE_HAVE_X86
+RASE_TARGET_AVX2 static void attend_f32_avx2(const float *q, const float *k, const float *v, int64_t ks, int n,
+                                             int hd, float scale, float *s, float *out) {
+    float mx = -INFINITY;
+    for (int j = 0; j < n; ++j) {
+        __m256 acc = _mm256_setzero_ps();
+        for (int i = 0; i < hd; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(k + j * ks + i), acc);
+        float a[8];
+        _mm256_storeu_ps(a, acc);
+        s[j] = ((((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7])))) * scale;
+        if (s[j] > mx) mx = s[j];
+    }
+    double sum = 0.0;
+    int j = 0;
+    for (; j + 8 <= n; j += 8) {
+        _mm256_storeu_ps(s + j, rase_avx2_expf(_mm256_sub_ps(_mm256_loadu_ps(s + j), _mm256_set1_ps(mx))));
+        for (int l = 0; l < 8; ++l) sum += (double)s[j + l];
+    }
+    for (; j < n; ++j) { s[j] = rase_expf_ref(s[j] - mx); sum += (double)s[j]; }
+    const float inv = (float)(1.0 / sum);
+    for (int i = 0; i < hd; i += 8) {
+        __m256 o = _mm256_setzero_ps();
+        for (int t = 0; t < n; ++t) o = _mm256_fmadd_ps(_mm256_set1_ps(s[t] * inv), _mm256_loadu_ps(v + t * ks + i), o);
+        _mm256_storeu_ps(out + i, o);
+    }
+}
+#endif
+
+static void rase_attend_f32(const float *q, const float *k, const float *v, int64_t ks, int n, int hd, float scale,
+                            float *s, float *out, int isa) {
+#if RASE_HAVE_X86
+    if (isa >= RASE_ISA_AVX2 && hd % 8 == 0) { attend_f32_avx2(q, k, v, ks, n, hd, scale, s, out); return; }
+#endif
+    (void)isa;
+    attend_f32_ref(q, k, v, ks, n, hd, scale, s, out);
+}
+
 #endif  // RASE_ATTENTION_H

@@ -38,7 +38,9 @@ typedef struct {
     const float *attn_norm, *ffn_norm;            // (n_embd,) or NULL: the sublayer reads x itself
     const float *q_norm, *k_norm;                 // (head_dim,), (n_head[_kv] * head_dim,) when full, or NULL
     const float *post_attn_norm, *post_ffn_norm;  // (n_embd,) or NULL
+    const float *post_attn_norm_b, *post_ffn_norm_b;  // LayerNorm biases (n_embd,) or NULL (bert)
     const float *bq, *bk, *bv, *bo;               // projection biases (rows,) or NULL
+    const float *bgate, *bup, *bdown;             // FFN biases or NULL; wgate.data NULL: up, act, down
     int qk_norm_full;  // 1: q_norm/k_norm span all heads of a row (olmo2); 0: each head
     int window;     // sliding-window length in positions; 0 = full causal attention
     int rope_slot;  // 0 or 1: which of the model's rope params; -1: no RoPE in this layer (NoPE)
@@ -68,6 +70,9 @@ typedef struct {
     float attn_softcap, final_softcap;  // > 0: s -> cap * tanh(s / cap) on scores / logits (gemma2)
     float residual_scale;  // != 1: each sublayer's output times this before the residual add (granite)
     float logit_mul;       // != 1: the logits times this (granite's 1 / logit_scale)
+    int layer_norm;        // 1: norms are LayerNorm (mean removed) with a bias; 0: RMSNorm
+    int norm_after_add;    // 1: x = post_norm(x + sublayer) (BERT's post-LN); 0: x += post_norm(sublayer)
+    int causal;            // 0: a row attends to every position its sequence has in the step
     int n_expert, n_expert_used, n_ff_exp;  // MoE layers: experts, chosen per token, width
     int expert_norm;    // 1: the chosen experts' weights renormalized to sum 1
     rase_rope_params rope[2];  // rope[1] unused when its base is 0
@@ -75,8 +80,11 @@ typedef struct {
 
 typedef struct {  // read-only during a forward
     rase_hparams hp;
-    rase_mat tok_embd, output;
-    const float *output_norm;  // (n_embd,)
+    rase_mat tok_embd, output;  // output.data NULL: no LM head (an encoder)
+    rase_mat pos_embd;          // learned positions (n_pos, n_embd), or data NULL (bert)
+    const float *type_embd;     // (n_embd,) token type 0's row added to every embedding, or NULL
+    const float *embd_norm, *embd_norm_b;  // the embeddings' norm (n_embd,) or NULL (bert)
+    const float *output_norm;  // (n_embd,) or NULL
     rase_layer *layers;        // (n_layer,)
     uint16_t *gelu_table;      // (65536,) f16 GELU table, GELU models only (owned)
 } rase_weights;
@@ -128,6 +136,11 @@ typedef struct {  // one step
     const int32_t *out_rows;   // (n_out,): rows whose logits are wanted, in output order
     int n_out;
     float *logits;             // (n_out, n_vocab)
+    const int32_t *seq_len;    // non-causal models: seq s attends to its positions [0, seq_len[s]),
+    const int32_t *seq_first;  // which are rows seq_first[s] + p, p = 0 .. seq_len[s] - 1
+    const int32_t *embd_rows;  // (n_embd,): rows whose final hidden state is wanted (embeddings)
+    int n_embd;
+    float *embd;               // (n_embd, n_embd floats): after the final norm when the model has one
 } rase_batch;
 
 typedef struct {  // one row's sampler state (owned by its request)
@@ -360,6 +373,25 @@ static void rase_rmsnorm(const float *x, const float *w, float *y, int64_t n, fl
     for (int64_t i = 0; i < n; ++i) y[i] = (x[i] * scale) * w[i];
 }
 
+// y = (x - mean) / sqrt(var + eps) * w + b, as llama.cpp's AVX2 build computes ggml_norm then
+// ggml_mul and ggml_add: the mean summed in double; the squares in float groups of 8 (the lanes'
+// tree) added to a double sum, the tail one by one. y may be x.
+static void rase_layernorm(const float *x, const float *w, const float *b, float *y, int64_t n, float eps) {
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ++i) sum += (double)x[i];
+    const float mean = (float)sum / (float)n;
+    double sq = 0.0;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        float a[8];
+        for (int j = 0; j < 8; ++j) { y[i + j] = x[i + j] - mean; a[j] = y[i + j] * y[i + j]; }
+        sq += (double)(((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7])));
+    }
+    for (; i < n; ++i) { y[i] = x[i] - mean; sq += (double)(y[i] * y[i]); }
+    const float scale = 1.0f / sqrtf((float)(sq / (double)n) + eps);
+    for (i = 0; i < n; ++i) y[i] = (y[i] * scale) * w[i] + (b ? b[i] : 0.0f);
+}
+
 // rotate one head (n_rot leading dims) with the table row cs = (cos, sin) x n_rot/2
 static void rope_ref(float *x, const float *cs, int n_rot, int neox) {
     const int half = n_rot / 2;
@@ -515,13 +547,23 @@ static void rase_mm_rows(const rase_model *m, const rase_mat *w, const uint8_t *
     }
 }
 
+enum { RASE_EPI_NONE, RASE_EPI_GATE, RASE_EPI_ACT };  // what rase_matmuls does to a chunk it computed
+
+// g = act(g) over n elements (an FFN without a gate: bert's GELU). The same scalar steps on
+// every ISA: the GELU is the f16 table lookup, which the vector path also does lane by lane.
+static void rase_act(float *g, int64_t n, const uint16_t *gelu_table) {
+    for (int64_t i = 0; i < n; ++i) g[i] = gelu_table ? rase_geglu1(g[i], gelu_table) : rase_silu(g[i]);
+}
+
 // Y[i] (T, rows_i) = X (T, cols) w[i]^T for n matrices sharing their input (Q/K/V), their
 // chunks of RASE_CHUNK_ROWS rows in one list split by rase_jobs (counters reset by the barrier
-// that precedes every call). gate_u: the matrices are (gate, up) of an FFN; a chunk computes
-// both and then act(gate) * up on its rows, written into Y[0].
-// bias (n pointers) or NULL: b[i] (rows_i,) or NULL is added to Y[i] (ggml_add after the matmul).
+// that precedes every call). epi RASE_EPI_GATE: the matrices are (gate, up) of an FFN; a chunk
+// computes both and then act(gate) * up on its rows, written into Y[0]; RASE_EPI_ACT: one
+// matrix (up), act on its chunk. bias (n pointers) or NULL: b[i] (rows_i,) or NULL is added to
+// Y[i] (ggml_add after the matmul, before the activation).
 static void rase_matmuls(rase_model *m, int n, const rase_mat *const *w, const float *X, float *const *Y, int T,
-                         int gate_u, const float *const *bias, int ith, int nth) {
+                         int epi, const float *const *bias, int ith, int nth) {
+    const int gate_u = epi == RASE_EPI_GATE;
     const uint8_t *A[3];
     size_t as[3];
     int act[3];
@@ -551,13 +593,15 @@ static void rase_matmuls(rase_model *m, int n, const rase_mat *const *w, const f
             for (int t = 0; t < T; ++t)
                 rase_gate(Y[0] + (int64_t)t * w[0]->rows + r0, Y[1] + (int64_t)t * w[1]->rows + r0, r1 - r0,
                           m->w->gelu_table, m->isa);
+        } else if (epi == RASE_EPI_ACT) {
+            for (int t = 0; t < T; ++t) rase_act(Y[0] + (int64_t)t * w[0]->rows + r0, r1 - r0, m->w->gelu_table);
         }
     }
 }
 
 static void rase_matmul(rase_model *m, const rase_mat *w, const float *X, int T, float *Y, const float *bias,
                         int ith, int nth) {
-    rase_matmuls(m, 1, &w, X, &Y, T, 0, bias ? &bias : NULL, ith, nth);
+    rase_matmuls(m, 1, &w, X, &Y, T, RASE_EPI_NONE, bias ? &bias : NULL, ith, nth);
 }
 
 #include "_moe.h"
@@ -574,6 +618,12 @@ static inline int64_t rase_now_ns(void) {
 #define RASE_PROF_START(m, ith) const int64_t prof_t0 = ((m)->profile && (ith) == 0) ? rase_now_ns() : 0
 #define RASE_PROF_ADD(m, ith, field) do { if ((m)->profile && (ith) == 0) (m)->field += rase_now_ns() - prof_t0; } while (0)
 
+// y = the model's norm of x (RMSNorm, or LayerNorm with bias b); y may be x
+static inline void rase_norm(const rase_model *m, const float *x, const float *w, const float *b, float *y) {
+    if (m->w->hp.layer_norm) rase_layernorm(x, w, b, y, m->w->hp.n_embd, m->w->hp.eps);
+    else rase_rmsnorm(x, w, y, m->w->hp.n_embd, m->w->hp.eps);
+}
+
 // h[t] = norm ? rmsnorm(x[t]) : x[t] (a block without pre-norms reads the residual itself)
 static void rase_prenorm(const rase_model *m, const float *norm, const float *x, float *h) {
     const int E = m->w->hp.n_embd;
@@ -581,20 +631,20 @@ static void rase_prenorm(const rase_model *m, const float *norm, const float *x,
     else memcpy(h, x, (size_t)E * sizeof(float));
 }
 
-// x[t] += post_norm ? rmsnorm(o[t]) : o[t] for this thread's rows, then (next) h[t] =
-// rase_prenorm(next_norm, x[t]); a barrier after.
-static void rase_residual(rase_model *m, const float *post_norm, int next, const float *next_norm, int T, int ith,
-                          int nth) {
-    const int E = m->w->hp.n_embd;
-    const float eps = m->w->hp.eps;
+// x[t] += post_norm ? norm(o[t]) : o[t] for this thread's rows (norm_after_add: x[t] =
+// norm(x[t] + o[t])), then (next) h[t] = rase_prenorm(next_norm, x[t]); a barrier after.
+static void rase_residual(rase_model *m, const float *post_norm, const float *post_norm_b, int next,
+                          const float *next_norm, int T, int ith, int nth) {
+    const int E = m->w->hp.n_embd, after = m->w->hp.norm_after_add;
     int64_t lo, hi;
     rase_split(T, ith, nth, &lo, &hi);
     for (int64_t t = lo; t < hi; ++t) {
         float *o = m->s->o + t * E, *x = m->s->x + t * E;
-        if (post_norm) rase_rmsnorm(o, post_norm, o, E, eps);
+        if (post_norm && !after) rase_norm(m, o, post_norm, post_norm_b, o);
         if (m->w->hp.residual_scale != 1.0f)  // ggml_scale, then ggml_add: two roundings
             for (int i = 0; i < E; ++i) o[i] *= m->w->hp.residual_scale;
         for (int i = 0; i < E; ++i) x[i] += o[i];
+        if (post_norm && after) rase_norm(m, x, post_norm, post_norm_b, x);
         if (next) rase_prenorm(m, next_norm, x, m->s->h + t * E);
     }
     rase_sync(m, ith);
@@ -625,6 +675,7 @@ static void rase_qk_rope_store(rase_model *m, const rase_layer *L, int il, const
             const float *vh = s->v + t * nk + (int64_t)hh * hd;
             if (L->k_norm && !L->qk_norm_full) rase_rmsnorm(khd, L->k_norm, khd, hd, hp->eps);
             if (cs) rase_rope(khd, cs, hp->n_rot, hp->rope_neox, m->isa);
+            if (!hp->causal) continue;  // an encoder attends to the step's own f32 K/V (rase_attend_f32)
             const int64_t slot = rase_kv_at(m->kv, il, hh, b->tables[e.seq * b->table_stride + e.pos / RASE_KV_BLOCK],
                                             e.pos % RASE_KV_BLOCK);
             rase_fp32_to_fp16_row(khd, m->kv->k + slot, hd, m->isa);
@@ -639,7 +690,7 @@ static rase_kv_view rase_row_view(const rase_model *m, const rase_layer *L, int 
     const rase_kv_pool *kv = m->kv;
     const rase_entry e = b->rows[t];
     *j0 = L->window > 0 && e.pos - L->window + 1 > 0 ? e.pos - L->window + 1 : 0;
-    *j1 = e.pos + 1;
+    *j1 = m->w->hp.causal ? e.pos + 1 : b->seq_len[e.seq];
     const int64_t koff = rase_kv_at(kv, il, kh, 0, 0);
     const rase_kv_view view = {kv->k + koff, kv->v + koff, b->tables + e.seq * b->table_stride,
                                (int64_t)RASE_KV_BLOCK * kv->head_dim, kv->head_dim};
@@ -730,6 +781,20 @@ static int rase_attention_split(rase_model *m, const rase_layer *L, int il, cons
 static void rase_attention(rase_model *m, const rase_layer *L, int il, const rase_batch *b, int ith, int nth) {
     const rase_hparams *hp = &m->w->hp;
     const int nh = hp->n_head, group = hp->n_head / hp->n_head_kv;
+    if (!hp->causal) {  // an encoder: (row, head) items round-robin, over the sequence's rows in this step
+        const int hd = hp->head_dim;
+        const int64_t nq = (int64_t)nh * hd, nk = (int64_t)hp->n_head_kv * hd;
+        float *scores = m->s->scores + (size_t)ith * RASE_ATTN_G * m->s->attn_stride;
+        for (int64_t w = ith; w < (int64_t)b->n * nh; w += nth) {
+            const int t = (int)(w / nh), h = (int)(w % nh), seq = b->rows[t].seq;
+            const int64_t first = (int64_t)b->seq_first[seq] * nk + (int64_t)(h / group) * hd;
+            rase_attend_f32(m->s->q + t * nq + (int64_t)h * hd, m->s->k + first, m->s->v + first, nk, b->seq_len[seq],
+                            hd, hp->attn_prescale ? 1.0f : hp->attn_scale, scores, m->s->att + t * nq + (int64_t)h * hd,
+                            m->isa);
+        }
+        (void)L, (void)il;
+        return;
+    }
     if ((int64_t)b->n * hp->n_head_kv >= 4 * nth) {
         for (int64_t w = ith; w < (int64_t)b->n * hp->n_head_kv; w += nth)
             for (int i = 0; i < group; i += RASE_ATTN_G) {
@@ -765,7 +830,7 @@ static void rase_layer_forward(rase_model *m, const rase_layer *L, const rase_la
         const rase_mat *qkv[3] = {&L->wq, &L->wk, &L->wv};
         float *out[3] = {s->q, s->k, s->v};
         const float *bias[3] = {L->bq, L->bk, L->bv};
-        rase_matmuls(m, 3, qkv, s->h, out, T, 0, bias, ith, nth);
+        rase_matmuls(m, 3, qkv, s->h, out, T, RASE_EPI_NONE, bias, ith, nth);
         rase_sync(m, ith);
         RASE_PROF_ADD(m, ith, prof_matmul_ns);
     }
@@ -794,7 +859,7 @@ static void rase_layer_forward(rase_model *m, const rase_layer *L, const rase_la
         RASE_PROF_ADD(m, ith, prof_matmul_ns);
     }
     // 6. (post-attention norm), residual, (FFN norm)
-    rase_residual(m, L->post_attn_norm, 1, L->ffn_norm, T, ith, nth);
+    rase_residual(m, L->post_attn_norm, L->post_attn_norm_b, 1, L->ffn_norm, T, ith, nth);
     // 7. gate and up over the same rows, then act(gate) * up on those rows; 8. down projection
     //    (a MoE layer: the chosen experts' FFNs, weighted, rase_moe_ffn)
     {
@@ -802,17 +867,19 @@ static void rase_layer_forward(rase_model *m, const rase_layer *L, const rase_la
         if (L->moe) {
             rase_moe_ffn(m, L, T, ith, nth);
         } else {
-            const rase_mat *gu[2] = {&L->wgate, &L->wup};
+            const int gated = L->wgate.data != NULL;
+            const rase_mat *gu[2] = {gated ? &L->wgate : &L->wup, &L->wup};
             float *out[2] = {s->g, s->u};
-            rase_matmuls(m, 2, gu, s->h, out, T, 1, NULL, ith, nth);
+            const float *bias[2] = {gated ? L->bgate : L->bup, L->bup};
+            rase_matmuls(m, gated ? 2 : 1, gu, s->h, out, T, gated ? RASE_EPI_GATE : RASE_EPI_ACT, bias, ith, nth);
             rase_sync(m, ith);
-            rase_matmul(m, &L->wdown, s->g, T, s->o, NULL, ith, nth);
+            rase_matmul(m, &L->wdown, s->g, T, s->o, L->bdown, ith, nth);
             rase_sync(m, ith);
         }
         RASE_PROF_ADD(m, ith, prof_matmul_ns);
     }
     // 9. (post-FFN norm), residual, (the next layer's attention norm)
-    rase_residual(m, L->post_ffn_norm, next != NULL, next ? next->attn_norm : NULL, T, ith, nth);
+    rase_residual(m, L->post_ffn_norm, L->post_ffn_norm_b, next != NULL, next ? next->attn_norm : NULL, T, ith, nth);
 }
 
 // embeddings, the first layer's attention norm and RoPE tables of this thread's rows, from
@@ -837,6 +904,14 @@ static void rase_embed(rase_model *m, const rase_batch *b, int ith, int nth) {
             deq(te->data + tok * te->row_bytes, x, E);
         if (hp->embd_scale != 1.0f)
             for (int i = 0; i < E; ++i) x[i] *= hp->embd_scale;
+        if (w->type_embd)  // bert: token type 0 ("sentence A"), then the learned position
+            for (int i = 0; i < E; ++i) x[i] += w->type_embd[i];
+        if (w->pos_embd.data) {
+            float *p = m->s->o + t * E;
+            rase_dequant_for(w->pos_embd.type, m->isa)(w->pos_embd.data + b->rows[t].pos * w->pos_embd.row_bytes, p, E);
+            for (int i = 0; i < E; ++i) x[i] = p[i] + x[i];
+        }
+        if (w->embd_norm) rase_norm(m, x, w->embd_norm, w->embd_norm_b, x);
         rase_prenorm(m, w->layers[0].attn_norm, x, m->s->h + t * E);
         for (int sl = 0; sl < nslots; ++sl)
             rase_rope_table(m->s->rope + ((size_t)sl * m->s->max_rows + t) * half_rot * 2, b->rows[t].pos,
@@ -873,13 +948,20 @@ static void rase_step(rase_model *m, const rase_batch *b, const rase_sampler_ref
                                b, ith, nth);
             if (m->trace && ith == 0) memcpy(m->trace + (size_t)il * b->n * E, m->s->x, (size_t)b->n * E * sizeof(float));
         }
-        // final norm of the wanted rows, gathered in output order, then the LM head
+        // hidden states of the embedding rows, after the final norm when the model has one
         int64_t lo, hi;
+        rase_split(b->n_embd, ith, nth, &lo, &hi);
+        for (int64_t j = lo; j < hi; ++j) {
+            const float *x = m->s->x + (int64_t)b->embd_rows[j] * E;
+            if (m->w->output_norm) rase_rmsnorm(x, m->w->output_norm, b->embd + j * E, E, m->w->hp.eps);
+            else memcpy(b->embd + j * E, x, (size_t)E * sizeof(float));
+        }
+        // final norm of the wanted rows, gathered in output order, then the LM head
         rase_split(b->n_out, ith, nth, &lo, &hi);
         for (int64_t j = lo; j < hi; ++j)
             rase_rmsnorm(m->s->x + (int64_t)b->out_rows[j] * E, m->w->output_norm, m->s->h + j * E, E, m->w->hp.eps);
         rase_sync(m, ith);
-        if (b->n_out > 0) {  /* the LM head is a matmul too (72% of Gemma3's bytes per token) */
+        if (b->n_out > 0 && m->w->output.data) {  /* the LM head is a matmul too (72% of Gemma3's bytes per token) */
             RASE_PROF_START(m, ith);
             rase_matmul(m, &m->w->output, m->s->h, b->n_out, b->logits, NULL, ith, nth);
             RASE_PROF_ADD(m, ith, prof_matmul_ns);

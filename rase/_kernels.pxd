@@ -123,10 +123,15 @@ cdef extern from "_forward.h" nogil:
         const float *k_norm
         const float *post_attn_norm
         const float *post_ffn_norm
+        const float *post_attn_norm_b
+        const float *post_ffn_norm_b
         const float *bq
         const float *bk
         const float *bv
         const float *bo
+        const float *bgate
+        const float *bup
+        const float *bdown
         int qk_norm_full, window, rope_slot, moe
         rase_mat gate_inp
         const rase_mat *exp_gate
@@ -140,11 +145,15 @@ cdef extern from "_forward.h" nogil:
         int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_rot, n_ctx
         int rope_neox, gelu, attn_prescale
         float eps, embd_scale, attn_scale, attn_softcap, final_softcap, residual_scale, logit_mul
+        int layer_norm, norm_after_add, causal
         int n_expert, n_expert_used, n_ff_exp, expert_norm
         rase_rope_params rope[2]
     ctypedef struct rase_weights:
         rase_hparams hp
-        rase_mat tok_embd, output
+        rase_mat tok_embd, output, pos_embd
+        const float *type_embd
+        const float *embd_norm
+        const float *embd_norm_b
         const float *output_norm
         rase_layer *layers
     ctypedef struct rase_kv_pool:
@@ -161,6 +170,11 @@ cdef extern from "_forward.h" nogil:
         const int32_t *out_rows
         int n_out
         float *logits
+        const int32_t *seq_len
+        const int32_t *seq_first
+        const int32_t *embd_rows
+        int n_embd
+        float *embd
     ctypedef struct rase_sampler_ref:
         const rase_sampling *p
         rase_rng *rng

@@ -10,6 +10,8 @@ cdef class Forward:
     cdef readonly Weights weights
     cdef object _identity  # int32 (1, n_blocks): the single-sequence block table
     cdef object _logits    # float32 (rows, n_vocab): step() output, grown on demand
+    cdef object _hidden    # float32 (rows, n_embd): step()'s embd_rows output, grown on demand
+    cdef readonly object hidden  # the last step's embd_rows hidden states (a view of _hidden)
     cdef rase_sampler_ref *_refs
     cdef int _n_refs
 
@@ -31,6 +33,8 @@ cdef class Forward:
             raise MemoryError(f"cannot allocate scratch for {max_rows} rows")
         self._identity = _np.arange(n_blocks, dtype=_np.int32).reshape(1, -1)
         self._logits = _np.empty((0, weights.w.hp.n_vocab), dtype=_np.float32)
+        self._hidden = _np.empty((0, weights.w.hp.n_embd), dtype=_np.float32)
+        self.hidden = self._hidden
 
     def __dealloc__(self):
         rase_kv_pool_free(&self.kv)
@@ -97,6 +101,7 @@ cdef class Forward:
             raise ValueError(f"batch of {T} tokens; 1..{self.s.max_rows} allowed")
         if n_out < 1 or n_out > T:
             raise ValueError(f"n_out={n_out} must be in 1..{T}")
+        self._check_logits(n_out)
         if pos0 < 0 or pos0 + T > min(self.weights.w.hp.n_ctx, self.kv.n_blocks * RASE_KV_BLOCK):
             raise ValueError(f"positions {pos0}..{pos0 + T - 1} outside the context")
         for i in range(T):
@@ -116,8 +121,12 @@ cdef class Forward:
         cdef float[:, ::1] lv = out
         cdef const int32_t[:, ::1] table = self._identity
         cdef rase_batch b
+        cdef int32_t seq_len = pos0 + T, seq_first = -pos0  # a non-causal model: the sequence is [0, pos0 + T)
+        if not self.weights.w.hp.causal and pos0:
+            raise ValueError("an encoder's input is evaluated whole, from position 0")
         b.rows, b.n, b.tables, b.table_stride = rows, T, &table[0, 0], table.shape[1]
         b.out_rows, b.n_out, b.logits = out_rows, n_out, &lv[0, 0]
+        b.seq_len, b.seq_first, b.embd_rows, b.n_embd, b.embd = &seq_len, &seq_first, NULL, 0, NULL
         try:
             self._set_trace(trace, T)
             with nogil:
@@ -129,16 +138,29 @@ cdef class Forward:
         return out
 
     def step(self, const int32_t[:, ::1] rows, const int32_t[:, ::1] tables, const int32_t[::1] out_rows,
-             list samplers=None, trace=None):
+             list samplers=None, trace=None, embd_rows=None):
         """Evaluate rows (n, 3) of (token, seq, pos): row i's K/V go to position pos of
         sequence seq, whose block table is tables[seq]; it attends to that sequence's
-        positions up to pos (the rows of one step may extend a sequence by several positions).
+        positions up to pos (the rows of one step may extend a sequence by several positions;
+        an encoder's row: to all of them, and a sequence must then be whole in the step).
         Returns (tokens, logits): logits (n_out, n_vocab) of the out_rows, a view valid until
         the next step; tokens (n_out,) int32 sampled by samplers[j] from row j (-1: logits not
-        finite), or None without samplers. Forward and sampling run with the GIL released."""
+        finite), or None without samplers. embd_rows (int32 indices of rows): their final
+        hidden states (after the final norm when the model has one) in .hidden, (len, n_embd),
+        a view valid until the next step. Forward and sampling run with the GIL released."""
         self._check_step(rows, tables, out_rows)
         cdef int n = rows.shape[0], n_out = out_rows.shape[0], j
         cdef int V = self.weights.w.hp.n_vocab
+        cdef const int32_t[::1] ev, sv, fv
+        seq_len, seq_first = self._seq_len(rows, tables.shape[0])
+        sv, fv = seq_len, seq_first
+        e = _np.zeros(0, _np.int32) if embd_rows is None else _np.ascontiguousarray(embd_rows, dtype=_np.int32)
+        if e.ndim != 1 or (e.size and (e.min() < 0 or e.max() >= n)):
+            raise ValueError(f"embd_rows must index the {n} rows")
+        if self._hidden.shape[0] < e.size:
+            self._hidden = _np.empty((max(e.size, 2 * self._hidden.shape[0]), self.weights.w.hp.n_embd), _np.float32)
+        ev = e
+        cdef float[:, ::1] hv = self._hidden
         if self._logits.shape[0] < n_out:
             self._logits = _np.empty((max(n_out, 2 * self._logits.shape[0]), V), dtype=_np.float32)
         cdef float[:, ::1] lv = self._logits
@@ -159,15 +181,39 @@ cdef class Forward:
         b.out_rows = &out_rows[0] if n_out else NULL
         b.n_out = n_out
         b.logits = &lv[0, 0]
+        b.seq_len, b.seq_first = &sv[0], &fv[0]
+        b.embd_rows, b.n_embd = (&ev[0] if e.size else NULL), e.size
+        b.embd = &hv[0, 0] if hv.shape[0] else NULL
         self._set_trace(trace, n)
         with nogil:
             rase_step(&self.m, &b, refs, tp)
         self.m.trace = NULL
+        self.hidden = self._hidden[:e.size]
         return tokens, self._logits[:n_out]
+
+    def _seq_len(self, rows, int n_seq):
+        """int32 (n_seq,) twice: positions each sequence spans in the step and its first row (an
+        encoder's keys). An encoder's sequence must be whole in its step: rows first .. first +
+        len - 1 holding positions 0 .. len - 1 in order."""
+        r = _np.asarray(rows)
+        out, first = _np.zeros(max(n_seq, 1), _np.int32), _np.zeros(max(n_seq, 1), _np.int32)
+        _np.maximum.at(out, r[:, 1], r[:, 2] + 1)
+        if not self.weights.w.hp.causal:
+            idx = _np.arange(r.shape[0])
+            first[r[::-1, 1]] = idx[::-1]  # each sequence's first row
+            if _np.any(r[:, 2] != idx - first[r[:, 1]]) or _np.any(_np.bincount(r[:, 1], minlength=out.size) != out):
+                raise ValueError("an encoder's input must be whole in its step: its rows in position order 0..n-1")
+        return out, first
+
+    cdef int _check_logits(self, int n_out) except -1:
+        if n_out and self.weights.w.output.data == NULL:
+            raise ValueError("this model has no LM head (an encoder): ask for hidden states, not logits")
+        return 0
 
     cdef int _check_step(self, const int32_t[:, ::1] rows, const int32_t[:, ::1] tables,
                          const int32_t[::1] out_rows) except -1:
         cdef int n = rows.shape[0]
+        self._check_logits(out_rows.shape[0])
         if rows.shape[1] != 3 or not 1 <= n <= self.s.max_rows:
             raise ValueError(f"rows must be (n, 3) with 1 <= n <= {self.s.max_rows}")
         r = _np.asarray(rows)
@@ -179,6 +225,10 @@ cdef class Forward:
             raise ValueError(f"token id outside the vocabulary of {self.weights.w.hp.n_vocab}")
         if seq.min() < 0 or seq.max() >= t.shape[0]:
             raise ValueError(f"sequence index outside the {t.shape[0]} block tables")
+        if not self.weights.w.hp.causal:  # an encoder's K/V never reach the pool: no block is read
+            if pos.min() < 0 or pos.max() >= self.weights.w.hp.n_ctx:
+                raise ValueError(f"position outside 0..{self.weights.w.hp.n_ctx - 1}")
+            return 0
         limit = min(self.weights.w.hp.n_ctx, t.shape[1] * RASE_KV_BLOCK)
         if pos.min() < 0 or pos.max() >= limit:
             raise ValueError(f"position outside 0..{limit - 1}")
@@ -224,6 +274,7 @@ cdef class Forward:
         cdef int V = self.weights.w.hp.n_vocab
         if token < 0 or token >= V:
             raise ValueError(f"token id {token} outside the vocabulary of {V}")
+        self._check_logits(1)
         if pos < 0 or pos >= min(self.weights.w.hp.n_ctx, self.kv.n_blocks * RASE_KV_BLOCK):
             raise ValueError(f"position {pos} outside the context")
         if self._logits.shape[0] < 1:
@@ -236,8 +287,10 @@ cdef class Forward:
         row.token, row.seq, row.pos = token, 0, pos
         cdef int32_t out_row = 0, drawn = 0
         cdef rase_batch b
+        cdef int32_t seq_len = pos + 1
         b.rows, b.n, b.tables, b.table_stride = &row, 1, &table[0, 0], table.shape[1]
         b.out_rows, b.n_out, b.logits = &out_row, 1, &lv[0, 0]
+        b.seq_len, b.embd_rows, b.n_embd, b.embd = &seq_len, NULL, 0, NULL
         self.m.trace = NULL
         with nogil:
             rase_step(&self.m, &b, &ref, &drawn)

@@ -10,7 +10,9 @@ KV_BLOCK = RASE_KV_BLOCK  # positions per KV block
 
 _MATS = ("wq", "wk", "wv", "wo", "wgate", "wup", "wdown")
 _FFN_MATS = ("wgate", "wup", "wdown")
-_VECS = ("attn_norm", "ffn_norm", "q_norm", "k_norm", "post_attn_norm", "post_ffn_norm", "bq", "bk", "bv", "bo")
+_VECS = ("attn_norm", "ffn_norm", "q_norm", "k_norm", "post_attn_norm", "post_ffn_norm", "bq", "bk", "bv", "bo",
+         "post_attn_norm_b", "post_ffn_norm_b", "bgate", "bup", "bdown")
+_ROWS_READ = ("token_embd", "position_embd")  # read a row at a time: never repacked, not streamed
 
 
 cdef class Weights:
@@ -52,6 +54,7 @@ cdef class Weights:
         h.eps, h.embd_scale, h.attn_scale = plan.eps, plan.embd_scale, plan.attn_scale
         h.attn_softcap, h.final_softcap = plan.attn_softcap, plan.final_softcap
         h.residual_scale, h.logit_mul = plan.residual_scale, plan.logit_mul
+        h.layer_norm, h.norm_after_add, h.causal = plan.layer_norm, plan.norm_after_add, plan.causal
         h.n_expert, h.n_expert_used, h.n_ff_exp = plan.n_expert, plan.n_expert_used, plan.n_ff_exp
         h.expert_norm = bool(plan.expert_norm)
         if h.n_expert and not 0 < h.n_expert_used <= h.n_expert <= 256 or h.n_expert < 0 or \
@@ -65,13 +68,21 @@ cdef class Weights:
         for s, r in enumerate(plan.rope):
             self._rope(&h.rope[s], r, s)
         self._mat(&self.w.tok_embd, plan.tok_embd, h.n_vocab, h.n_embd, "token_embd")
-        self._mat(&self.w.output, plan.output, h.n_vocab, h.n_embd, "output")
+        if plan.output is not None:  # an encoder has no LM head
+            self._mat(&self.w.output, plan.output, h.n_vocab, h.n_embd, "output")
+        if plan.pos_embd is not None:
+            self._mat(&self.w.pos_embd, plan.pos_embd, plan.pos_embd.rows, h.n_embd, "position_embd")
+            if plan.pos_embd.rows < h.n_ctx:
+                raise ValueError(f"{plan.pos_embd.rows} learned positions for a context of {h.n_ctx}")
+        self.w.type_embd = self._opt_vec(plan.type_embd, h.n_embd, "token_types")
+        self.w.embd_norm = self._opt_vec(plan.embd_norm, h.n_embd, "token_embd_norm")
+        self.w.embd_norm_b = self._opt_vec(plan.embd_norm_b, h.n_embd, "token_embd_norm.bias")
         if self.w.output.layout == RASE_LAYOUT_R16 and self.w.output.data == self.w.tok_embd.data:
             # tied and repacked: rows are looked up in the output's copy (rase_embed), so the file's
             # embedding is never read after load and its pages are not mapped by lookups
             self.w.tok_embd.layout, self.w.tok_embd.packed = RASE_LAYOUT_R16, self.w.output.packed
             self.w.tok_embd.group_bytes = self.w.output.group_bytes
-        self.w.output_norm = self._vec(plan.output_norm, h.n_embd, "output_norm")
+        self.w.output_norm = self._opt_vec(plan.output_norm, h.n_embd, "output_norm")
         layers = plan.layers
         if len(layers) != h.n_layer:
             raise ValueError(f"{len(layers)} layer plans for {h.n_layer} layers")
@@ -97,14 +108,18 @@ cdef class Weights:
         L.qk_norm_full = bool(spec.qk_norm_full)
         lens = {"attn_norm": h.n_embd, "ffn_norm": h.n_embd, "q_norm": nq if L.qk_norm_full else h.head_dim,
                 "k_norm": nkv if L.qk_norm_full else h.head_dim, "post_attn_norm": h.n_embd,
-                "post_ffn_norm": h.n_embd, "bq": nq, "bk": nkv, "bv": nkv, "bo": h.n_embd}
+                "post_ffn_norm": h.n_embd, "bq": nq, "bk": nkv, "bv": nkv, "bo": h.n_embd,
+                "post_attn_norm_b": h.n_embd, "post_ffn_norm_b": h.n_embd, "bgate": h.n_ff, "bup": h.n_ff,
+                "bdown": h.n_embd}
         cdef rase_mat *mats[7]
-        cdef const float **vecs[10]
+        cdef const float **vecs[15]
         mats[:] = [&L.wq, &L.wk, &L.wv, &L.wo, &L.wgate, &L.wup, &L.wdown]
         vecs[:] = [&L.attn_norm, &L.ffn_norm, &L.q_norm, &L.k_norm, &L.post_attn_norm, &L.post_ffn_norm,
-                   &L.bq, &L.bk, &L.bv, &L.bo]
+                   &L.bq, &L.bk, &L.bv, &L.bo, &L.post_attn_norm_b, &L.post_ffn_norm_b, &L.bgate, &L.bup, &L.bdown]
         experts = spec.experts
         for j, name in enumerate(_MATS):
+            if name == "wgate" and experts is None and spec.wgate is None:
+                continue  # an FFN without a gate (bert): up, act, down
             if experts is None or name not in _FFN_MATS:  # a MoE layer's FFN is its experts
                 self._mat(mats[j], getattr(spec, name), shapes[name][0], shapes[name][1], f"blk.{il}.{name}")
         if experts is not None:
@@ -171,7 +186,7 @@ cdef class Weights:
         out.layout, out.packed, out.group_bytes = 0, NULL, 0
         self._keep.append(data)
         cdef const uint8_t[::1] pv
-        if R16_TRAITS[qtype].blk_bytes and name != "token_embd":  # the embedding is read row by row
+        if R16_TRAITS[qtype].blk_bytes and name not in _ROWS_READ:
             packed = None if self._cached is None else self._cached.get(name)
             if packed is None or packed.nbytes != rase_r16_bytes(qtype, rows, cols) or packed.ctypes.data % 64:
                 chunk = None if self._on_packed is None else (
@@ -183,9 +198,12 @@ cdef class Weights:
             out.group_bytes = (cols // 32) * R16_TRAITS[qtype].blk_bytes
             self._keep.append(packed)
             self.packed_bytes += packed.shape[0]
-        elif name != "token_embd":
+        elif name not in _ROWS_READ:
             self.streamed.append(data)
         return 0
+
+    cdef const float *_opt_vec(self, object arr, int64_t n, str name) except? NULL:
+        return NULL if arr is None else self._vec(arr, n, name)
 
     cdef const float *_vec(self, object arr, int64_t n, str name) except NULL:
         a = _np.ascontiguousarray(arr, dtype=_np.float32)
@@ -207,6 +225,15 @@ cdef class Weights:
     @property
     def n_vocab(self):
         return self.w.hp.n_vocab
+
+    @property
+    def causal(self):
+        return bool(self.w.hp.causal)
+
+    @property
+    def has_lm_head(self):
+        """False for an encoder: it gives hidden states, no logits."""
+        return self.w.output.data != NULL
 
     @property
     def isa(self):

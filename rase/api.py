@@ -18,7 +18,7 @@ from typing import AsyncIterator, Callable, Iterator, Sequence
 from . import __version__  # noqa: F401
 from .channel import RequestHandle
 from .config import default_store
-from .errors import BackendUnavailable, InvalidGenerationConfig, InvalidGrammar
+from .errors import BackendUnavailable, InvalidGenerationConfig, InvalidGrammar, WrongModelKind
 from .generation import GenerationConfig
 from .logprobs import MAX_TOP_CHAT, MAX_TOP_COMPLETION
 from .registry import ModelRegistry
@@ -160,6 +160,8 @@ class Engine:
             raise InvalidGenerationConfig(f"stop must be a string or a list of strings, got {stop!r}", "stop")
         stops = list(stops)
         session = self.session(model)
+        if session.manifest.kind == "embedding":
+            raise WrongModelKind(model, "embedding", "it embeds text (Engine.embed, /v1/embeddings, /api/embed)")
         constraint = None if spec is None else session.grammar_vocab().constraint(spec)
         text = TextState.for_tokenizer(session.tokenizer, stop=stops, think=think)
         if tools is not None:
@@ -287,18 +289,25 @@ class Engine:
 
     def embed(self, model: str, input: str | Sequence[str], *, pooling: str | None = None,
               normalize: bool = True) -> tuple[list, int]:
-        """(one float32 vector per input, tokens read): the final hidden state pooled (`mean`,
-        `last`; default: the file's pooling_type, else mean) and L2-normalized, as llama.cpp's
-        embeddings. Runs on the model's single-stream decoder (not the batching worker)."""
-        from .embeddings import default_pooling, embed
+        """(one float32 vector per input, tokens read): the final hidden states pooled (`mean`,
+        `cls` (encoders), `last`; default: the file's pooling_type, else mean) and L2-normalized,
+        as llama.cpp's embeddings. Every input is a request of the model's worker, batched with
+        whatever else it serves; the inputs are queued together (one step when they fit)."""
+        from .embeddings import check_pooling, default_pooling, texts_of, token_inputs
 
-        texts = [input] if isinstance(input, str) else list(input)
-        if not texts:
-            raise InvalidGenerationConfig("input must be a string or a non-empty list of strings", "input")
+        texts = texts_of(input)
         session = self.session(model)
-        pooling = pooling or default_pooling(session.plan.gguf, session.plan.architecture)
-        with session.lock:
-            return embed(session.decoder, session.tokenizer, texts, pooling, normalize)
+        encoder = not session.plan.weights.has_lm_head
+        pooling = check_pooling(pooling or default_pooling(session.plan.gguf), encoder)
+        ids = token_inputs(session.tokenizer, texts)
+        handles = session.worker.submit_embed(ids, pooling, normalize)
+        try:
+            vectors = [h.result().embedding for h in handles]
+        except BaseException:
+            for h in handles:
+                h.cancel()
+            raise
+        return vectors, sum(len(i) for i in ids)
 
     def tokenize(self, model: str, text: str, *, add_special: bool = False, parse_special: bool = True,
                  with_pieces: bool = False) -> list:
@@ -355,12 +364,12 @@ def _toml(manifest) -> str:
     return tomli_w.dumps(manifest.to_dict())
 
 
-def import_model(store, path, id, kind="generator", architecture=None, context_length=None, chat_template=None) -> str:
+def import_model(store, path, id, kind=None, architecture=None, context_length=None, chat_template=None) -> str:
     return _toml(ModelRegistry(store).import_local(id, path, kind=kind, architecture=architecture,
                                                    context_length=context_length, chat_template=chat_template))
 
 
-def pull_model(store, repo, file, id, kind="generator", architecture=None, context_length=None,
+def pull_model(store, repo, file, id, kind=None, architecture=None, context_length=None,
                chat_template=None, tokenizer_repo=None, tokenizer_file=None) -> str:
     return _toml(ModelRegistry(store).pull_hf(repo, file, id, kind=kind, architecture=architecture,
                                               context_length=context_length, chat_template=chat_template,

@@ -424,7 +424,8 @@ def _add_model_commands(sub, leaf) -> None:
 
     def registration(s):
         s.add_argument("--id", required=True)
-        s.add_argument("--kind", choices=["generator", "embedding"], default="generator")
+        s.add_argument("--kind", choices=["generator", "embedding"], default=None,
+                       help="default: embedding for an encoder (bert, nomic-bert), else generator")
         s.add_argument("--architecture")
         s.add_argument("--context-length", type=int)
         s.add_argument("--chat-template")

@@ -1,61 +1,79 @@
-"""Embeddings: the final hidden state (after the model's last norm, as llama.cpp's embeddings
-take it) pooled over the input's tokens, `mean` or `last` (the file's `<arch>.pooling_type`
-when it has one, else mean), L2-normalized. Runs on a session's single-stream decoder, one
-input at a time, in chunks of its batch size."""
+"""Embeddings: an input's final hidden states (after the model's last norm when it has one, as
+llama.cpp's embeddings take them) pooled into one vector, `mean`, `cls` (the first token: an
+encoder's [CLS]) or `last` (the file's `<arch>.pooling_type` when it names one, else mean), and
+L2-normalized unless asked otherwise. Embedding requests run in the model's worker like any
+other prompt (scheduler.py): every input is a sequence of its own, its rows' hidden states are
+folded into a Pooling as the steps compute them, and no token is sampled.
+"""
 from __future__ import annotations
 
 from typing import Sequence
 
 import numpy as np
 
-from .errors import ContextOverflow, InvalidGenerationConfig
+from .errors import InvalidGenerationConfig
 
-POOLINGS = ("mean", "last")
-GGUF_POOLING = {1: "mean", 3: "last"}  # llama.cpp's LLAMA_POOLING_TYPE_* ids
+POOLINGS = ("mean", "cls", "last")
+GGUF_POOLING = {1: "mean", 2: "cls", 3: "last"}  # llama.cpp's LLAMA_POOLING_TYPE_* ids
+GENERATOR_POOLINGS = ("mean", "last")  # a generator's first token is its BOS: nothing to pool there
 
 
-def default_pooling(gguf, architecture: str) -> str:
+def default_pooling(gguf) -> str:
     value = gguf.get(f"{gguf.architecture}.pooling_type")
     return GGUF_POOLING.get(value, "mean") if isinstance(value, int) else "mean"
 
 
-def hidden_states(decoder, ids: Sequence[int]) -> np.ndarray:
-    """(T, n_embd) float32: the last layer's output for each position, after the final norm."""
-    hp, plan = decoder.hparams, decoder.plan
-    if len(ids) > decoder.n_ctx:
-        raise ContextOverflow(len(ids), decoder.n_ctx, " (an embedding input)")
-    step = decoder._fwd.max_rows
-    out = np.empty((len(ids), hp.n_embd), np.float32)
-    for p0 in range(0, len(ids), step):
-        chunk = np.asarray(ids[p0:p0 + step], np.int32)
-        trace = np.zeros((hp.n_layer, len(chunk), hp.n_embd), np.float32)
-        decoder._fwd.run(chunk, p0, 1, trace)
-        out[p0:p0 + len(chunk)] = trace[-1]
-    x = out.astype(np.float64)
-    x = x / np.sqrt(np.mean(x * x, axis=1, keepdims=True) + hp.eps) * plan.output_norm
-    return x.astype(np.float32)
+def check_pooling(pooling: str, encoder: bool) -> str:
+    allowed = POOLINGS if encoder else GENERATOR_POOLINGS
+    if pooling not in allowed:
+        raise InvalidGenerationConfig(f"pooling must be one of {', '.join(allowed)} for this model, got "
+                                      f"{pooling!r}" + ("" if encoder else " (cls pools an encoder's [CLS] token)"),
+                                      "pooling")
+    return pooling
 
 
-def pool(h: np.ndarray, pooling: str, normalize: bool = True) -> np.ndarray:
-    v = h.mean(axis=0, dtype=np.float64) if pooling == "mean" else h[-1].astype(np.float64)
-    if normalize:
-        n = np.linalg.norm(v)
-        v = v / n if n > 0 else v
-    return v.astype(np.float32)
-
-
-def embed(decoder, tokenizer, texts: Sequence[str], pooling: str, normalize: bool = True) -> tuple[list, int]:
-    """(one vector per text, tokens read). Texts are tokenized as llama.cpp embeds them: with
-    the model's automatic special tokens, special-token text left as text."""
-    if pooling not in POOLINGS:
-        raise InvalidGenerationConfig(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}", "pooling")
-    vectors, n_tokens = [], 0
-    for i, text in enumerate(texts):
-        if not isinstance(text, str):
+def texts_of(input) -> list[str]:
+    texts = [input] if isinstance(input, str) else list(input) if isinstance(input, (list, tuple)) else None
+    if not texts:
+        raise InvalidGenerationConfig("input must be a string or a non-empty list of strings", "input")
+    for i, t in enumerate(texts):
+        if not isinstance(t, str):
             raise InvalidGenerationConfig(f"input[{i}] must be a string", "input")
+    return texts
+
+
+def token_inputs(tokenizer, texts: Sequence[str]) -> list[list[int]]:
+    """Texts as llama.cpp embeds them: the model's automatic special tokens, special-token text
+    left as text."""
+    out = []
+    for i, text in enumerate(texts):
         ids = tokenizer.encode(text, add_special_tokens=True, parse_special=False)
         if not ids:
             raise InvalidGenerationConfig(f"input[{i}] is empty: nothing to embed", "input")
-        vectors.append(pool(hidden_states(decoder, ids), pooling, normalize))
-        n_tokens += len(ids)
-    return vectors, n_tokens
+        out.append(ids)
+    return out
+
+
+class Pooling:
+    """One input's pooled vector, folded in as its rows are computed (in one step or several)."""
+
+    def __init__(self, how: str, n_tokens: int, normalize: bool = True) -> None:
+        self.how, self.n, self.normalize = how, n_tokens, normalize
+        self.acc: np.ndarray | None = None
+        self.vector: np.ndarray | None = None
+
+    def wants(self, pos: int) -> bool:
+        return self.how == "mean" or pos == (0 if self.how == "cls" else self.n - 1)
+
+    def add(self, h: np.ndarray) -> None:
+        """h: the hidden state of a wanted position (in position order)."""
+        h = h.astype(np.float64)
+        self.acc = h if self.acc is None or self.how != "mean" else self.acc + h
+
+    def finish(self) -> np.ndarray:
+        v = self.acc / self.n if self.how == "mean" else self.acc
+        if self.normalize:
+            norm = np.linalg.norm(v)
+            v = v / norm if norm > 0 else v
+        self.vector = v.astype(np.float32)
+        return self.vector

@@ -86,6 +86,15 @@ class InvalidGenerationConfig(RaseError):
         self.param = param  # the request field at fault, when one is (OpenAI's error.param)
 
 
+class WrongModelKind(InvalidGenerationConfig):
+    """A request a model's kind cannot serve: a chat or completion for an embedding model."""
+
+    def __init__(self, model: str, kind: str, use: str) -> None:
+        super().__init__(f"model {model!r} is an {kind} model: {use}; send chats and completions to a "
+                         "generator", "model")
+        self.model, self.kind = model, kind
+
+
 class InvalidGrammar(InvalidGenerationConfig):
     """A response format, JSON schema, regex, Lark grammar or tool definition that cannot be
     enforced; param names the request field."""

@@ -64,12 +64,14 @@ class KVCache:
 
     # ---------------------------------------------------------------- a request's life
 
-    def admit(self, req: Sequence_, max_positions: int) -> bool:
+    def admit(self, req: Sequence_, max_positions: int, cached: bool = True) -> bool:
         """Match the prompt against the cache and reserve the blocks req may still need to
         reach max_positions; False (nothing held) when the pool cannot promise them now. The
-        last prompt token is never taken from the cache: its logits are needed."""
+        last prompt token is never taken from the cache: its logits are needed. cached=False
+        (an embedding, which needs every row's hidden state): no match, and none of its blocks
+        joins the cache."""
         prompt = len(req.tokens)
-        hit = self.cache.match(req.tokens, prompt - 1) if self.cache else []
+        hit = self.cache.match(req.tokens, prompt - 1) if self.cache and cached else []
         need = blocks_for(max_positions, self.block_size) - len(hit)
         if need > self.available():
             if self.cache:
@@ -80,8 +82,8 @@ class KVCache:
         req.nodes = hit
         req.table = [n.block for n in hit]
         req.n_computed = len(hit) * self.block_size
-        req.cache_chain = True
-        if self.cache and self.copy_rows is not None:
+        req.cache_chain = cached
+        if self.cache and cached and self.copy_rows is not None:
             self._reuse_partial(req, prompt - 1)
         return True
 

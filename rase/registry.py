@@ -114,6 +114,20 @@ def safe_relative(name: str, what: str) -> str:
     return name
 
 
+def _kind(kind: str | None, architecture: str | None) -> str:
+    """The manifest kind: an encoder architecture serves embeddings only; a generator may be
+    registered as an embedding model (chats then refused)."""
+    from .models import kind_of
+
+    natural = kind_of(architecture) if architecture is not None else "generator"
+    if kind is None:
+        return natural
+    if natural == "embedding" and kind != "embedding":
+        raise ManifestError(f"a {architecture} model is an encoder: it embeds text and cannot be registered as a "
+                            f"{kind}; use kind 'embedding' (or leave it unset)")
+    return kind
+
+
 class ModelRegistry:
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root).expanduser()
@@ -166,12 +180,13 @@ class ModelRegistry:
 
     # ------------------------------------------------------------------ operations
 
-    def import_local(self, model_id: str, weights: str | os.PathLike[str], *, kind: str = "generator",
+    def import_local(self, model_id: str, weights: str | os.PathLike[str], *, kind: str | None = None,
                      architecture: str | None = None, context_length: int | None = None,
                      chat_template: str | None = None, source: dict | None = None,
                      copy: bool = False, expected_sha256: str | None = None) -> ModelManifest:
-        """Register a file; the GGUF's own architecture and context length fill what is not
-        given. copy=True moves a copy into the store (which then owns it)."""
+        """Register a file; the GGUF's own architecture, context length and kind (an encoder is an
+        "embedding" model, anything else a "generator" unless registered as "embedding") fill
+        what is not given. copy=True moves a copy into the store (which then owns it)."""
         validate_model_id(model_id)
         path = Path(weights).expanduser()
         if not path.is_file():
@@ -179,12 +194,13 @@ class ModelRegistry:
         fmt = FORMATS.get(path.suffix.lower())
         if fmt is None:
             raise UnsupportedFormat(f"unsupported model file extension: {path} (expected .gguf)")
-        if kind not in KINDS:
+        if kind is not None and kind not in KINDS:
             raise ManifestError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
         if chat_template is not None and chat_template not in CHAT_TEMPLATES:
             raise ManifestError(f"unknown chat template {chat_template!r}; known: {', '.join(CHAT_TEMPLATES)}")
         if fmt == "gguf":
             architecture, context_length = self._gguf_defaults(path, architecture, context_length)
+        kind = _kind(kind, architecture)
         resolved = path.resolve()
         digest = sha256_file(resolved, label=model_id)
         if expected_sha256 is not None and digest != expected_sha256:

@@ -35,6 +35,7 @@ class Completion:
     timings: dict = field(default_factory=dict)
     tool_calls: list = field(default_factory=list)  # tools.ToolCall (finish_reason "tool_calls")
     logprobs: list | None = None  # logprobs.TokenLogprob per token, when asked
+    embedding: Any = None       # float32 (n_embd,): an embedding request's pooled vector
 
 
 @dataclass(eq=False)
@@ -46,6 +47,7 @@ class Request:
     constraint: Any = None       # structured.Constraint: the grammar its tokens must follow, or None
     logprobs: int | None = None  # None: off; else how many top alternatives each token reports
     after: Any = None            # a Request whose prompt must be computed first (n > 1: its KV is shared)
+    embed: Any = None            # an embedding request's Pooling: no tokens sampled, no prefix cache
     id: int = field(default_factory=lambda: next(_IDS))
     state: State = State.WAITING
     tokens: list[int] = field(default_factory=list)
@@ -79,7 +81,7 @@ class Request:
     @property
     def max_positions(self) -> int:
         """Positions this request may occupy: the prompt and every token it may sample."""
-        return len(self.prompt) + self.config.max_tokens
+        return len(self.prompt) + (0 if self.embed is not None else self.config.max_tokens)
 
     @property
     def penalized(self) -> bool:
@@ -101,4 +103,17 @@ class Request:
             reason = "tool_calls"
         return Completion(self.text.text, reason, len(self.prompt), self.generated, self.text.reasoning,
                           self.cached_tokens, timings, calls,
-                          None if self.logprobs is None else list(self.logprob_entries))
+                          None if self.logprobs is None else list(self.logprob_entries),
+                          None if self.embed is None else self.embed.vector)
+
+
+class NoText:
+    """The text state of a request that generates none (an embedding)."""
+    text = reasoning = ""
+    calls = ()
+
+    def finish(self) -> str:
+        return ""
+
+    def pending_calls(self) -> tuple:
+        return ()

@@ -5,8 +5,10 @@ their whole budget), then lays out one step: one decode row for every running re
 prompt is done, followed by prompt chunks of the others (oldest first) within a token budget
 sized so that the running requests' time between tokens stays near `tbt_target_ms`.
 update(plan, tokens, seconds) folds the sampled tokens back: text, stops, finished requests.
-Cancellation is honoured at the start of every plan(). No threads, no kernels: tests drive it
-with made-up tokens.
+Embedding requests are prompts whose rows' hidden states are pooled (embeddings.Pooling) and
+that sample nothing; an encoder's input (causal=False) goes whole into one step and holds no KV
+block. Cancellation is honoured at the start of every plan(). No threads, no kernels: tests
+drive it with made-up tokens.
 """
 from __future__ import annotations
 
@@ -43,6 +45,8 @@ class StepPlan:
     n_decode: int
     n_prefill: int
     samplers: list = field(default_factory=list)
+    embd_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))  # rows whose hidden states pool
+    embd_of: list = field(default_factory=list)  # the embedding request of each embd row
 
 
 class _Ema:
@@ -55,8 +59,8 @@ class _Ema:
 
 class Scheduler:
     def __init__(self, kv: KVCache, max_batch: int = 8, max_chunk: int = 512, min_chunk: int = 16,
-                 tbt_target_ms: float = 100.0) -> None:
-        self.kv = kv
+                 tbt_target_ms: float = 100.0, causal: bool = True) -> None:
+        self.kv, self.causal = kv, causal
         self.max_batch, self.max_chunk, self.min_chunk = max_batch, max_chunk, min_chunk
         self.tbt_target = tbt_target_ms / 1e3
         self.waiting: deque[Request] = deque()
@@ -95,17 +99,24 @@ class Scheduler:
                 self.events.append(self._finish(req, reason))
 
     def _admit(self) -> None:
-        while self.waiting and len(self.running) < self.max_batch:
+        """FCFS while the pool can promise a request's KV; generation requests up to max_batch
+        (each holds a decode row), embedding requests beside them (they hold rows only for
+        their prompt's steps, so a batch of inputs lands in one step)."""
+        generating = sum(r.embed is None for r in self.running)
+        while self.waiting:
             req = self.waiting[0]
+            if req.embed is None and generating >= self.max_batch:
+                break
             first = req.after
             if first is not None and first.state is not State.DONE and first.n_computed < len(first.prompt):
                 break  # a sibling choice: admitted once the shared prompt is in the prefix cache
-            if not self.kv.admit(req, req.max_positions):
+            if not self.kv.admit(req, req.max_positions if self.causal else 0, cached=req.embed is None):
                 break  # FCFS: later requests wait behind it
             self.waiting.popleft()
             req.cached_tokens = req.n_computed
             req.state = State.RUNNING
             self.running.append(req)
+            generating += req.embed is None
 
     def fail_all(self, error: BaseException) -> list[Event]:
         """Every request ends with `error` (the forward itself failed)."""
@@ -129,13 +140,15 @@ class Scheduler:
         self._admit()
         if not self.running:
             return None
-        decode = [r for r in self.running if r.remaining == 1]
+        decode = [r for r in self.running if r.remaining == 1 and r.embed is None]
         budget = self.chunk_budget(len(decode))
         rows: list[tuple[int, int, int]] = []
         out_rows: list[int] = []
         out: list[Request] = []
         seqs: list[Request] = []
         counts: list[int] = []
+        embd_rows: list[int] = []
+        embd_of: list[Request] = []
         for req in decode:
             self.kv.grow(req, req.n_computed + 1)
             out_rows.append(len(rows))
@@ -145,20 +158,29 @@ class Scheduler:
             counts.append(1)
         n_prefill = 0
         for req in self.running:
-            if req.remaining == 1 or budget <= 0:
+            if (req.remaining == 1 and req.embed is None) or budget <= 0:
                 continue
             take = min(req.remaining, budget)
+            if not self.causal and take < req.remaining:
+                continue  # an encoder's input is whole in one step: a later step has room
             budget -= take
             n_prefill += take
-            self.kv.grow(req, req.n_computed + take)
+            if self.causal:
+                self.kv.grow(req, req.n_computed + take)
             start = req.n_computed
-            rows.extend((req.tokens[p], len(seqs), p) for p in range(start, start + take))
-            if start + take == len(req.tokens):  # the prompt's last position: its logits give token 1
+            for p in range(start, start + take):
+                if req.embed is not None and req.embed.wants(p):
+                    embd_rows.append(len(rows))
+                    embd_of.append(req)
+                rows.append((req.tokens[p], len(seqs), p))
+            if start + take == len(req.tokens) and req.embed is None:  # the prompt's last position: token 1
                 out_rows.append(len(rows) - 1)
                 out.append(req)
             seqs.append(req)
             counts.append(take)
-        width = max(len(r.table) for r in seqs)
+        if not seqs:
+            return None  # encoder inputs waiting for a step with room (none is running yet)
+        width = max(1, max(len(r.table) for r in seqs))
         tables = np.zeros((len(seqs), width), np.int32)
         for i, r in enumerate(seqs):
             tables[i, :len(r.table)] = r.table
@@ -166,11 +188,13 @@ class Scheduler:
             if req.constraint is not None:
                 req.sampler.mask = req.constraint.fill()
         return StepPlan(np.array(rows, np.int32).reshape(-1, 3), tables, np.array(out_rows, np.int32),
-                        out, seqs, counts, len(decode), n_prefill, [r.sampler for r in out])
+                        out, seqs, counts, len(decode), n_prefill, [r.sampler for r in out],
+                        np.array(embd_rows, np.int32), embd_of)
 
-    def update(self, plan: StepPlan, tokens, seconds: float, now: float, logits=None) -> list[Event]:
+    def update(self, plan: StepPlan, tokens, seconds: float, now: float, logits=None, hidden=None) -> list[Event]:
         """Fold a step's sampled tokens (one per out row; -1: logits not finite) back; logits
-        (n_out, n_vocab) feed the log-probabilities of the requests that ask for them."""
+        (n_out, n_vocab) feed the log-probabilities of the requests that ask for them; hidden
+        (len(embd_rows), n_embd) the embedding requests' pooling."""
         self.steps += 1
         if plan.n_prefill == 0:
             self._decode_s.add(seconds)
@@ -181,6 +205,12 @@ class Scheduler:
             req.n_computed += n
             self.kv.commit(req)
         events, self.events = self.events, []
+        for j, req in enumerate(plan.embd_of):
+            req.embed.add(hidden[j])
+        for req in plan.seqs:
+            if req.embed is not None and req.n_computed == len(req.prompt):
+                req.embed.finish()
+                events.append(self._finish(req, None))
         for j, (req, token) in enumerate(zip(plan.out, [int(t) for t in tokens])):
             try:
                 token = sampled(token)

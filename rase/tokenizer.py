@@ -4,8 +4,8 @@ From a GGUF, rase reproduces llama.cpp's tokenization (ids equal llama.cpp's on 
 special tokens are split out first (control tokens only when parse_special, user-defined
 tokens always, longest first), then each text fragment goes through the vocabulary's model:
 gpt2-style byte-level BPE (HF `tokenizers`, with llama.cpp's pre-tokenizer regexes for the
-GGUF's `tokenizer.ggml.pre`), or SentencePiece-style ("llama": highest-score bigram merges with
-byte fallback, llama.cpp's algorithm).
+GGUF's `tokenizer.ggml.pre`), SentencePiece-style ("llama": highest-score bigram merges with
+byte fallback, llama.cpp's algorithm), or WordPiece ("bert": wordpiece.py; [CLS] ... [SEP]).
 """
 from __future__ import annotations
 
@@ -56,12 +56,10 @@ class LocalTokenizer:
     def from_gguf(cls, g) -> "LocalTokenizer":
         _check_vocab_metadata(g)
         model = g.get("tokenizer.ggml.model")
-        if model == "gpt2":
-            return cls(_GGUFVocab(g, _gpt2_fragment_encoder(g)))
-        if model == "llama":
-            return cls(_GGUFVocab(g, None))
+        if model in FRAGMENT_ENCODERS:
+            return cls(_GGUFVocab(g, FRAGMENT_ENCODERS[model](g), model))
         raise TokenizerError(f"tokenizer model {model!r} in {g.path} is not supported "
-                             "(gpt2-style BPE and llama/SentencePiece are); attach a tokenizer.json")
+                             f"({', '.join(FRAGMENT_ENCODERS)} are); attach a tokenizer.json")
 
     def encode(self, text: str, add_special_tokens: bool = True, parse_special: bool = True) -> list[int]:
         if not isinstance(text, str):
@@ -166,6 +164,17 @@ def _gpt2_fragment_encoder(g):
     return lambda text: tok.encode(text, add_special_tokens=False).ids
 
 
+def _wordpiece_fragment_encoder(g):
+    from .wordpiece import encoder
+
+    lower = bool(g.get("tokenizer.ggml.normalizer.lowercase", True))
+    return encoder(list(g.get("tokenizer.ggml.tokens")), int(g.get("tokenizer.ggml.unknown_token_id", 100)), lower,
+                   bool(g.get("tokenizer.ggml.normalizer.strip_accents", lower)))
+
+
+# tokenizer.ggml.model -> (g -> text fragment -> ids), or None: SentencePiece (_GGUFVocab._spm)
+FRAGMENT_ENCODERS = {"gpt2": _gpt2_fragment_encoder, "llama": lambda g: None, "bert": _wordpiece_fragment_encoder}
+
 _BYTE_DECODER: dict[str, int] | None = None
 
 
@@ -185,7 +194,7 @@ def _byte_level_decoder() -> dict[str, int]:
 
 
 class _GGUFVocab(_Impl):
-    def __init__(self, g, gpt2_encode) -> None:
+    def __init__(self, g, fragment_encode, model: str = "gpt2") -> None:
         self.tokens: list[str] = list(g.get("tokenizer.ggml.tokens") or [])
         if not self.tokens:
             raise TokenizerError(f"{g.path} carries no vocabulary (tokenizer.ggml.tokens)")
@@ -195,13 +204,14 @@ class _GGUFVocab(_Impl):
         scores = g.get("tokenizer.ggml.scores")
         self.scores = [float(s) for s in scores] if scores is not None else [0.0] * n
         self.n_vocab = n
-        self.gpt2_encode = gpt2_encode
+        self.model, self.fragment_encode = model, fragment_encode
         self.ids = {t: i for i, t in enumerate(self.tokens)}
-        self.bos_id = g.get("tokenizer.ggml.bos_token_id")
+        self.bos_id = g.get("tokenizer.ggml.bos_token_id", 101 if model == "bert" else None)
         self.eos_id = g.get("tokenizer.ggml.eos_token_id")
-        self.add_bos = bool(g.get("tokenizer.ggml.add_bos_token", gpt2_encode is None))
+        self.sep_id = g.get("tokenizer.ggml.seperator_token_id", 102) if model == "bert" else None  # llama.cpp's spelling
+        self.add_bos = model == "bert" or bool(g.get("tokenizer.ggml.add_bos_token", model == "llama"))
         self.add_eos = bool(g.get("tokenizer.ggml.add_eos_token", False))
-        self.add_space_prefix = bool(g.get("tokenizer.ggml.add_space_prefix", gpt2_encode is None))
+        self.add_space_prefix = bool(g.get("tokenizer.ggml.add_space_prefix", model == "llama"))
         # split-out tokens, longest first (llama.cpp's cache_special_tokens)
         special = [i for i, t in enumerate(self.types) if t in (T_CONTROL, T_USER_DEFINED, T_UNKNOWN)]
         self.special = sorted(special, key=lambda i: -len(self.tokens[i].encode()))
@@ -244,8 +254,8 @@ class _GGUFVocab(_Impl):
                 out.append(frag)
                 prev_special = True
                 continue
-            if self.gpt2_encode is not None:
-                out.extend(self.gpt2_encode(frag))
+            if self.fragment_encode is not None:
+                out.extend(self.fragment_encode(frag))
             else:
                 if self.add_space_prefix and prev_special:
                     frag = " " + frag
@@ -253,11 +263,13 @@ class _GGUFVocab(_Impl):
             prev_special = False
         if add_special and self.add_eos and self.eos_id is not None:
             out.append(int(self.eos_id))
+        if add_special and self.sep_id is not None:  # WordPiece: [CLS] text [SEP]
+            out.append(int(self.sep_id))
         return out
 
     def encode_piece(self, text: str) -> list[int]:
-        if self.gpt2_encode is not None:
-            return self.gpt2_encode(text)
+        if self.fragment_encode is not None:
+            return self.fragment_encode(text)
         return self._spm(text.replace(" ", "\u2581"))
 
     def _spm(self, text: str) -> list[int]:
@@ -320,7 +332,7 @@ class _GGUFVocab(_Impl):
 
     def decode_bytes(self, ids: list[int], skip: bool) -> bytes:
         parts: list[bytes] = []
-        byte_dec = _byte_level_decoder() if self.gpt2_encode is not None else None
+        byte_dec = _byte_level_decoder() if self.model == "gpt2" else None
         for i in ids:
             if not 0 <= i < self.n_vocab:
                 raise TokenizerError(f"token id {i} outside the vocabulary of {self.n_vocab}")
@@ -337,7 +349,8 @@ class _GGUFVocab(_Impl):
                 parts.append(bytes(byte_dec.get(c, ord("?")) for c in piece))
             else:
                 parts.append(piece.replace("\u2581", " ").encode())
-        return b"".join(parts)
+        out = b"".join(parts)
+        return out[1:] if self.model == "bert" and out.startswith(b" ") else out  # WordPiece: no leading space
 
     def decode(self, ids: list[int], skip: bool) -> str:
         return self.decode_bytes(ids, skip).decode("utf-8", "replace")

@@ -20,7 +20,7 @@ from .kv_cache import KVCache, blocks_for
 from .logprobs import LogprobDelta
 from .plan import ModelPlan
 from .profiling import profile_add
-from .request import Request
+from .request import NoText, Request
 from .channel import RequestHandle
 from .scheduler import Event, Scheduler
 
@@ -49,11 +49,15 @@ class ModelWorker:
         if max_batch < 1:
             raise InvalidGenerationConfig(f"max_batch must be at least 1, got {max_batch}")
         self.plan = plan
-        n_blocks = pool_blocks(plan, max_batch, kv_cache_mb)
-        self.fwd = _kernels.Forward(plan.weights, n_blocks, max_batch + MAX_CHUNK,
+        self.causal = plan.weights.causal
+        # an encoder: every input whole in one step (up to a full context), no KV pool
+        n_blocks = pool_blocks(plan, max_batch, kv_cache_mb) if self.causal else 1
+        self.max_chunk = MAX_CHUNK if self.causal else plan.n_ctx
+        self.fwd = _kernels.Forward(plan.weights, n_blocks, max_batch + self.max_chunk,
                                     n_threads or default_threads())
-        self.kv = KVCache(n_blocks, _kernels.KV_BLOCK, prefix_cache, copy_rows=self.fwd.copy_rows)
-        self.scheduler = Scheduler(self.kv, max_batch=max_batch, max_chunk=MAX_CHUNK, tbt_target_ms=tbt_target_ms)
+        self.kv = KVCache(n_blocks, _kernels.KV_BLOCK, prefix_cache and self.causal, copy_rows=self.fwd.copy_rows)
+        self.scheduler = Scheduler(self.kv, max_batch=max_batch, max_chunk=self.max_chunk, tbt_target_ms=tbt_target_ms,
+                                   causal=self.causal)
         self._cond = threading.Condition()
         self._inbox: list[Request] = []
         self._closing = False
@@ -75,38 +79,66 @@ class ModelWorker:
         Refused before any work when the prompt plus max_tokens cannot fit one sequence or the
         whole pool."""
         config.validate()
+        if not self.plan.weights.has_lm_head:
+            raise InvalidGenerationConfig("this model is an encoder: it embeds text and generates none", "model")
+        self._check_prompt(prompt, config.max_tokens)
+        sampler = make_sampler(config, self.plan.vocab_size)
+        req = Request(list(prompt), config, text, sampler, constraint, logprobs,
+                      None if after is None else after.request)
+        if req.penalized:
+            for t in prompt:
+                sampler.accept(int(t))
+        return self._enqueue([req])[0]
+
+    def submit_embed(self, prompts: list[list[int]], pooling: str, normalize: bool = True) -> list[RequestHandle]:
+        """Queue one embedding request per prompt, together (admitted in the same step when the
+        pool and the step have room); each handle's Completion carries its pooled vector
+        (embeddings.Pooling). Refused before any work when a prompt cannot fit a sequence, or
+        (an encoder) one step."""
+        from .embeddings import Pooling
+
+        reqs = []
+        for i, prompt in enumerate(prompts):
+            self._check_prompt(prompt, 0)
+            if not self.causal and len(prompt) > self.max_chunk:
+                raise ContextOverflow(len(prompt), self.max_chunk, f" (input[{i}])")
+            req = Request(list(prompt), GenerationConfig(max_tokens=1), NoText())
+            req.embed = Pooling(pooling, len(prompt), normalize)
+            reqs.append(req)
+        return self._enqueue(reqs)
+
+    def _check_prompt(self, prompt: list[int], max_tokens: int) -> None:
         if not prompt:
             raise InvalidGenerationConfig("the prompt must contain at least one token")
         bad = [t for t in prompt if not 0 <= t < self.plan.vocab_size]
         if bad:
             raise InvalidGenerationConfig(f"token id {bad[0]} is outside the vocabulary of {self.plan.vocab_size}")
-        need = len(prompt) + config.max_tokens
+        need = len(prompt) + max_tokens
         if need > self.plan.n_ctx:
-            raise ContextOverflow(need, self.plan.n_ctx, f" ({len(prompt)} prompt + {config.max_tokens} max_tokens)")
-        if blocks_for(need, _kernels.KV_BLOCK) > self.kv.n_blocks:
+            raise ContextOverflow(need, self.plan.n_ctx, f" ({len(prompt)} prompt + {max_tokens} max_tokens)")
+        if self.causal and blocks_for(need, _kernels.KV_BLOCK) > self.kv.n_blocks:
             raise ContextOverflow(need, self.kv.n_blocks * _kernels.KV_BLOCK,
                                   " positions in the whole KV pool; raise kv_cache_mb")
-        sampler = make_sampler(config, self.plan.vocab_size)
-        req = Request(list(prompt), config, text, sampler, constraint, logprobs,
-                      None if after is None else after.request)
-        if self.time_limit_s is not None:
-            req.deadline = req.submitted + self.time_limit_s
-        if req.penalized:
-            for t in prompt:
-                sampler.accept(int(t))
-        handle = RequestHandle(on_cancel=lambda: self._cancel(req))
-        req.handle, handle.request = handle, req
+
+    def _enqueue(self, reqs: list[Request]) -> list[RequestHandle]:
+        handles = []
+        for req in reqs:
+            if self.time_limit_s is not None:
+                req.deadline = req.submitted + self.time_limit_s
+            handle = RequestHandle(on_cancel=lambda req=req: self._cancel(req))
+            req.handle, handle.request = handle, req
+            handles.append(handle)
         with self._cond:
             if self._closing:
                 raise RaseError("this model is being unloaded; retry the request")
             waiting = self._pending - self.max_batch
             if self.max_waiting is not None and waiting >= self.max_waiting:
                 raise Overloaded(waiting, max(1, math.ceil(self._request_s * (waiting + 1) / self.max_batch)))
-            self._pending += 1
-            self._inbox.append(req)
-            self.counters["requests"] += 1
+            self._pending += len(reqs)
+            self._inbox.extend(reqs)
+            self.counters["requests"] += len(reqs)
             self._cond.notify()
-        return handle
+        return handles
 
     def _cancel(self, req: Request) -> None:
         req.cancel_requested = True
@@ -158,7 +190,8 @@ class ModelWorker:
                 continue
             t1 = time.perf_counter()
             try:
-                tokens, logits = self.fwd.step(plan.rows, plan.tables, plan.out_rows, plan.samplers)
+                tokens, logits = self.fwd.step(plan.rows, plan.tables, plan.out_rows, plan.samplers,
+                                               embd_rows=plan.embd_rows)
             except Exception as exc:  # a bug, not bad input (inputs were checked): fail, stay alive
                 self._deliver(self.scheduler.fail_all(RaseError(f"forward step failed: {exc}")))
                 continue
@@ -166,7 +199,7 @@ class ModelWorker:
             if PROFILE:
                 profile_add(self.fwd, plan.n_prefill > 0, len(plan.rows), int((t2 - t1) * 1e9))
             self._deliver(self.scheduler.update(plan, tokens if tokens is not None else [], t2 - t1, time.monotonic(),
-                                                logits))
+                                                logits, self.fwd.hidden))
             self.counters["rows"] += len(plan.rows)
             self.counters["step_s"] += t2 - t1
             self.counters["python_s"] += (time.perf_counter() - t0) - (t2 - t1)

@@ -235,3 +235,67 @@ class Reference:
         if spec.final_softcap:
             logits = spec.final_softcap * np.tanh(logits / spec.final_softcap)
         return logits
+
+
+def layernorm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
+    mu = x.mean(axis=-1, keepdims=True)
+    return (x - mu) / np.sqrt(((x - mu) ** 2).mean(axis=-1, keepdims=True) + eps) * w + b
+
+
+class EncoderReference:
+    """hidden(tokens) -> (T, n_embd): a BERT-family encoder's last hidden states (bert: learned
+    positions, GELU FFN; nomic-bert: NeoX RoPE, SwiGLU), attention over the whole input, every
+    sublayer followed by residual add and LayerNorm. quantize_acts=False skips the 8-bit
+    rounding of matmul inputs (the weights are the file's, dequantized)."""
+
+    def __init__(self, path, quantize_acts: bool = True) -> None:
+        self.g = g = GGUFFile(path)
+        self.hp = read_hparams(g)
+        self.spec = ARCHITECTURES[resolve(g.architecture)].spec(g, self.hp)
+        self.q = quantize_acts
+        self.W = {n: _w(g, n) for n in g.tensors}
+        for n in ("token_embd.weight", "token_types.weight", "position_embd.weight"):  # tables, not matmuls
+            if isinstance(self.W.get(n), _Linear):
+                self.W[n] = self.W[n].w
+
+    def _lin(self, name: str, x: np.ndarray) -> np.ndarray:
+        m = self.W[name]
+        y = m(x) if self.q else x @ m.w.T
+        return y + self.W.get(name.replace(".weight", ".bias"), 0.0)
+
+    def hidden(self, tokens) -> np.ndarray:
+        hp, W, T = self.hp, self.W, len(tokens)
+        x = W["token_embd.weight"][np.asarray(tokens)]
+        if "token_types.weight" in W:
+            x = x + W["token_types.weight"][0]
+        if "position_embd.weight" in W:
+            x = x + W["position_embd.weight"][:T]
+        x = layernorm(x, W["token_embd_norm.weight"], W["token_embd_norm.bias"], hp.eps)
+        pos = np.arange(T, dtype=np.float64)
+        nh, hd = hp.n_head, hp.head_dim
+        self.trace = [x]
+        for il in range(hp.n_layer):
+            p = f"blk.{il}."
+            if p + "attn_qkv.weight" in W:
+                qkv = self._lin(p + "attn_qkv.weight", x)
+                q, k, v = qkv[:, :nh * hd], qkv[:, nh * hd:2 * nh * hd], qkv[:, 2 * nh * hd:]
+            else:
+                q, k, v = (self._lin(p + f"attn_{n}.weight", x) for n in "qkv")
+            q, k, v = q.reshape(T, nh, hd), k.reshape(T, nh, hd), v.reshape(T, nh, hd)
+            if self.spec.layers[il].rope_slot >= 0:
+                r = self.spec.rope[0]
+                q, k = rope(q, pos, hp.n_rot, r, self.spec.rope_neox), rope(k, pos, hp.n_rot, r, self.spec.rope_neox)
+            s = np.einsum("thd,uhd->htu", q, k) / math.sqrt(hd)
+            if self.spec.causal:
+                s = s + np.triu(np.full((T, T), -np.inf), 1)
+            a = np.exp(s - s.max(-1, keepdims=True))
+            a /= a.sum(-1, keepdims=True)
+            att = np.einsum("htu,uhd->thd", a, v).reshape(T, nh * hd)
+            x = layernorm(x + self._lin(p + "attn_output.weight", att), W[p + "attn_output_norm.weight"],
+                          W[p + "attn_output_norm.bias"], hp.eps)
+            up = self._lin(p + "ffn_up.weight", x)
+            f = silu(self._lin(p + "ffn_gate.weight", x)) * up if p + "ffn_gate.weight" in W else gelu(up)
+            x = layernorm(x + self._lin(p + "ffn_down.weight", f), W[p + "layer_output_norm.weight"],
+                          W[p + "layer_output_norm.bias"], hp.eps)
+            self.trace.append(x)
+        return x

@@ -59,10 +59,10 @@ def test_bos_follows_the_metadata(vocab):
 
 
 def test_unsupported_vocabularies_are_refused(tmp_path):
-    spec = GGUFSpec(kvs=[("general.architecture", 8, "llama"), ("tokenizer.ggml.model", 8, "bert"),
+    spec = GGUFSpec(kvs=[("general.architecture", 8, "llama"), ("tokenizer.ggml.model", 8, "t5"),
                          ("tokenizer.ggml.tokens", 9, (8, ["a"]))],
                     tensors=[Tensor("t", (4,), 0, b"\0" * 16)])
-    with pytest.raises(TokenizerError, match="'bert'"):
+    with pytest.raises(TokenizerError, match="'t5'"):
         LocalTokenizer.from_gguf(GGUFFile.from_buffer(spec.build()))
     spec.kvs[1] = ("tokenizer.ggml.model", 8, "gpt2")
     spec.kvs.append(("tokenizer.ggml.pre", 8, "some-new-pre"))

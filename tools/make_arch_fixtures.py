@@ -427,10 +427,18 @@ def decoder_logits(path: Path, prompts: list[str], n_ctx: int = 2048) -> list[np
         llm.close()
 
 
+WPM_TOKENIZE = ["ＡＢＣ ﬁne Ünïcödé", "zero\u200bwidth\u00a0nbsp and\x00nul", "emoji 😀 ok", "a-b_c/d\\e~f`g",
+                "MIXED Case ÀÉÎ", "１２３ ４５", "tab\tsep\r\nline"]
+
+
 def encoder_fixture(path: Path) -> dict:
-    """llama.cpp's embeddings of every text, one at a time (its pooling from the file),
-    L2-normalized and raw, with the ids it read; and all texts in one batch."""
+    """llama.cpp's embeddings of every text, one at a time (the file's pooling), L2-normalized
+    and raw, with the ids it read; all texts in one batch; and WordPiece cases' ids."""
+    from rase.gguf import GGUFFile
+
     texts = encoder_texts()
+    g = GGUFFile(path)
+    pooling = {1: "mean", 2: "cls", 3: "last"}[g.get(f"{g.architecture}.pooling_type")]
     llm = _llama(path, embedding=True, n_ctx=512, n_batch=512, n_ubatch=512)
     try:
         rows = []
@@ -443,9 +451,11 @@ def encoder_fixture(path: Path) -> dict:
         batched = np.asarray(llm.embed(texts, normalize=True), np.float64)
         special = [{"text": s, "ids": llm.tokenize(s.encode(), add_bos=False, special=True)}
                    for s in ("[CLS] the cat [SEP]", "hello [MASK] world")]
+        tokenize = [{"text": s, "ids": llm.tokenize(s.encode(), add_bos=True, special=False)}
+                    for s in cases()["tokenize"] + WPM_TOKENIZE]
         return {"model": path.name, "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
                 "llama_cpp_version": __import__("llama_cpp").__version__, "n_embd": llm.n_embd(),
-                "pooling": llm.context_params.pooling_type, "texts": rows, "tokenize_special": special,
+                "pooling": pooling, "texts": rows, "tokenize": tokenize, "tokenize_special": special,
                 "batched": [[round(float(x), 7) for x in v] for v in batched]}
     finally:
         llm.close()

@@ -4,12 +4,13 @@ from __future__ import annotations
 from types import ModuleType
 
 from ..errors import UnsupportedArchitecture
-from . import gemma, gemma2, gemma3, granite, llama, olmo2, olmoe, phi3, qwen2, qwen3, qwen3moe, smollm3
+from . import (bert, gemma, gemma2, gemma3, granite, llama, nomic_bert, olmo2, olmoe, phi3, qwen2, qwen3, qwen3moe,
+               smollm3)
 
 ARCHITECTURES: dict[str, ModuleType] = {
     "llama": llama, "qwen2": qwen2, "qwen3": qwen3, "qwen3moe": qwen3moe, "phi3": phi3,
     "gemma": gemma, "gemma2": gemma2, "gemma3": gemma3, "olmo2": olmo2, "olmoe": olmoe,
-    "smollm3": smollm3, "granite": granite,
+    "smollm3": smollm3, "granite": granite, "bert": bert, "nomic-bert": nomic_bert,
 }
 
 ALIASES: dict[str, str] = {
@@ -26,6 +27,11 @@ REFUSED: dict[str, str] = {
                     "Phi-2's parallel attention/MLP block with LayerNorm is not supported; use a "
                     "Phi-3 or Phi-4 GGUF (architecture 'phi3')"),
 }
+
+
+def kind_of(architecture: str) -> str:
+    """The manifest kind an architecture serves: "embedding" (encoders) or "generator"."""
+    return getattr(ARCHITECTURES[resolve(architecture)], "KIND", "generator")
 
 
 def resolve(name: str) -> str:

@@ -61,7 +61,8 @@ class LayerSpec:
     qk_norm: bool = False      # RMSNorm of each Q and K head before RoPE (qwen3, gemma3)
     qk_norm_full: bool = False  # the Q/K norms span all heads of a row (olmo2, olmoe)
     pre_norms: bool = True     # attn_norm/ffn_norm before each sublayer; False: it reads x (olmo2)
-    post_norms: bool = False   # RMSNorm of the attention and FFN outputs before the residual (gemma3)
+    post_norms: bool = False   # norm of the attention and FFN outputs before the residual (gemma3),
+                               # or of the sum after it when ModelSpec.norm_after_add (bert)
     window: int = 0            # sliding-window length; 0 = full causal attention
     rope_slot: int = 0         # index into ModelSpec.rope; -1: no RoPE (SmolLM3's NoPE layers)
 
@@ -79,6 +80,10 @@ class ModelSpec:
     final_softcap: float = 0.0  # > 0: the same on the logits
     residual_scale: float = 1.0  # each sublayer's output times this before the residual add (granite)
     logit_mul: float = 1.0     # the logits times this (granite: 1 / logit_scale)
+    encoder: bool = False      # token types, learned positions, an embeddings norm, no LM head (bert)
+    layer_norm: bool = False   # LayerNorm with biases instead of RMSNorm
+    norm_after_add: bool = False  # x = norm(x + sublayer(x)): BERT's post-LN
+    causal: bool = True        # False: every position attends to the whole input
     expert_norm: bool = True   # MoE: the chosen experts' weights renormalized to sum 1
 
     def __post_init__(self) -> None:
@@ -123,6 +128,11 @@ class LayerPlan:
     bk: np.ndarray | None = None
     bv: np.ndarray | None = None
     bo: np.ndarray | None = None
+    bgate: np.ndarray | None = None
+    bup: np.ndarray | None = None
+    bdown: np.ndarray | None = None
+    post_attn_norm_b: np.ndarray | None = None  # LayerNorm biases
+    post_ffn_norm_b: np.ndarray | None = None
     qk_norm_full: bool = False
     experts: Experts | None = None
     window: int = 0
@@ -151,15 +161,22 @@ class ForwardPlan:
     final_softcap: float
     residual_scale: float
     logit_mul: float
+    layer_norm: bool
+    norm_after_add: bool
+    causal: bool
     n_expert: int
     n_expert_used: int
     n_ff_exp: int
     expert_norm: bool
     rope: tuple[Rope, Rope]    # slot 1 unused when its base is 0; factors resolved
     tok_embd: Matrix
-    output: Matrix
-    output_norm: np.ndarray
+    output: Matrix | None      # None: no LM head (an encoder)
+    output_norm: np.ndarray | None
     layers: tuple[LayerPlan, ...]
+    pos_embd: Matrix | None = None     # learned positions (bert)
+    type_embd: np.ndarray | None = None  # token type 0's row, added to every embedding
+    embd_norm: np.ndarray | None = None
+    embd_norm_b: np.ndarray | None = None
 
 
 # plan field -> GGUF tensor name under blk.{i}.
@@ -170,7 +187,13 @@ LAYER_TENSORS = {
     "q_norm": "attn_q_norm.weight", "k_norm": "attn_k_norm.weight",
     "post_attn_norm": "post_attention_norm.weight", "post_ffn_norm": "post_ffw_norm.weight",
     "bq": "attn_q.bias", "bk": "attn_k.bias", "bv": "attn_v.bias", "bo": "attn_output.bias",
+    "bgate": "ffn_gate.bias", "bup": "ffn_up.bias", "bdown": "ffn_down.bias",
 }
+# an encoder's norms after each residual add (ModelSpec.norm_after_add), LayerNorm weights and biases
+POST_ADD_NORMS = {"post_attn_norm": "attn_output_norm.weight", "post_attn_norm_b": "attn_output_norm.bias",
+                  "post_ffn_norm": "layer_output_norm.weight", "post_ffn_norm_b": "layer_output_norm.bias"}
+ENCODER_TENSORS = {"type_embd": "token_types.weight", "pos_embd": "position_embd.weight",
+                   "embd_norm": "token_embd_norm.weight", "embd_norm_b": "token_embd_norm.bias"}
 FUSED_QKV = "attn_qkv.weight"        # rows: q, then k, then v (phi3)
 EXPERT_TENSORS = {"gate_inp": "ffn_gate_inp.weight", "gate": "ffn_gate_exps.weight",
                   "up": "ffn_up_exps.weight", "down": "ffn_down_exps.weight"}
@@ -186,6 +209,14 @@ def _required(g: GGUFFile, suffix: str) -> int | float:
     if value is None or isinstance(value, (str, list)):
         raise CorruptModelFile(g.path, f"metadata {g.architecture}.{suffix} is missing or not a number")
     return value
+
+
+def _eps(g: GGUFFile) -> float:
+    """The norms' epsilon: RMSNorm's, else LayerNorm's (bert)."""
+    for key in ("attention.layer_norm_rms_epsilon", "attention.layer_norm_epsilon"):
+        if g.arch_get(key) is not None:
+            return _required(g, key)
+    return _required(g, "attention.layer_norm_rms_epsilon")
 
 
 def read_hparams(g: GGUFFile) -> HParams:
@@ -206,7 +237,7 @@ def read_hparams(g: GGUFFile) -> HParams:
         n_ff=int(_required(g, "feed_forward_length")),
         n_vocab=int(g.tensor("token_embd.weight").ne[1]),
         context_length=n_ctx_train,
-        eps=float(_required(g, "attention.layer_norm_rms_epsilon")),
+        eps=float(_eps(g)),
         rope_base=float(g.arch_get("rope.freq_base", 10000.0)),
         rope_freq_scale=freq_scale,
         n_rot=int(g.arch_get("rope.dimension_count", head_dim)),
@@ -269,7 +300,20 @@ class _Tensors:
         return [n for n in self.g.tensors if n not in self.taken]
 
 
-def _attention_parts(ts: _Tensors, il: int, hp: HParams, ls: LayerSpec) -> dict:
+def _optional(ts: _Tensors, blk: str, keys: tuple[str, ...]) -> dict:
+    """The biases a layer has, as llama.cpp's optional (TENSOR_NOT_REQUIRED) tensors."""
+    return {k: ts.vector(blk + LAYER_TENSORS[k]) for k in keys if ts.has(blk + LAYER_TENSORS[k])}
+
+
+def _post_norms(ts: _Tensors, blk: str, which: str, spec: ModelSpec) -> dict:
+    """The post-sublayer norm `which` (post_attn_norm / post_ffn_norm): RMSNorm weights, or an
+    encoder's LayerNorm weight and bias after the residual add."""
+    if not spec.norm_after_add:
+        return {which: ts.vector(blk + LAYER_TENSORS[which])}
+    return {k: ts.vector(blk + POST_ADD_NORMS[k]) for k in (which, which + "_b")}
+
+
+def _attention_parts(ts: _Tensors, il: int, hp: HParams, ls: LayerSpec, spec: ModelSpec) -> dict:
     blk = f"blk.{il}."
     parts: dict = {}
     if ts.has(blk + FUSED_QKV) and not ts.has(blk + LAYER_TENSORS["wq"]):
@@ -280,17 +324,16 @@ def _attention_parts(ts: _Tensors, il: int, hp: HParams, ls: LayerSpec) -> dict:
     else:
         parts.update({k: _matrix(ts.take(blk + LAYER_TENSORS[k])) for k in ("wq", "wk", "wv")})
     parts["wo"] = _matrix(ts.take(blk + LAYER_TENSORS["wo"]))
-    for key in ("bq", "bk", "bv", "bo"):  # optional, as in llama.cpp
-        if ts.has(blk + LAYER_TENSORS[key]):
-            parts[key] = ts.vector(blk + LAYER_TENSORS[key])
+    parts.update(_optional(ts, blk, ("bq", "bk", "bv", "bo")))
     names = ["attn_norm"] * ls.pre_norms + ["q_norm", "k_norm"] * (ls.qk_norm or ls.qk_norm_full)
-    names += ["post_attn_norm"] * ls.post_norms
     parts.update({k: ts.vector(blk + LAYER_TENSORS[k]) for k in names})
+    if ls.post_norms:
+        parts.update(_post_norms(ts, blk, "post_attn_norm", spec))
     parts.setdefault("attn_norm", None)
     return parts
 
 
-def _ffn_parts(ts: _Tensors, il: int, hp: HParams, ls: LayerSpec) -> dict:
+def _ffn_parts(ts: _Tensors, il: int, hp: HParams, ls: LayerSpec, spec: ModelSpec) -> dict:
     blk = f"blk.{il}."
     parts: dict = {"wgate": None, "wup": None, "wdown": None}
     if ts.has(blk + EXPERT_TENSORS["gate_inp"]):
@@ -301,6 +344,8 @@ def _ffn_parts(ts: _Tensors, il: int, hp: HParams, ls: LayerSpec) -> dict:
         parts["experts"] = Experts(gate_inp, ex["gate"], ex["up"], ex["down"])
     elif ts.has(blk + LAYER_TENSORS["wgate"]):
         parts.update({k: _matrix(ts.take(blk + LAYER_TENSORS[k])) for k in ("wgate", "wup", "wdown")})
+    elif spec.encoder:  # no gate: up, act, down (bert)
+        parts.update({k: _matrix(ts.take(blk + LAYER_TENSORS[k])) for k in ("wup", "wdown")})
     else:  # gate and up fused in ffn_up: rows [0, n_ff) gate, [n_ff, 2 n_ff) up (phi3)
         t = ts.take(blk + LAYER_TENSORS["wup"])
         if int(t.ne[1]) != 2 * hp.n_ff:
@@ -308,8 +353,11 @@ def _ffn_parts(ts: _Tensors, il: int, hp: HParams, ls: LayerSpec) -> dict:
                                    f"gate+up of {2 * hp.n_ff} rows")
         parts.update(wgate=_matrix(t, 0, hp.n_ff), wup=_matrix(t, hp.n_ff, 2 * hp.n_ff),
                      wdown=_matrix(ts.take(blk + LAYER_TENSORS["wdown"])))
-    names = ["ffn_norm"] * ls.pre_norms + ["post_ffn_norm"] * ls.post_norms
-    parts.update({k: ts.vector(blk + LAYER_TENSORS[k]) for k in names})
+    parts.update(_optional(ts, blk, ("bgate", "bup", "bdown")))
+    if ls.pre_norms:
+        parts["ffn_norm"] = ts.vector(blk + LAYER_TENSORS["ffn_norm"])
+    if ls.post_norms:
+        parts.update(_post_norms(ts, blk, "post_ffn_norm", spec))
     parts.setdefault("ffn_norm", None)
     return parts
 
@@ -346,17 +394,33 @@ def _rope_factors(ts: _Tensors, rope: Rope, hp: HParams, n_ctx: int) -> Rope:
     return replace(rope, factors=factors)
 
 
+def _encoder_parts(ts: _Tensors) -> dict:
+    """An encoder's embedding extras: token type 0's row, learned positions (when the model
+    has them), the embeddings' LayerNorm."""
+    parts: dict = {}
+    if ts.has(ENCODER_TENSORS["type_embd"]):  # rows: token types; every input is type 0
+        types = ts.vector(ENCODER_TENSORS["type_embd"])
+        parts["type_embd"] = types[:ts.g.tensor(ENCODER_TENSORS["type_embd"]).ne[0]]
+    if ts.has(ENCODER_TENSORS["pos_embd"]):
+        parts["pos_embd"] = _matrix(ts.take(ENCODER_TENSORS["pos_embd"]))
+    parts.update({k: ts.vector(ENCODER_TENSORS[k]) for k in ("embd_norm", "embd_norm_b")})
+    return parts
+
+
 def build_plan(g: GGUFFile, hp: HParams, spec: ModelSpec, n_ctx: int) -> ForwardPlan:
     """The typed plan for _kernels.Weights; weights stay in the mmap (fused tensors as views)."""
     ts = _Tensors(g)
     rope = [_rope_factors(ts, r, hp, n_ctx) for r in spec.rope] + [Rope(0.0)] * (2 - len(spec.rope))
     embd = ts.take("token_embd.weight")
-    output = ts.take("output.weight") if ts.has("output.weight") else embd  # tied when absent
+    output = None
+    if not spec.encoder:
+        output = ts.take("output.weight") if ts.has("output.weight") else embd  # tied when absent
+    extra = _encoder_parts(ts) if spec.encoder else {}
     layers = []
     for il, ls in enumerate(spec.layers):
-        parts = {**_attention_parts(ts, il, hp, ls), **_ffn_parts(ts, il, hp, ls)}
+        parts = {**_attention_parts(ts, il, hp, ls, spec), **_ffn_parts(ts, il, hp, ls, spec)}
         layers.append(LayerPlan(**parts, qk_norm_full=ls.qk_norm_full, window=ls.window, rope_slot=ls.rope_slot))
-    output_norm = ts.vector("output_norm.weight")
+    output_norm = None if spec.encoder else ts.vector("output_norm.weight")
     _refuse_unused(g, ts)
     return ForwardPlan(
         n_layer=hp.n_layer, n_embd=hp.n_embd, n_head=hp.n_head, n_head_kv=hp.n_head_kv,
@@ -365,7 +429,8 @@ def build_plan(g: GGUFFile, hp: HParams, spec: ModelSpec, n_ctx: int) -> Forward
         embd_scale=spec.embd_scale,
         attn_scale=spec.attn_scale if spec.attn_scale is not None else 1.0 / math.sqrt(hp.head_dim),
         attn_softcap=spec.attn_softcap, final_softcap=spec.final_softcap, residual_scale=spec.residual_scale,
-        logit_mul=spec.logit_mul, n_expert=hp.n_expert,
+        logit_mul=spec.logit_mul, layer_norm=spec.layer_norm, norm_after_add=spec.norm_after_add,
+        causal=spec.causal, n_expert=hp.n_expert,
         n_expert_used=hp.n_expert_used, n_ff_exp=hp.n_ff_exp, expert_norm=spec.expert_norm,
-        rope=(rope[0], rope[1]),
-        tok_embd=_matrix(embd), output=_matrix(output), output_norm=output_norm, layers=tuple(layers))
+        rope=(rope[0], rope[1]), tok_embd=_matrix(embd), output=None if output is None else _matrix(output),
+        output_norm=output_norm, layers=tuple(layers), **extra)

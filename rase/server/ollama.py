@@ -151,7 +151,7 @@ def router(engine) -> APIRouter:
         arch = m.architecture or ""
         return {"modelfile": "", "parameters": "", "template": m.chat_template or "", "details": _details(m),
                 "model_info": {"general.architecture": arch, f"{arch}.context_length": m.context_length},
-                "capabilities": ["completion"], "modified_at": _now()}
+                "capabilities": ["embedding" if m.kind == "embedding" else "completion"], "modified_at": _now()}
 
     @api.post("/api/embed")
     async def embed(body: EmbedBody):
