@@ -1,8 +1,9 @@
 """Chat messages -> prompt text: the seed's built-in templates (exact strings), Gemma's, and a
 model's own Jinja template (tokenizer.chat_template) rendered in a sandbox.
 
-Selection: the manifest's chat_template -> the GGUF's own template -> the architecture's
-default -> ChatTemplateError (plain completion still works).
+Selection: the manifest's chat_template -> the GGUF's own template -> the format its vocabulary
+names (Llama 3 headers, Phi-4's <|im_sep|>, Granite roles, Phi-3 tags, ChatML) -> the
+architecture's default -> ChatTemplateError (plain completion still works).
 """
 from __future__ import annotations
 
@@ -131,15 +132,38 @@ def render_gemma(messages: Sequence[Message]) -> str:
     return prompt + "<start_of_turn>model\n"
 
 
+def render_phi3(messages: Sequence[Message]) -> str:
+    """Phi-3, Phi-3.5 and Phi-4-mini's tags (llama.cpp's phi3 template)."""
+    return "".join(f"<|{r}|>\n{c}<|end|>\n" for r, c in _check(messages)) + "<|assistant|>\n"
+
+
+def render_phi4(messages: Sequence[Message]) -> str:
+    """Phi-4's ChatML with <|im_sep|> after the role (llama.cpp's phi4 template)."""
+    return "".join(f"<|im_start|>{r}<|im_sep|>{c}<|im_end|>" for r, c in _check(messages)) + \
+        "<|im_start|>assistant<|im_sep|>"
+
+
+def render_granite(messages: Sequence[Message]) -> str:
+    """Granite 3's roles (llama.cpp's granite template)."""
+    body = "".join(f"<|start_of_role|>{r}<|end_of_role|>{c}<|end_of_text|>\n" for r, c in _check(messages))
+    return body + "<|start_of_role|>assistant<|end_of_role|>"
+
+
 BUILTIN: dict[str, Callable[[Sequence[Message]], str]] = {
     "chatml": render_chatml, "llama3": render_llama3, "mistral": render_mistral,
-    "llama2": render_mistral, "gemma": render_gemma,
+    "llama2": render_mistral, "gemma": render_gemma, "phi3": render_phi3, "phi4": render_phi4,
+    "granite": render_granite,
 }
+
+# a file without a template: the format its vocabulary's control tokens belong to, first match
+VOCAB_DEFAULT = (("<|start_header_id|>", "llama3"), ("<|im_sep|>", "phi4"), ("<|start_of_role|>", "granite"),
+                 ("<|assistant|>", "phi3"), ("<|im_start|>", "chatml"))
 
 ARCH_DEFAULT = {  # the seed's for_architecture, plus the architectures rase added (when a file has no template)
     "qwen3": "chatml", "qwen3-gguf": "chatml", "llama3": "llama3", "llama": "mistral",
     "llama2": "mistral", "llama-gguf": "mistral", "mistral": "mistral", "mixtral": "mistral",
     "gemma3": "gemma", "gemma2": "gemma", "gemma": "gemma", "qwen2": "chatml", "qwen3moe": "chatml",
+    "phi3": "phi3", "smollm3": "chatml", "granite": "granite",
 }
 
 
@@ -226,6 +250,7 @@ class JinjaTemplate:
 
         env = _bounded_env()
         env.globals["raise_exception"] = raise_exception
+        env.globals["strftime_now"] = lambda fmt: time.strftime(fmt)  # as transformers (today's date)
         # as transformers renders: no key sorting, no HTML escaping (tool schemas look as in training)
         env.filters["tojson"] = lambda x, ensure_ascii=False, indent=None, separators=None, sort_keys=False: \
             json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
@@ -282,9 +307,11 @@ def select_template(name: str | None, gguf=None, architecture: str | None = None
         return jt.render
     if name == "gguf":
         raise ChatTemplateError("chat_template = 'gguf' but the model file has no tokenizer.chat_template")
-    default = ARCH_DEFAULT.get((architecture or "").lower())
+    vocab = set(gguf.get("tokenizer.ggml.tokens") or []) if gguf is not None else set()
+    default = next((fmt for token, fmt in VOCAB_DEFAULT if token in vocab), None)
+    default = default or ARCH_DEFAULT.get((architecture or "").lower())
     if default is None:
         raise ChatTemplateError(
             f"no chat template for architecture {architecture!r}: set one with "
-            "`rase model import --chat-template NAME` (chatml, llama3, mistral, gemma); plain completion works")
+            f"`rase model import --chat-template NAME` ({', '.join(sorted(BUILTIN))}); plain completion works")
     return BUILTIN[default]

@@ -127,3 +127,85 @@ def test_sandbox_escapes_render_nothing_of_python():
     for source in ("{{ raise_exception.__globals__ }}", "{{ messages.__class__ }}", "{{ lipsum.__globals__ }}",
                    "{{ '{0.__class__}'.format(messages) }}"):
         assert JinjaTemplate(source).render([{"role": "user", "content": "x"}]) == ""  # undefined, not Python
+
+
+# ---------------------------------------------------------------- the families' own templates
+
+@pytest.fixture(scope="module")
+def card():
+    """name -> the model card's chat template (tests/model_templates.py: from llama.cpp's sdist)."""
+    from tests.conftest import models_dir
+    from tests.model_templates import templates
+
+    models_dir().mkdir(parents=True, exist_ok=True)
+    return templates(models_dir())
+
+
+CONVERSATION = msgs(("system", "You are terse."), ("user", "Hi"), ("assistant", "Hello."), ("user", "2+2?"))
+
+
+@pytest.mark.parametrize("name", ["llama-3.1", "llama-3.2"])
+def test_llama3_cards_render_header_tokens(card, name):
+    import time
+
+    out = JinjaTemplate(card[name], "<|begin_of_text|>", "<|eot_id|>").render(CONVERSATION)
+    date = "26 Jul 2024" if name == "llama-3.1" else time.strftime("%d %b %Y")  # 3.2 asks strftime_now
+    assert out == (
+        "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\n"
+        f"Today Date: {date}\n\nYou are terse.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\nHello.<|eot_id|><|start_header_id|>user<|end_header_id|>"
+        "\n\n2+2?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n")
+
+
+def test_phi_cards_and_their_builtins(card):
+    """Phi-4's <|im_sep|> and Phi-3.5/4-mini's tags: the card's template and rase's built-in
+    fallback (a file without a template) render the same prompt."""
+    from rase.chat import render_phi3, render_phi4
+
+    phi4 = JinjaTemplate(card["phi-4"]).render(CONVERSATION)
+    assert phi4 == ("<|im_start|>system<|im_sep|>You are terse.<|im_end|><|im_start|>user<|im_sep|>Hi<|im_end|>"
+                    "<|im_start|>assistant<|im_sep|>Hello.<|im_end|><|im_start|>user<|im_sep|>2+2?<|im_end|>"
+                    "<|im_start|>assistant<|im_sep|>") == render_phi4(CONVERSATION)
+    phi3 = JinjaTemplate(card["phi-3.5-mini"], "<s>", "<|endoftext|>").render(CONVERSATION)
+    assert phi3 == ("<|system|>\nYou are terse.<|end|>\n<|user|>\nHi<|end|>\n<|assistant|>\nHello.<|end|>\n"
+                    "<|user|>\n2+2?<|end|>\n<|assistant|>\n") == render_phi3(CONVERSATION)
+
+
+def test_smollm3_card_follows_the_think_flags(card):
+    """SmolLM3 thinks by default; /no_think in the system prompt (rase's think="strip" soft
+    switch adds it, thinking.with_no_think) turns it off and opens an empty think block."""
+    from rase.thinking import with_no_think
+
+    jt = JinjaTemplate(card["smollm3"], "", "<|im_end|>")
+    think = jt.render(msgs(("user", "Hi")))
+    assert "Reasoning Mode: /think\n" in think and think.endswith("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
+    quiet = jt.render(with_no_think(msgs(("system", "You are terse."), ("user", "Hi"))))
+    assert "Reasoning Mode: /no_think\n" in quiet and "## Custom Instructions\n\nYou are terse.\n\n" in quiet
+    assert quiet.endswith("<|im_start|>assistant\n<think>\n\n</think>\n") and "/no_think<|im_end|>" not in quiet
+
+
+def test_granite_card_and_its_builtin(card):
+    import time
+
+    from rase.chat import render_granite
+
+    jt = JinjaTemplate(card["granite-3.3"], "", "<|end_of_text|>")
+    assert jt.render(CONVERSATION) == render_granite(CONVERSATION) == (
+        "<|start_of_role|>system<|end_of_role|>You are terse.<|end_of_text|>\n"
+        "<|start_of_role|>user<|end_of_role|>Hi<|end_of_text|>\n<|start_of_role|>assistant<|end_of_role|>Hello."
+        "<|end_of_text|>\n<|start_of_role|>user<|end_of_role|>2+2?<|end_of_text|>\n"
+        "<|start_of_role|>assistant<|end_of_role|>")
+    default = jt.render(msgs(("user", "Hi")))  # no system message: the card's own, dated today
+    assert default.startswith("<|start_of_role|>system<|end_of_role|>Knowledge Cutoff Date: April 2024. "
+                              f"Today's Date: {time.strftime('%B %d, %Y')}. You are Granite, developed by IBM.")
+
+
+@pytest.mark.parametrize("token,fmt", [("<|start_header_id|>", "llama3"), ("<|im_sep|>", "phi4"),
+                                       ("<|start_of_role|>", "granite"), ("<|assistant|>", "phi3")])
+def test_a_file_without_template_gets_its_vocabularys_format(tmp_path, token, fmt):
+    from rase.chat import BUILTIN
+    from tests.tinymodels import write_tiny_model
+    from rase import QuantType
+
+    path = write_tiny_model(tmp_path / "m.gguf", "llama", QuantType.Q8_0, extra_tokens={token: 3})
+    assert select_template(None, GGUFFile(path), "llama") is BUILTIN[fmt]

@@ -1,5 +1,8 @@
-"""Embeddings against llama.cpp's own on the same files (llama-cpp-python, embedding=True, pooling
-mean and last, normalized; computed in the test), through the Engine and through the openai client."""
+"""Embeddings against llama.cpp's own on the same files: generators (llama-cpp-python,
+embedding=True, pooling mean and last, normalized; computed in the test) and the BERT and
+nomic-bert encoders of tests/fixtures/archs (llama.cpp's vectors in their -embd.json fixtures),
+through the Engine, the openai client on /v1/embeddings and the ollama client on /api/embed of
+a real server; every input is a request of the model's worker, batched with chats."""
 from __future__ import annotations
 
 import base64
@@ -8,11 +11,12 @@ import json
 import numpy as np
 import pytest
 
-from rase import InvalidGenerationConfig
+from rase import InvalidGenerationConfig, ManifestError, WrongModelKind
 from rase.api import Engine
 from rase.registry import ModelRegistry
 from tests import llamacpp_ref
-from tests.conftest import QWEN3_TINY
+from tests.conftest import QWEN3_TINY, rase_serve
+from tests.test_archs import ARCHS, ENCODERS
 from tests.test_server import _serve_in_thread
 
 TEXTS = ["The capital of France is Paris.", "def add(a, b):\n    return a + b", "Un chat noir dort au soleil."]
@@ -38,6 +42,8 @@ def engine(tmp_path_factory, smollm2_path):
     reg = ModelRegistry(root)
     reg.import_local("smollm2", smollm2_path)
     reg.import_local("qwen3-tiny-q8_0", QWEN3_TINY / "qwen3-tiny-q8_0.gguf")
+    for name in ENCODERS:
+        reg.import_local(name, ARCHS / f"{name}.gguf")
     with Engine(root) as e:
         yield e
 
@@ -91,3 +97,118 @@ def test_openai_embeddings_endpoint(engine, want, openai_client):
                          ({"input": []}, "input")):
         bad = http.post("/v1/embeddings", json={**body, **extra})
         assert bad.status_code == 400 and param in json.dumps(bad.json()), bad.text
+
+
+# ---------------------------------------------------------------- encoders (bert, nomic-bert)
+
+def _encoder_fixture(name: str) -> dict:
+    return json.loads((ARCHS / f"{name}.llamacpp-embd.json").read_text())
+
+
+def _cosines(got, want) -> np.ndarray:
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    return np.sum(got * want, axis=1) / np.linalg.norm(got, axis=1) / np.linalg.norm(want, axis=1)
+
+
+@pytest.mark.parametrize("name", ENCODERS)
+def test_encoder_embeddings_equal_llamacpps(engine, name):
+    """Every text alone and all of them in one call, L2-normalized and raw: cosine >= 0.9999
+    with llama.cpp's vectors (the file's pooling: CLS for bert, mean for nomic-bert), raw
+    lengths within 0.1%. The whole batch is one step of the worker; no single-stream decoder."""
+    fx = _encoder_fixture(name)
+    texts = [t["text"] for t in fx["texts"]]
+    worker = engine.session(name).worker
+    steps = worker.scheduler.steps
+    batch, n_tokens = engine.embed(name, texts)
+    assert worker.scheduler.steps == steps + 1 and n_tokens == sum(len(t["ids"]) for t in fx["texts"])
+    assert _cosines(batch, [t["normalized"] for t in fx["texts"]]).min() >= 0.9999
+    assert all(abs(np.linalg.norm(v) - 1) < 1e-5 for v in batch)
+    alone = [engine.embed(name, t)[0][0] for t in texts[:4]]
+    assert all(np.array_equal(a, b) for a, b in zip(alone, batch))  # batching changes no bit
+    raw, _ = engine.embed(name, texts, normalize=False)
+    want = [t["embedding"] for t in fx["texts"]]
+    assert _cosines(raw, want).min() >= 0.9999
+    assert max(abs(np.linalg.norm(r) / np.linalg.norm(w) - 1) for r, w in zip(raw, want)) < 1e-3
+    pooled = {"cls": "mean", "mean": "cls"}[fx["pooling"]]  # the other pooling is another vector
+    other, _ = engine.embed(name, texts[:3], pooling=pooled)
+    assert _cosines(other, batch[:3]).max() < 0.999
+    assert engine.session(name)._decoder is None  # never the single-stream decoder beside the worker
+
+
+def test_encoder_refusals(engine, tmp_path):
+    name = ENCODERS[0]
+    assert engine.registry.get(name).kind == "embedding"  # an encoder registers as an embedding model
+    with pytest.raises(WrongModelKind, match="embedding model"):
+        engine.chat(name, [{"role": "user", "content": "hi"}], max_tokens=4)
+    with pytest.raises(WrongModelKind):
+        engine.complete(name, "hi", max_tokens=4)
+    with pytest.raises(ManifestError, match="encoder"):
+        ModelRegistry(tmp_path).import_local("b", ARCHS / f"{name}.gguf", kind="generator")
+    with pytest.raises(InvalidGenerationConfig, match="pooling"):
+        engine.embed(name, "x", pooling="rank")
+    too_long = " ".join(["word"] * 600)  # bert's context is 512 positions
+    with pytest.raises(Exception, match="context"):
+        engine.embed("bert-tiny-q8_0", too_long)
+
+
+@pytest.fixture(scope="module")
+def server(engine):
+    with rase_serve(engine.registry.root, "--threads", "2") as url:
+        yield url
+
+
+def test_encoders_through_openai_and_ollama_clients(server, openai_client):
+    import ollama
+
+    bert, nomic = "bert-tiny-q8_0", "nomic-bert-tiny-q4_k_m"
+    fb, fn = _encoder_fixture(bert), _encoder_fixture(nomic)
+    texts = [t["text"] for t in fb["texts"]]
+    sdk = openai_client(server)
+    many = sdk.embeddings.create(model=bert, input=texts)
+    assert [d.index for d in many.data] == list(range(len(texts)))
+    assert _cosines([d.embedding for d in many.data], [t["normalized"] for t in fb["texts"]]).min() >= 0.9999
+    one = sdk.embeddings.create(model=bert, input=texts[1])
+    assert _cosines([one.data[0].embedding], [fb["texts"][1]["normalized"]])[0] >= 0.9999
+    client = ollama.Client(host=server)
+    try:
+        got = client.embed(model=nomic, input=[t["text"] for t in fn["texts"]])
+        assert _cosines(got.embeddings, [t["normalized"] for t in fn["texts"]]).min() >= 0.9999
+        single = client.embed(model=nomic, input=fn["texts"][0]["text"])
+        assert _cosines(single.embeddings, [fn["texts"][0]["normalized"]])[0] >= 0.9999
+        assert client.show(nomic).capabilities == ["embedding"]
+        with pytest.raises(ollama.ResponseError) as err:
+            client.chat(model=nomic, messages=[{"role": "user", "content": "hi"}])
+        assert err.value.status_code == 400 and "embedding model" in str(err.value)
+    finally:
+        client._client.close()
+    import openai
+
+    with pytest.raises(openai.BadRequestError, match="embedding model"):
+        sdk.chat.completions.create(model=bert, messages=[{"role": "user", "content": "hi"}])
+
+
+def test_embeddings_beside_streaming_chats(server, openai_client):
+    """16 embedding requests (8 to the chats' own model, 8 to an encoder) while 4 chats stream:
+    all complete, every chat's tokens equal that chat alone, every vector equals it alone."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    sdk = openai_client(server)
+    asks = [f"Name {k} animals that live in the sea." for k in (2, 3, 4, 5)]
+    texts = [f"sentence number {i} about the sea" for i in range(8)]
+
+    def chat(q: str) -> str:
+        stream = sdk.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": q}],
+                                             temperature=0, max_tokens=40, stream=True)
+        return "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+
+    def embed(model: str, text: str) -> list:
+        return sdk.embeddings.create(model=model, input=text).data[0].embedding
+
+    alone_chats = [chat(q) for q in asks]
+    alone_vecs = {(m, t): embed(m, t) for m in ("smollm2", "bert-tiny-q8_0") for t in texts}
+    with ThreadPoolExecutor(20) as pool:
+        chats = [pool.submit(chat, q) for q in asks]
+        vecs = {(m, t): pool.submit(embed, m, t) for m in ("smollm2", "bert-tiny-q8_0") for t in texts}
+        assert [c.result(timeout=300) for c in chats] == alone_chats
+        assert all(v.result(timeout=300) == alone_vecs[k] for k, v in vecs.items())
+    assert all(len(c) > 20 for c in alone_chats)

@@ -478,13 +478,25 @@ def binds(name: str, write, kind: str, tmp: Path) -> dict:
     return {"max_logit_change": round(diff, 4), "top1_changed": round(float(top1), 4)}
 
 
+@__import__("llama_cpp").llama_log_callback
+def _quiet(level, text, user_data):  # the quantizer's log (its lines can end inside a UTF-8 character)
+    pass
+
+
 def quantize(src: Path, dst: Path, ftype: int) -> None:
+    import ctypes
+
     import llama_cpp
+    from llama_cpp import _logger
 
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = ftype
-    if llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), params) != 0:
-        raise RuntimeError(f"llama.cpp could not quantize {src}")
+    llama_cpp.llama_log_set(_quiet, ctypes.c_void_p(0))
+    try:
+        if llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), params) != 0:
+            raise RuntimeError(f"llama.cpp could not quantize {src}")
+    finally:
+        llama_cpp.llama_log_set(_logger.llama_log_callback, ctypes.c_void_p(0))
 
 
 def make(name: str, out: Path, tmp: Path) -> dict:
