@@ -6,7 +6,8 @@ because this kind of machine is shared and noisy; inside one, each test runs as 
 runs it: a warm-up, then the mean rate of 3 runs.
 
     python benchmarks/bench_decode.py [MODEL.gguf ...] [--threads 2] [--rounds 3]
-        [--llama-bench PATH ...]           # llama.cpp's llama-bench (portable and/or native builds)
+        [--llama-bench "PATH [ARGS]" ...]  # llama.cpp's llama-bench (portable and/or native builds), with
+                                           # its extra arguments (ik_llama.cpp's: "PATH -rtr 1")
         [--llama-python /path/to/python]   # an interpreter with llama-cpp-python installed
         [--depth N]                        # also decode (tg128) after N positions (llama-bench -d N)
 
@@ -149,10 +150,12 @@ def _run_worker(python: str, engine: str, path: str, threads: int, depth: int = 
 def _llama_bench(binary: str, path: str, threads: int, depth: int = 0) -> dict | None:
     """pp512 and tg128 tok/s from one llama-bench run (its own 3 repetitions), and tg128 after
     `depth` positions (-d) when depth > 0. A native build on a CPU with AMX crashes in its AMX
-    weight repack (0.3.36): then it runs as `--repack 0`, its plain CPU kernels, and says so."""
-    out = _llama_bench_run(binary, [path, "-t", str(threads), "-p", str(PP), "-n", str(TG)])
+    weight repack (0.3.36): then it runs as `--repack 0`, its plain CPU kernels, and says so.
+    binary: the path, then any extra arguments of that build, space-separated."""
+    binary, *extra = binary.split()
+    out = _llama_bench_run(binary, [path, "-t", str(threads), "-p", str(PP), "-n", str(TG), *extra])
     if out and depth:
-        deep = _llama_bench_run(binary, [path, "-t", str(threads), "-p", "0", "-n", str(TG), "-d", str(depth)])
+        deep = _llama_bench_run(binary, [path, "-t", str(threads), "-p", "0", "-n", str(TG), "-d", str(depth), *extra])
         if deep is None:
             return None
         out["tg_depth"] = deep["tg"]

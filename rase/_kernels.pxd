@@ -211,6 +211,8 @@ cdef extern from "_attention.h" nogil:
                      float scale, float softcap, float *scratch, int64_t qstride, float *const *out, int isa)
     void attend_ggml_ref(const float *q, const rase_kv_view *kv, int j0, int j1, int hd, float scale,
                          float softcap, float *scratch, float *out)
+    void rase_attend_f32(const float *q, const float *k, const float *v, int64_t ks, int n, int hd, float scale,
+                         float *s, float *out, int isa)
 
 cdef extern from "_forward.h" nogil:
     void rase_gate(float *g, const float *u, int64_t n, const uint16_t *gelu_table, int isa)

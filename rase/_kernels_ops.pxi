@@ -17,6 +17,21 @@ def _pool(const uint16_t[:, ::1] k, const uint16_t[:, ::1] v, blocks):
     return table, kp, vp
 
 
+def attention_f32(const float[::1] q, const float[:, ::1] k, const float[:, ::1] v, float scale, isa=None):
+    """An encoder's attention (rase_attend_f32): softmax(scale * q . k[j]) . v over every row of
+    the f32 k, v (n, hd). isa "scalar" is attend_f32_ref, the operations every path computes."""
+    cdef int n = k.shape[0], hd = q.shape[0]
+    if n < 1 or k.shape[1] != hd or v.shape[0] != n or v.shape[1] != hd:
+        raise ValueError("q (hd,), k and v (n, hd) required")
+    cdef int path = rase_isa if isa is None else _isa_id(isa)
+    scores = _np.empty(n, dtype=_np.float32)
+    out = _np.empty(hd, dtype=_np.float32)
+    cdef float[::1] sv = scores, ov = out
+    with nogil:
+        rase_attend_f32(&q[0], &k[0, 0], &v[0, 0], hd, n, hd, scale, &sv[0], &ov[0], path)
+    return out
+
+
 def attention(const float[:, ::1] q, const uint16_t[:, ::1] k, const uint16_t[:, ::1] v, float scale,
               int j0=0, isa=None, float softcap=0.0, blocks=None):
     """softmax(scale * q[h] . k[j]) . v over rows j0..len(k)-1 for each of 1..ATTN_G query

@@ -11,7 +11,7 @@ from typing import Callable
 
 import numpy as np
 
-from .errors import InvalidGenerationConfig
+from .errors import InvalidGenerationConfig, WrongModelKind
 
 
 @dataclass
@@ -33,6 +33,9 @@ def _nll(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
 def perplexity(decoder, tokenizer, text: str, n_ctx: int = 512,
                on_chunk: Callable[[int, int, float], None] | None = None) -> Perplexity:
     """on_chunk(i, n_chunks, running ppl) after each chunk."""
+    if not decoder.plan.weights.has_lm_head:
+        raise WrongModelKind(decoder.gguf.architecture or "?", "embedding",
+                             "an encoder has no next-token distribution to score")
     if n_ctx < 4 or n_ctx % 2 or n_ctx > decoder.n_ctx:
         raise InvalidGenerationConfig(f"n_ctx must be even, 4..{decoder.n_ctx}; got {n_ctx}", "ctx")
     ids = tokenizer.encode(text, add_special_tokens=True, parse_special=False)

@@ -74,6 +74,12 @@ def gelu(x: np.ndarray) -> np.ndarray:
     return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
+def gelu_f16(x: np.ndarray) -> np.ndarray:
+    """ggml's GELU as its kernels compute it: the input rounded to f16, the result looked up in
+    an f16 table; 0 below -10, x above 10."""
+    return np.where(x <= -10, 0.0, np.where(x >= 10, x, f16(gelu(f16(x)))))
+
+
 def silu(x: np.ndarray) -> np.ndarray:
     return x / (1.0 + np.exp(-x))
 
@@ -294,7 +300,7 @@ class EncoderReference:
             x = layernorm(x + self._lin(p + "attn_output.weight", att), W[p + "attn_output_norm.weight"],
                           W[p + "attn_output_norm.bias"], hp.eps)
             up = self._lin(p + "ffn_up.weight", x)
-            f = silu(self._lin(p + "ffn_gate.weight", x)) * up if p + "ffn_gate.weight" in W else gelu(up)
+            f = silu(self._lin(p + "ffn_gate.weight", x)) * up if p + "ffn_gate.weight" in W else gelu_f16(up)
             x = layernorm(x + self._lin(p + "ffn_down.weight", f), W[p + "layer_output_norm.weight"],
                           W[p + "layer_output_norm.bias"], hp.eps)
             self.trace.append(x)

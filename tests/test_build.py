@@ -75,7 +75,7 @@ def _vendor_from_cpuinfo() -> str:
 def test_default_prefetch_distance_follows_the_cpu_vendor():
     vendor = _vendor_from_cpuinfo()
     assert _kernels.cpu_vendor() == vendor  # cpuid read right (cpuinfo is the kernel's copy)
-    want = {"AuthenticAMD": 0, "GenuineIntel": 4096}.get(vendor, 4096)
+    want = {"AuthenticAMD": 4096, "GenuineIntel": 4096}.get(vendor, 4096)
     assert _kernels.prefetch_default() == want
     info = json.loads(_build_info_with(None, "RASE_PREFETCH").stdout)
     assert (info["cpu_vendor"], info["prefetch_bytes"]) == (vendor, want)

@@ -312,3 +312,65 @@ def test_non_finite_logits_are_an_error_not_an_answer(tmp_path, tiny_models, arc
         assert not dec._fwd.logits_finite
     out = dec._fwd.run(np.array(TOKENS[:4], np.int32), 0, 1)
     assert np.isnan(out[0, 40]) and np.isfinite(np.delete(out[0], 40)).all()
+
+
+# ---------------------------------------------------------------- encoders (bert, nomic-bert)
+
+def _encoder_hidden(plan, seqs: list[list[int]], threads: int) -> list[np.ndarray]:
+    """Every sequence's final hidden states, all of them in one step (rows in position order)."""
+    fwd = _kernels.Forward(plan.weights, 1, sum(map(len, seqs)), threads)
+    rows = np.array([(t, s, p) for s, ids in enumerate(seqs) for p, t in enumerate(ids)], np.int32)
+    fwd.step(rows, np.zeros((len(seqs), 1), np.int32), np.zeros(0, np.int32),
+             embd_rows=np.arange(len(rows), dtype=np.int32))
+    return np.split(fwd.hidden.copy(), np.cumsum([len(i) for i in seqs])[:-1])
+
+
+def _encoder_ids(name: str) -> list[list[int]]:
+    import json
+
+    from tests.test_archs import ARCHS
+
+    return [t["ids"] for t in json.loads((ARCHS / f"{name}.llamacpp-embd.json").read_text())["texts"]]
+
+
+@pytest.mark.parametrize("isa", _kernels.isa_supported())
+@pytest.mark.parametrize("name", ["bert-tiny-q8_0", "nomic-bert-tiny-q4_k_m"])
+def test_encoder_forward_matches_numpy_spec(name, isa):
+    """The C encoder (LayerNorms after the adds, token types, positions or RoPE, GELU or SwiGLU,
+    attention over the whole input) against tests/reference.py's EncoderReference, every ISA."""
+    from rase.plan import load_plan
+    from tests.reference import EncoderReference
+    from tests.test_archs import ARCHS
+
+    ids = _encoder_ids(name)[9]  # 23 tokens
+    ref = EncoderReference(ARCHS / f"{name}.gguf")
+    want = ref.hidden(ids)
+    previous = _kernels.get_isa()
+    _kernels.set_isa(isa)
+    try:
+        got = _encoder_hidden(load_plan(ARCHS / f"{name}.gguf"), [ids], 2)[0]
+    finally:
+        _kernels.set_isa(previous)
+    err = np.linalg.norm(got - want, axis=1) / np.linalg.norm(want, axis=1)
+    assert np.median(err) < 1e-5 and err.max() < 2e-3, err  # an 8-bit rounding may flip in a row
+
+
+@pytest.mark.parametrize("name", ["bert-tiny-q4_k_m", "nomic-bert-tiny-q8_0"])
+def test_encoder_rows_do_not_depend_on_threads_or_the_step(name):
+    """An input's hidden states are the same bits alone on one thread as beside other inputs of
+    other lengths in one step, on 2 and 3 threads."""
+    from rase.plan import load_plan
+    from tests.test_archs import ARCHS
+
+    plan = load_plan(ARCHS / f"{name}.gguf")
+    seqs = _encoder_ids(name)
+    alone = [_encoder_hidden(plan, [ids], 1)[0] for ids in seqs]
+    for threads in (2, 3):
+        for got, want in zip(_encoder_hidden(plan, seqs[::-1], threads), alone[::-1]):
+            assert got.tobytes() == want.tobytes(), threads
+    with pytest.raises(ValueError, match="whole in its step"):  # a sequence split across steps
+        fwd = _kernels.Forward(plan.weights, 1, 8, 1)
+        fwd.step(np.array([[101, 0, 1], [102, 0, 2]], np.int32), np.zeros((1, 1), np.int32), np.zeros(0, np.int32))
+    with pytest.raises(ValueError, match="no LM head"):
+        _kernels.Forward(plan.weights, 1, 8, 1).step(np.array([[101, 0, 0]], np.int32), np.zeros((1, 1), np.int32),
+                                                     np.zeros(1, np.int32))

@@ -256,6 +256,23 @@ def test_simd_attention_equals_its_scalar_reference_bit_for_bit(hd, n, j0, softc
         _kernels.attention(q[:1], k, v, 0.125, j0, blocks=np.zeros(len(scattered), np.int32) + len(scattered))
 
 
+@pytest.mark.parametrize("hd,n", [(8, 1), (64, 7), (64, 512), (96, 33), (36, 20)])
+def test_encoder_attention_equals_its_scalar_reference_bit_for_bit(hd, n):
+    """An encoder's attention over f32 K/V (rase_attend_f32): every ISA computes the scalar
+    reference's operations (lengths off the 8-lane groups, and a head size that is not a
+    multiple of 8, where every ISA runs the reference), and the reference is the float64 spec."""
+    rng = np.random.default_rng(hd * 1000 + n)
+    q = (rng.standard_normal(hd) * 2).astype(np.float32)
+    k, v = (rng.standard_normal((n, hd)).astype(np.float32) for _ in range(2))
+    ref = _kernels.attention_f32(q, k, v, 0.125, "scalar")
+    s = k.astype(np.float64) @ q * 0.125
+    p = np.exp(s - s.max())
+    spec = (p / p.sum()) @ v
+    assert np.abs(ref - spec).max() <= 1e-5 * np.abs(spec).max() + 1e-6
+    for isa in _kernels.isa_supported():
+        assert _kernels.attention_f32(q, k, v, 0.125, isa).tobytes() == ref.tobytes(), isa
+
+
 @pytest.mark.parametrize("isa", ["scalar", "avx2"])
 @pytest.mark.parametrize("hd,n,j0", [(64, 1, 0), (64, 77, 0), (128, 300, 200), (256, 40, 9)])
 def test_grouped_attention_equals_each_query_alone_bit_for_bit(isa, hd, n, j0):
