@@ -13,38 +13,23 @@ quantizer (llama-cpp-python), e.g. OUT_DIR/llama-3.2-1b-shape-q4_k_m.gguf.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 L, D, H, KV, HD, F, V = 16, 2048, 32, 8, 64, 8192, 128256
 BASE = 500000.0
 FTYPES = {"q4_k_m": 15, "q8_0": 7, "q4_0": 2, "q6_k": 18}  # llama_ftype
-
-
-def llama3_rope_freqs(n_rot: int = HD, base: float = BASE, factor: float = 32.0, low: float = 1.0,
-                      high: float = 4.0, orig: int = 8192) -> np.ndarray:
-    """convert_hf_to_gguf's rope_freqs for rope_type llama3 (the frequency divisors)."""
-    out = []
-    for i in range(0, n_rot, 2):
-        wavelen = 2 * math.pi * base ** (i / n_rot)
-        if wavelen < orig / high:
-            out.append(1.0)
-        elif wavelen > orig / low:
-            out.append(factor)
-        else:
-            smooth = (orig / wavelen - low) / (high - low)
-            out.append(1 / ((1 - smooth) / factor + smooth))
-    return np.array(out, np.float32)
 
 
 def write_f16(path: Path, seed: int = 0) -> Path:
     import gguf
 
     from rase.gguf import GGUFFile
+    from tools.make_arch_fixtures import llama3_factors
 
     src = GGUFFile(ROOT / "tests" / "fixtures" / "archs" / "llama3-tiny-q8_0.gguf")
     tokens = list(src.get("tokenizer.ggml.tokens")) + [f"<|reserved_special_token_{i}|>" for i in range(V - 512)]
@@ -79,7 +64,7 @@ def write_f16(path: Path, seed: int = 0) -> Path:
 
     mat("token_embd.weight", V, D, 1.0)
     norm("output_norm.weight")
-    w.add_tensor("rope_freqs.weight", llama3_rope_freqs())
+    w.add_tensor("rope_freqs.weight", llama3_factors(HD, BASE, factor=32.0, low=1.0, high=4.0, orig=8192))
     for i in range(L):
         p = f"blk.{i}."
         norm(p + "attn_norm.weight")
@@ -104,7 +89,6 @@ def main() -> None:
     ap.add_argument("--quant", nargs="*", default=["q4_k_m"], choices=sorted(FTYPES))
     ap.add_argument("--keep-f16", action="store_true")
     args = ap.parse_args()
-    sys.path.insert(0, str(ROOT))
     from tools.make_arch_fixtures import quantize
 
     out = Path(args.out_dir)

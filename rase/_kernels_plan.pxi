@@ -203,7 +203,9 @@ cdef class Weights:
         return 0
 
     cdef const float *_opt_vec(self, object arr, int64_t n, str name) except? NULL:
-        return NULL if arr is None else self._vec(arr, n, name)
+        if arr is None:  # not a conditional expression: Cython types its temporary non-const
+            return NULL
+        return self._vec(arr, n, name)
 
     cdef const float *_vec(self, object arr, int64_t n, str name) except NULL:
         a = _np.ascontiguousarray(arr, dtype=_np.float32)
