@@ -29,7 +29,7 @@ def write_f16(path: Path, seed: int = 0) -> Path:
     import gguf
 
     from rase.gguf import GGUFFile
-    from tools.make_arch_fixtures import llama3_factors
+    from tools.arch_sources import llama3_factors
 
     src = GGUFFile(ROOT / "tests" / "fixtures" / "archs" / "llama3-tiny-q8_0.gguf")
     tokens = list(src.get("tokenizer.ggml.tokens")) + [f"<|reserved_special_token_{i}|>" for i in range(V - 512)]
