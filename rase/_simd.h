@@ -144,12 +144,11 @@ static int rase_prefetch_bytes = 4096;
     } while (0)
 
 // The default distance by CPU vendor (cpuid leaf 0), decode on 2 threads: an Intel Xeon
-// (2026-12-01) 5% faster with 4 KiB; Zen 4, 4 KiB as well: on 2026-12-05 decode ran 14% (SmolLM2
-// Q4_1), 20% (Gemma3 Q4_K_M) and 36% (a Llama-3.2-1B-shape Q4_K_M, 800 MB) faster with it, and
-// the Q4_K/Q6_K matvec from DRAM went from 77%/69% of the read bandwidth to 99%/98% (alternated,
-// 2-3 rounds), where a 2026-12-04 run of the same VM kind had measured 7-14% faster with none
-// on the small models: its L2 streamers keep up with the light kernels, not with Q4_K/Q6_K's.
-// Unlisted: 4 KiB.
+// (2026-12-01) 5% faster with 4 KiB; AMD, 4 KiB as well: on a Zen 5 EPYC (2026-12-05) decode ran
+// 14% (SmolLM2 Q4_1), 20% (Gemma3 Q4_K_M) and 36% (a Llama-3.2-1B-shape Q4_K_M, 800 MB) faster
+// with it, and the Q4_K/Q6_K matvec from DRAM went from 77%/69% of the read bandwidth to 99%/98%
+// (alternated, 2-3 rounds): its L2 streamers keep up with the light kernels, not with Q4_K/Q6_K's.
+// A Zen 4 (2026-12-04) had measured 7-14% faster with none on the small models. Unlisted: 4 KiB.
 typedef struct { char vendor[13]; int bytes; } rase_prefetch_rule;
 static const rase_prefetch_rule RASE_PREFETCH_RULES[] = {{"AuthenticAMD", 4096}, {"GenuineIntel", 4096}};
 #define RASE_PREFETCH_FALLBACK 4096
