@@ -136,8 +136,8 @@ typedef struct {  // one step
     const int32_t *out_rows;   // (n_out,): rows whose logits are wanted, in output order
     int n_out;
     float *logits;             // (n_out, n_vocab)
-    const int32_t *seq_len;    // non-causal models: seq s attends to its positions [0, seq_len[s]),
-    const int32_t *seq_first;  // which are rows seq_first[s] + p, p = 0 .. seq_len[s] - 1
+    const int32_t *seq_len;    // an encoder (not read otherwise): seq s attends to its positions
+    const int32_t *seq_first;  // [0, seq_len[s]), rows seq_first[s] + p of the step
     const int32_t *embd_rows;  // (n_embd,): rows whose final hidden state is wanted (embeddings)
     int n_embd;
     float *embd;               // (n_embd, n_embd floats): after the final norm when the model has one
@@ -690,7 +690,7 @@ static rase_kv_view rase_row_view(const rase_model *m, const rase_layer *L, int 
     const rase_kv_pool *kv = m->kv;
     const rase_entry e = b->rows[t];
     *j0 = L->window > 0 && e.pos - L->window + 1 > 0 ? e.pos - L->window + 1 : 0;
-    *j1 = m->w->hp.causal ? e.pos + 1 : b->seq_len[e.seq];
+    *j1 = e.pos + 1;
     const int64_t koff = rase_kv_at(kv, il, kh, 0, 0);
     const rase_kv_view view = {kv->k + koff, kv->v + koff, b->tables + e.seq * b->table_stride,
                                (int64_t)RASE_KV_BLOCK * kv->head_dim, kv->head_dim};
@@ -792,7 +792,6 @@ static void rase_attention(rase_model *m, const rase_layer *L, int il, const ras
                             hd, hp->attn_prescale ? 1.0f : hp->attn_scale, scores, m->s->att + t * nq + (int64_t)h * hd,
                             m->isa);
         }
-        (void)L, (void)il;
         return;
     }
     if ((int64_t)b->n * hp->n_head_kv >= 4 * nth) {

@@ -195,14 +195,15 @@ cdef class Forward:
         """int32 (n_seq,) twice: positions each sequence spans in the step and its first row (an
         encoder's keys). An encoder's sequence must be whole in its step: rows first .. first +
         len - 1 holding positions 0 .. len - 1 in order."""
-        r = _np.asarray(rows)
         out, first = _np.zeros(max(n_seq, 1), _np.int32), _np.zeros(max(n_seq, 1), _np.int32)
+        if self.weights.w.hp.causal:  # not read: no work in a decoder's steps
+            return out, first
+        r = _np.asarray(rows)
         _np.maximum.at(out, r[:, 1], r[:, 2] + 1)
-        if not self.weights.w.hp.causal:
-            idx = _np.arange(r.shape[0])
-            first[r[::-1, 1]] = idx[::-1]  # each sequence's first row
-            if _np.any(r[:, 2] != idx - first[r[:, 1]]) or _np.any(_np.bincount(r[:, 1], minlength=out.size) != out):
-                raise ValueError("an encoder's input must be whole in its step: its rows in position order 0..n-1")
+        idx = _np.arange(r.shape[0])
+        first[r[::-1, 1]] = idx[::-1]  # each sequence's first row
+        if _np.any(r[:, 2] != idx - first[r[:, 1]]) or _np.any(_np.bincount(r[:, 1], minlength=out.size) != out):
+            raise ValueError("an encoder's input must be whole in its step: its rows in position order 0..n-1")
         return out, first
 
     cdef int _check_logits(self, int n_out) except -1:

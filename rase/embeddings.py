@@ -66,9 +66,11 @@ class Pooling:
         return self.how == "mean" or pos == (0 if self.how == "cls" else self.n - 1)
 
     def add(self, h: np.ndarray) -> None:
-        """h: the hidden state of a wanted position (in position order)."""
-        h = h.astype(np.float64)
-        self.acc = h if self.acc is None or self.how != "mean" else self.acc + h
+        """h (k, n_embd): the hidden states of the wanted positions one step computed, in order."""
+        if not len(h):
+            return
+        part = h.sum(axis=0, dtype=np.float64) if self.how == "mean" else h[-1].astype(np.float64)
+        self.acc = part if self.acc is None or self.how != "mean" else self.acc + part
 
     def finish(self) -> np.ndarray:
         v = self.acc / self.n if self.how == "mean" else self.acc

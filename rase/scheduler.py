@@ -46,7 +46,7 @@ class StepPlan:
     n_prefill: int
     samplers: list = field(default_factory=list)
     embd_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))  # rows whose hidden states pool
-    embd_of: list = field(default_factory=list)  # the embedding request of each embd row
+    embd_spans: list = field(default_factory=list)  # (request, start, stop): its rows' slice of embd_rows
 
 
 class _Ema:
@@ -148,7 +148,7 @@ class Scheduler:
         seqs: list[Request] = []
         counts: list[int] = []
         embd_rows: list[int] = []
-        embd_of: list[Request] = []
+        embd_spans: list[tuple[Request, int, int]] = []
         for req in decode:
             self.kv.grow(req, req.n_computed + 1)
             out_rows.append(len(rows))
@@ -168,11 +168,11 @@ class Scheduler:
             if self.causal:
                 self.kv.grow(req, req.n_computed + take)
             start = req.n_computed
-            for p in range(start, start + take):
-                if req.embed is not None and req.embed.wants(p):
-                    embd_rows.append(len(rows))
-                    embd_of.append(req)
-                rows.append((req.tokens[p], len(seqs), p))
+            if req.embed is not None:
+                first = len(embd_rows)
+                embd_rows.extend(len(rows) + p - start for p in range(start, start + take) if req.embed.wants(p))
+                embd_spans.append((req, first, len(embd_rows)))
+            rows.extend((req.tokens[p], len(seqs), p) for p in range(start, start + take))
             if start + take == len(req.tokens) and req.embed is None:  # the prompt's last position: token 1
                 out_rows.append(len(rows) - 1)
                 out.append(req)
@@ -189,7 +189,7 @@ class Scheduler:
                 req.sampler.mask = req.constraint.fill()
         return StepPlan(np.array(rows, np.int32).reshape(-1, 3), tables, np.array(out_rows, np.int32),
                         out, seqs, counts, len(decode), n_prefill, [r.sampler for r in out],
-                        np.array(embd_rows, np.int32), embd_of)
+                        np.array(embd_rows, np.int32), embd_spans)
 
     def update(self, plan: StepPlan, tokens, seconds: float, now: float, logits=None, hidden=None) -> list[Event]:
         """Fold a step's sampled tokens (one per out row; -1: logits not finite) back; logits
@@ -205,10 +205,9 @@ class Scheduler:
             req.n_computed += n
             self.kv.commit(req)
         events, self.events = self.events, []
-        for j, req in enumerate(plan.embd_of):
-            req.embed.add(hidden[j])
-        for req in plan.seqs:
-            if req.embed is not None and req.n_computed == len(req.prompt):
+        for req, a, b in plan.embd_spans:
+            req.embed.add(hidden[a:b])
+            if req.n_computed == len(req.prompt):
                 req.embed.finish()
                 events.append(self._finish(req, None))
         for j, (req, token) in enumerate(zip(plan.out, [int(t) for t in tokens])):

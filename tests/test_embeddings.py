@@ -11,7 +11,7 @@ import json
 import numpy as np
 import pytest
 
-from rase import InvalidGenerationConfig, ManifestError, WrongModelKind
+from rase import ContextOverflow, InvalidGenerationConfig, ManifestError, WrongModelKind
 from rase.api import Engine
 from rase.registry import ModelRegistry
 from tests import llamacpp_ref
@@ -147,7 +147,7 @@ def test_encoder_refusals(engine, tmp_path):
     with pytest.raises(InvalidGenerationConfig, match="pooling"):
         engine.embed(name, "x", pooling="rank")
     too_long = " ".join(["word"] * 600)  # bert's context is 512 positions
-    with pytest.raises(Exception, match="context"):
+    with pytest.raises(ContextOverflow):
         engine.embed("bert-tiny-q8_0", too_long)
 
 
