@@ -5,18 +5,23 @@ decode step of the same model, and constrained against free generation end to en
 
 Without a model argument it runs the two real models of the test suite (fetched from PyPI).
 Each model: the vocabulary build (once per loaded model), then a JSON-schema answer generated
-token by token through generate_with, timing every mask fill and every forward step.
+token by token through the single-stream loop (tests/single_stream.py), timing every mask fill and every forward step.
 """
 from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
 from rase.decoder import load_gguf_decoder
-from rase.generation import GenerationConfig, generate_with
+from rase.sampling import GenerationConfig
 from rase.structured import GrammarVocab, grammar_spec
 from rase.tokenizer import LocalTokenizer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.single_stream import generate_with  # noqa: E402 (the single-stream loop: a mask per draw, timed)
 
 SCHEMA = {  # unbounded strings and arrays: the matcher's work grows with what it tracks
     "type": "object",

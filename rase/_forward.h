@@ -143,7 +143,7 @@ typedef struct {  // one step
     float *embd;               // (n_embd, n_embd floats): after the final norm when the model has one
 } rase_batch;
 
-typedef struct {  // one row's sampler state (owned by its request)
+typedef struct {  // one row's sampler state (owned by its request); p NULL: the row is read, not sampled
     const rase_sampling *p;
     rase_rng *rng;
     rase_cand *work;           // RASE_SAMPLE_WORK(n_vocab) candidates
@@ -978,6 +978,7 @@ static void rase_step(rase_model *m, const rase_batch *b, const rase_sampler_ref
             rase_sync(m, ith);
             for (int j = ith; j < b->n_out; j += nth) {
                 const rase_sampler_ref *r = &samplers[j];
+                if (!r->p) { tokens[j] = RASE_SAMPLE_NONE; continue; }  // a row read, not sampled
                 tokens[j] = rase_sample(b->logits + (int64_t)j * V, V, r->counts, r->p, r->rng, r->work, r->allow);
             }
         }

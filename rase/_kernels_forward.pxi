@@ -145,7 +145,8 @@ cdef class Forward:
         an encoder's row: to all of them, and a sequence must then be whole in the step).
         Returns (tokens, logits): logits (n_out, n_vocab) of the out_rows, a view valid until
         the next step; tokens (n_out,) int32 sampled by samplers[j] from row j (-1: logits not
-        finite), or None without samplers. embd_rows (int32 indices of rows): their final
+        finite; SAMPLE_NONE where samplers[j] is None: a row read, not sampled), or None without
+        samplers. embd_rows (int32 indices of rows): their final
         hidden states (after the final norm when the model has one) in .hidden, (len, n_embd),
         a view valid until the next step. Forward and sampling run with the GIL released."""
         self._check_step(rows, tables, out_rows)
@@ -257,7 +258,10 @@ cdef class Forward:
             self._n_refs = n_out
         cdef int j
         for j in range(n_out):
-            self._fill_ref(&self._refs[j], samplers[j])
+            if samplers[j] is None:
+                memset(&self._refs[j], 0, sizeof(rase_sampler_ref))  # p NULL: the row is not sampled
+            else:
+                self._fill_ref(&self._refs[j], samplers[j])
         return self._refs
 
     cdef int _fill_ref(self, rase_sampler_ref *r, Sampler sp) except -1:

@@ -3,7 +3,7 @@
 # ---------------------------------------------------------------- the GGUF reader's hot loop
 
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.string cimport memcpy
+from libc.string cimport memcpy, memset
 
 
 def gguf_strings(const uint8_t[::1] buf, int64_t pos, int64_t count):

@@ -19,14 +19,14 @@ from . import __version__  # noqa: F401
 from .channel import RequestHandle
 from .config import default_store
 from .errors import BackendUnavailable, InvalidGenerationConfig, InvalidGrammar, WrongModelKind
-from .generation import GenerationConfig
+from .sampling import GenerationConfig
 from .logprobs import MAX_TOP_CHAT, MAX_TOP_COMPLETION
 from .registry import ModelRegistry
 from .request import Completion
 from .session import DEVICES, SessionCache, load_session
 from .structured import grammar_spec
 from .tools import ToolSpec, ToolText, tool_constraint, tool_spec
-from .textgen import run_text, stop_tokens_with_eos
+from .sampling import stop_tokens_with_eos
 from .textstate import TextState
 
 GEN_FIELDS = ("max_tokens", "temperature", "top_k", "seed", "top_p", "min_p", "repeat_penalty",
@@ -446,16 +446,23 @@ def generate_chat_stream_registered_gguf(store, id, messages, on_delta, max_toke
 
 def generate_llama_gguf(weights, tokenizer, prompt, max_tokens=256, temperature=0.7, top_k=40, seed=0,
                         stop_tokens=(), device="auto") -> str:
-    """One-off, uncached generation from files (the architecture comes from the GGUF)."""
-    from .decoder import load_gguf_decoder
+    """One-off, uncached generation from files (the architecture comes from the GGUF): a worker
+    of its own for the one request, closed after it."""
+    from .plan import load_plan
     from .tokenizer import LocalTokenizer
+    from .worker import ModelWorker
 
-    dec = load_gguf_decoder(None, weights)
-    tok = LocalTokenizer.from_file(tokenizer) if tokenizer else LocalTokenizer.from_gguf(dec.gguf)
+    plan = load_plan(weights)
+    tok = LocalTokenizer.from_file(tokenizer) if tokenizer else LocalTokenizer.from_gguf(plan.gguf)
     ids = tok.encode(prompt, add_special_tokens=True, parse_special=False)
     cfg = GenerationConfig(max_tokens=max_tokens, temperature=temperature, top_k=top_k, seed=seed,
                            stop_tokens=tuple(stop_tokens))
-    return run_text(dec, tok, ids, cfg).text
+    cfg = dataclasses.replace(cfg, stop_tokens=stop_tokens_with_eos(cfg, plan.eos_token))
+    worker = ModelWorker(plan, max_batch=1, name="generate")
+    try:
+        return worker.submit(ids, cfg, TextState.for_tokenizer(tok)).result().text
+    finally:
+        worker.close()
 
 
 def profiling_snapshot(reset: bool = True) -> str:

@@ -234,10 +234,11 @@ def _structure_kwargs(args) -> dict:
 
 def cmd_perplexity(args) -> int:
     """llama-perplexity's procedure over a text file; MODEL is a registered id or a GGUF path."""
-    from .decoder import load_gguf_decoder
     from .perplexity import perplexity
+    from .plan import load_plan
     from .registry import ModelRegistry
     from .tokenizer import LocalTokenizer
+    from .worker import ModelWorker
 
     path, tokenizer = Path(args.model), None
     if not path.is_file():
@@ -248,10 +249,14 @@ def cmd_perplexity(args) -> int:
         text = Path(args.file).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidGenerationConfig(f"cannot read {args.file}: {exc}", "file") from None
-    dec = load_gguf_decoder(None, path, n_ctx=args.ctx)
-    tok = tokenizer or LocalTokenizer.from_gguf(dec.gguf)
+    plan = load_plan(path, n_ctx=args.ctx)
+    tok = tokenizer or LocalTokenizer.from_gguf(plan.gguf)
     show = lambda i, n, ppl: print(f"[{i + 1}/{n}] {ppl:.4f}", file=sys.stderr, flush=True)
-    r = perplexity(dec, tok, text, args.ctx, on_chunk=show)
+    worker = ModelWorker(plan, max_batch=1, name="perplexity")  # the chunks batch as prompt-only requests
+    try:
+        r = perplexity(worker, tok, text, args.ctx, on_chunk=show)
+    finally:
+        worker.close()
     print(f"Final estimate: PPL = {r.ppl:.4f} +/- {r.error:.5f}  ({len(r.chunks)} chunks of {args.ctx}, "
           f"{r.tokens} tokens scored)")
     return 0

@@ -4,8 +4,9 @@ prefill(tokens) resets the KV cache, evaluates the prompt in chunks and returns 
 position's logits; decode(token) appends one token. Every position is computed by the same
 arithmetic however the prompt is chunked (the one-token numerics, equal to llama.cpp's
 n_batch = 1 results). Logits are rank-1 float32 arrays of vocabulary size. The GIL is released
-inside every forward call. This single-stream loop is also the "served alone" oracle the
-batched engine (worker.py) is tested against.
+inside every forward call. One sequence over a Forward of its own: the tests' single-stream
+oracle (tests/single_stream.py) and the benchmarks use it; rase serves every request through
+the model's worker (worker.py) instead.
 """
 from __future__ import annotations
 
@@ -19,8 +20,8 @@ from . import _kernels
 from .config import PROFILE, default_threads
 from .errors import Cancelled, ContextOverflow, InvalidGenerationConfig, InvalidLogits
 from .models import resolve
-from .plan import DEFAULT_MAX_CTX, ModelPlan, blocks_for, load_plan  # noqa: F401 (re-exported)
-from .profiling import profile_add, profile_snapshot  # noqa: F401 (re-exported)
+from .plan import ModelPlan, blocks_for, load_plan
+from .profiling import profile_add
 
 PREFILL_CHUNK = 512      # tokens per prefill call (any chunking gives the same bits)
 

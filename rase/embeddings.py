@@ -57,6 +57,8 @@ def token_inputs(tokenizer, texts: Sequence[str]) -> list[list[int]]:
 class Pooling:
     """One input's pooled vector, folded in as its rows are computed (in one step or several)."""
 
+    source = "hidden"  # the rows it reads (scheduler.Scheduler)
+
     def __init__(self, how: str, n_tokens: int, normalize: bool = True) -> None:
         self.how, self.n, self.normalize = how, n_tokens, normalize
         self.acc: np.ndarray | None = None

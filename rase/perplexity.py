@@ -30,41 +30,63 @@ def _nll(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
     return -(picked - np.log(s))
 
 
-def perplexity(decoder, tokenizer, text: str, n_ctx: int = 512,
+class Scoring:
+    """A scoring request's collector: -log p(token j + 1 | tokens ..j) for positions j in
+    [first, n - 1), from the logits rows the worker's steps read (scheduler.Scheduler)."""
+    source = "logits"
+
+    def __init__(self, tokens, first: int) -> None:
+        self.tokens, self.first = np.asarray(tokens, np.int64), first
+        self.at, self.parts = first, []
+        self.nll: np.ndarray | None = None
+
+    def wants(self, pos: int) -> bool:
+        return self.first <= pos < len(self.tokens) - 1
+
+    def add(self, logits: np.ndarray) -> None:
+        """logits (k, n_vocab): the next k wanted positions, in order."""
+        if len(logits):
+            self.parts.append(_nll(logits, self.tokens[self.at + 1:self.at + 1 + len(logits)]))
+            self.at += len(logits)
+
+    def finish(self) -> None:
+        self.nll = np.concatenate(self.parts) if self.parts else np.zeros(0)
+
+
+def perplexity(worker, tokenizer, text: str, n_ctx: int = 512,
                on_chunk: Callable[[int, int, float], None] | None = None) -> Perplexity:
-    """on_chunk(i, n_chunks, running ppl) after each chunk."""
-    if not decoder.plan.weights.has_lm_head:
-        raise WrongModelKind(decoder.gguf.architecture or "?", "embedding",
-                             "an encoder has no next-token distribution to score")
-    if n_ctx < 4 or n_ctx % 2 or n_ctx > decoder.n_ctx:
-        raise InvalidGenerationConfig(f"n_ctx must be even, 4..{decoder.n_ctx}; got {n_ctx}", "ctx")
+    """Every chunk is a scoring request of the model's worker (rase.worker.ModelWorker), queued
+    together and batched with whatever else it serves; on_chunk(i, n_chunks, running ppl) after
+    each chunk, in order."""
+    plan = worker.plan
+    if not plan.weights.has_lm_head:
+        raise WrongModelKind(plan.architecture or "?", "embedding", "an encoder has no next-token distribution to score")
+    if n_ctx < 4 or n_ctx % 2 or n_ctx > plan.n_ctx:
+        raise InvalidGenerationConfig(f"n_ctx must be even, 4..{plan.n_ctx}; got {n_ctx}", "ctx")
     ids = tokenizer.encode(text, add_special_tokens=True, parse_special=False)
     n_chunks = len(ids) // n_ctx
     if n_chunks < 2:
         raise InvalidGenerationConfig(f"the text has {len(ids)} tokens: perplexity needs at least 2 x n_ctx = "
                                       f"{2 * n_ctx} (use a longer text or a smaller --ctx)", "text")
     bos = tokenizer.bos_id if ids and tokenizer.bos_id is not None and ids[0] == tokenizer.bos_id else None
-    first, step = n_ctx // 2, decoder._fwd.max_rows
+    chunks = [ids[c * n_ctx:(c + 1) * n_ctx] for c in range(n_chunks)]
+    if bos is not None:
+        chunks = [[bos] + chunk[1:] for chunk in chunks]
+    handles = worker.submit_score(chunks, n_ctx // 2)
     nll = nll2 = 0.0
     count, running = 0, []
-    for c in range(n_chunks):
-        chunk = np.asarray(ids[c * n_ctx:(c + 1) * n_ctx], np.int32)
-        if bos is not None:
-            chunk[0] = bos
-        rows = []  # logits of positions first .. n_ctx - 1
-        for p0 in range(0, n_ctx, step):
-            p1 = min(n_ctx, p0 + step)
-            n_out = p1 - max(first, p0) if p1 > first else 1
-            out = decoder._fwd.run(chunk[p0:p1], p0, n_out)
-            if p1 > first:
-                rows.append(out)
-        values = _nll(np.concatenate(rows)[:-1], chunk[first + 1:].astype(np.int64))
-        nll += float(values.sum())
-        nll2 += float((values * values).sum())
-        count += len(values)
-        running.append(math.exp(nll / count))
-        if on_chunk is not None:
-            on_chunk(c, n_chunks, running[-1])
+    try:
+        for c, handle in enumerate(handles):
+            values = handle.result().nll
+            nll += float(values.sum())
+            nll2 += float((values * values).sum())
+            count += len(values)
+            running.append(math.exp(nll / count))
+            if on_chunk is not None:
+                on_chunk(c, n_chunks, running[-1])
+    finally:
+        for handle in handles:
+            handle.cancel()  # after an error or an interrupt: the rest stop (a no-op once finished)
     mean, mean2 = nll / count, nll2 / count
     var = mean2 - mean * mean
     ppl = math.exp(mean)

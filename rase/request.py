@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .generation import GenerationConfig, GenerationStopReason
+from .sampling import GenerationConfig, GenerationStopReason
 
 _IDS = itertools.count(1)
 
@@ -36,6 +36,7 @@ class Completion:
     tool_calls: list = field(default_factory=list)  # tools.ToolCall (finish_reason "tool_calls")
     logprobs: list | None = None  # logprobs.TokenLogprob per token, when asked
     embedding: Any = None       # float32 (n_embd,): an embedding request's pooled vector
+    nll: Any = None             # float64 (k,): a scoring request's -log p of each scored next token
 
 
 @dataclass(eq=False)
@@ -47,7 +48,8 @@ class Request:
     constraint: Any = None       # structured.Constraint: the grammar its tokens must follow, or None
     logprobs: int | None = None  # None: off; else how many top alternatives each token reports
     after: Any = None            # a Request whose prompt must be computed first (n > 1: its KV is shared)
-    embed: Any = None            # an embedding request's Pooling: no tokens sampled, no prefix cache
+    collect: Any = None          # a prompt-only request's reader of its rows (embeddings.Pooling,
+                                 # perplexity.Scoring): no tokens sampled, no prefix cache
     id: int = field(default_factory=lambda: next(_IDS))
     state: State = State.WAITING
     tokens: list[int] = field(default_factory=list)
@@ -81,7 +83,7 @@ class Request:
     @property
     def max_positions(self) -> int:
         """Positions this request may occupy: the prompt and every token it may sample."""
-        return len(self.prompt) + (0 if self.embed is not None else self.config.max_tokens)
+        return len(self.prompt) + (0 if self.collect is not None else self.config.max_tokens)
 
     @property
     def penalized(self) -> bool:
@@ -104,11 +106,11 @@ class Request:
         return Completion(self.text.text, reason, len(self.prompt), self.generated, self.text.reasoning,
                           self.cached_tokens, timings, calls,
                           None if self.logprobs is None else list(self.logprob_entries),
-                          None if self.embed is None else self.embed.vector)
+                          getattr(self.collect, "vector", None), getattr(self.collect, "nll", None))
 
 
 class NoText:
-    """The text state of a request that generates none (an embedding)."""
+    """The text state of a request that generates none (a prompt-only request)."""
     text = reasoning = ""
     calls = ()
 

@@ -5,9 +5,9 @@ their whole budget), then lays out one step: one decode row for every running re
 prompt is done, followed by prompt chunks of the others (oldest first) within a token budget
 sized so that the running requests' time between tokens stays near `tbt_target_ms`.
 update(plan, tokens, seconds) folds the sampled tokens back: text, stops, finished requests.
-Embedding requests are prompts whose rows' hidden states are pooled (embeddings.Pooling) and
-that sample nothing; an encoder's input (causal=False) goes whole into one step and holds no KV
-block. Cancellation is honoured at the start of every plan(). No threads, no kernels: tests
+Prompt-only requests sample nothing: a collector reads their rows, the final hidden states
+(embeddings.Pooling) or the logits (perplexity.Scoring), at most `max_logit_rows` logits rows a
+step; an encoder's input (causal=False) goes whole into one step and holds no KV block. Cancellation is honoured at the start of every plan(). No threads, no kernels: tests
 drive it with made-up tokens.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .errors import RaseError
-from .generation import GenerationStopReason, sampled
+from .sampling import GenerationStopReason
 from .kv_cache import KVCache
 from .logprobs import token_logprob
 from .request import Request, State
@@ -38,15 +38,15 @@ class Event:
 class StepPlan:
     rows: np.ndarray          # (n, 3) int32: token, seq, pos
     tables: np.ndarray        # (n_seq, max_blocks) int32
-    out_rows: np.ndarray      # (n_out,) int32: rows whose logits give a token
-    out: list[Request]        # the request each out row samples for
+    out_rows: np.ndarray      # (n_out,) int32: rows whose logits give a token, then the read logits rows
+    out: list[Request]        # the request each of the first len(out) out rows samples for
     seqs: list[Request]       # seq index -> request
     counts: list[int]         # rows per seq
     n_decode: int
     n_prefill: int
     samplers: list = field(default_factory=list)
-    embd_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))  # rows whose hidden states pool
-    embd_spans: list = field(default_factory=list)  # (request, start, stop): its rows' slice of embd_rows
+    embd_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))  # rows whose hidden states are read
+    reads: list = field(default_factory=list)  # (request, start, stop): its slice of hidden (embd_rows) or logits
 
 
 class _Ema:
@@ -59,8 +59,8 @@ class _Ema:
 
 class Scheduler:
     def __init__(self, kv: KVCache, max_batch: int = 8, max_chunk: int = 512, min_chunk: int = 16,
-                 tbt_target_ms: float = 100.0, causal: bool = True) -> None:
-        self.kv, self.causal = kv, causal
+                 tbt_target_ms: float = 100.0, causal: bool = True, max_logit_rows: int = 512) -> None:
+        self.kv, self.causal, self.max_logit_rows = kv, causal, max_logit_rows
         self.max_batch, self.max_chunk, self.min_chunk = max_batch, max_chunk, min_chunk
         self.tbt_target = tbt_target_ms / 1e3
         self.waiting: deque[Request] = deque()
@@ -100,23 +100,23 @@ class Scheduler:
 
     def _admit(self) -> None:
         """FCFS while the pool can promise a request's KV; generation requests up to max_batch
-        (each holds a decode row), embedding requests beside them (they hold rows only for
+        (each holds a decode row), prompt-only requests beside them (they hold rows only for
         their prompt's steps, so a batch of inputs lands in one step)."""
-        generating = sum(r.embed is None for r in self.running)
+        generating = sum(r.collect is None for r in self.running)
         while self.waiting:
             req = self.waiting[0]
-            if req.embed is None and generating >= self.max_batch:
+            if req.collect is None and generating >= self.max_batch:
                 break
             first = req.after
             if first is not None and first.state is not State.DONE and first.n_computed < len(first.prompt):
                 break  # a sibling choice: admitted once the shared prompt is in the prefix cache
-            if not self.kv.admit(req, req.max_positions if self.causal else 0, cached=req.embed is None):
+            if not self.kv.admit(req, req.max_positions if self.causal else 0, cached=req.collect is None):
                 break  # FCFS: later requests wait behind it
             self.waiting.popleft()
             req.cached_tokens = req.n_computed
             req.state = State.RUNNING
             self.running.append(req)
-            generating += req.embed is None
+            generating += req.collect is None
 
     def fail_all(self, error: BaseException) -> list[Event]:
         """Every request ends with `error` (the forward itself failed)."""
@@ -140,7 +140,7 @@ class Scheduler:
         self._admit()
         if not self.running:
             return None
-        decode = [r for r in self.running if r.remaining == 1 and r.embed is None]
+        decode = [r for r in self.running if r.remaining == 1 and r.collect is None]
         budget = self.chunk_budget(len(decode))
         rows: list[tuple[int, int, int]] = []
         out_rows: list[int] = []
@@ -148,7 +148,8 @@ class Scheduler:
         seqs: list[Request] = []
         counts: list[int] = []
         embd_rows: list[int] = []
-        embd_spans: list[tuple[Request, int, int]] = []
+        logit_rows: list[int] = []
+        reads: list[tuple[Request, int, int]] = []
         for req in decode:
             self.kv.grow(req, req.n_computed + 1)
             out_rows.append(len(rows))
@@ -158,22 +159,23 @@ class Scheduler:
             counts.append(1)
         n_prefill = 0
         for req in self.running:
-            if (req.remaining == 1 and req.embed is None) or budget <= 0:
+            if (req.remaining == 1 and req.collect is None) or budget <= 0:
                 continue
-            take = min(req.remaining, budget)
-            if not self.causal and take < req.remaining:
+            take = self._take(req, budget, len(logit_rows))
+            if take <= 0 or (not self.causal and take < req.remaining):
                 continue  # an encoder's input is whole in one step: a later step has room
             budget -= take
             n_prefill += take
             if self.causal:
                 self.kv.grow(req, req.n_computed + take)
             start = req.n_computed
-            if req.embed is not None:
-                first = len(embd_rows)
-                embd_rows.extend(len(rows) + p - start for p in range(start, start + take) if req.embed.wants(p))
-                embd_spans.append((req, first, len(embd_rows)))
+            if req.collect is not None:
+                read = embd_rows if req.collect.source == "hidden" else logit_rows
+                first = len(read)
+                read.extend(len(rows) + p - start for p in range(start, start + take) if req.collect.wants(p))
+                reads.append((req, first, len(read)))
             rows.extend((req.tokens[p], len(seqs), p) for p in range(start, start + take))
-            if start + take == len(req.tokens) and req.embed is None:  # the prompt's last position: token 1
+            if start + take == len(req.tokens) and req.collect is None:  # the prompt's last position: token 1
                 out_rows.append(len(rows) - 1)
                 out.append(req)
             seqs.append(req)
@@ -187,14 +189,28 @@ class Scheduler:
         for req in out:  # the grammar's mask for the token each out row samples
             if req.constraint is not None:
                 req.sampler.mask = req.constraint.fill()
-        return StepPlan(np.array(rows, np.int32).reshape(-1, 3), tables, np.array(out_rows, np.int32),
-                        out, seqs, counts, len(decode), n_prefill, [r.sampler for r in out],
-                        np.array(embd_rows, np.int32), embd_spans)
+        n_out = len(out_rows)  # logits reads follow the sampled rows in the logits
+        reads = [(r, a + n_out, b + n_out) if r.collect.source == "logits" else (r, a, b) for r, a, b in reads]
+        return StepPlan(np.array(rows, np.int32).reshape(-1, 3), tables, np.array(out_rows + logit_rows, np.int32),
+                        out, seqs, counts, len(decode), n_prefill, [r.sampler for r in out] + [None] * len(logit_rows),
+                        np.array(embd_rows, np.int32), reads)
+
+    def _take(self, req: Request, budget: int, logit_rows: int) -> int:
+        """Prompt positions req computes this step: within the budget and, when it reads logits,
+        within the step's logits rows (its wanted positions are a contiguous run)."""
+        take = min(req.remaining, budget)
+        if req.collect is None or req.collect.source != "logits":
+            return take
+        start = req.n_computed
+        wanted = [p for p in range(start, start + take) if req.collect.wants(p)]
+        room = self.max_logit_rows - logit_rows
+        return take if len(wanted) <= room else (wanted[room] - start if room >= 0 else 0)
 
     def update(self, plan: StepPlan, tokens, seconds: float, now: float, logits=None, hidden=None) -> list[Event]:
-        """Fold a step's sampled tokens (one per out row; -1: logits not finite) back; logits
-        (n_out, n_vocab) feed the log-probabilities of the requests that ask for them; hidden
-        (len(embd_rows), n_embd) the embedding requests' pooling."""
+        """Fold a step's sampled tokens back: one per sampling out row, each a token id or the
+        RaseError its draw stands for (sampling.token_or_error). logits (n_out, n_vocab) feed the
+        log-probabilities of the requests that ask for them and the logits reads; hidden
+        (len(embd_rows), n_embd) the hidden-state reads."""
         self.steps += 1
         if plan.n_prefill == 0:
             self._decode_s.add(seconds)
@@ -205,14 +221,16 @@ class Scheduler:
             req.n_computed += n
             self.kv.commit(req)
         events, self.events = self.events, []
-        for req, a, b in plan.embd_spans:
-            req.embed.add(hidden[a:b])
+        for req, a, b in plan.reads:
+            req.collect.add((hidden if req.collect.source == "hidden" else logits)[a:b])
             if req.n_computed == len(req.prompt):
-                req.embed.finish()
+                req.collect.finish()
                 events.append(self._finish(req, None))
-        for j, (req, token) in enumerate(zip(plan.out, [int(t) for t in tokens])):
+        for j, (req, token) in enumerate(zip(plan.out, tokens)):
             try:
-                token = sampled(token)
+                if isinstance(token, RaseError):
+                    raise token
+                token = int(token)
                 if req.constraint is not None:
                     req.constraint.advance(token)
             except RaseError as exc:

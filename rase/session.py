@@ -14,7 +14,6 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .decoder import GGUFDecoder
 from .errors import BackendUnavailable, IntegrityMismatch, UnsupportedFormat
 from .models import resolve
 from .plan import ModelPlan, load_plan
@@ -51,20 +50,9 @@ class Session:
     tokenizer: object = None  # LocalTokenizer: the attached tokenizer.json, else the GGUF's vocabulary
     worker: ModelWorker | None = None
     n_threads: int | None = None
-    lock: threading.Lock = field(default_factory=threading.Lock)  # for direct use of .decoder
-    _decoder: GGUFDecoder | None = None
     _grammar_vocab: object = None
     _render: object = None
     _init_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    @property
-    def decoder(self) -> GGUFDecoder:
-        """A single-stream decoder over the same weights (its own KV cache); callers hold
-        .lock while using it. Requests through Engine go to the worker instead."""
-        with self._init_lock:
-            if self._decoder is None:
-                self._decoder = GGUFDecoder(self.plan, n_threads=self.n_threads)
-            return self._decoder
 
     def grammar_vocab(self):
         """The vocabulary for constrained decoding (structured.GrammarVocab), built on first use."""

@@ -2,16 +2,16 @@
 
 Wraps the incremental detokenizer and stop strings (stream.TextStream) and the <think> filter
 (thinking.ThinkFilter); a stop string ends the request. Stop tokens and max_tokens are the
-generation loop's rules (generation.generate_with, scheduler.Scheduler): those tokens never
-reach feed. The single-stream loop (textgen.run_text) and the scheduler use the same object,
-so a request gives the same text served alone or batched.
+scheduler's rules (scheduler.Scheduler.update): those tokens never reach feed. The tests'
+single-stream oracle (tests/single_stream.py) uses the same object, so a request gives the
+same text served alone or batched.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from .generation import GenerationStopReason
+from .sampling import GenerationStopReason
 from .stream import TextStream
 from .thinking import ThinkFilter
 

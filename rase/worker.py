@@ -14,8 +14,8 @@ import time
 
 from . import _kernels
 from .config import PROFILE, default_threads
-from .errors import ContextOverflow, InvalidGenerationConfig, Overloaded, RaseError
-from .generation import GenerationConfig, make_sampler
+from .errors import ContextOverflow, InvalidGenerationConfig, Overloaded, RaseError, WrongModelKind
+from .sampling import GenerationConfig, make_sampler, token_or_error
 from .kv_cache import KVCache, blocks_for
 from .logprobs import LogprobDelta
 from .plan import ModelPlan
@@ -25,6 +25,7 @@ from .channel import RequestHandle
 from .scheduler import Event, Scheduler
 
 MAX_CHUNK = 512            # prompt tokens per step at most (llama.cpp's default ubatch)
+LOGIT_READS_MB = 128       # logits rows prompt-only requests may read in one step (f32 x vocabulary)
 PREFIX_CACHE_MB = 256      # default pool room for cached prefixes, beyond max_batch full contexts
 
 
@@ -56,8 +57,9 @@ class ModelWorker:
         self.fwd = _kernels.Forward(plan.weights, n_blocks, max_batch + self.max_chunk,
                                     n_threads or default_threads())
         self.kv = KVCache(n_blocks, _kernels.KV_BLOCK, prefix_cache and self.causal, copy_rows=self.fwd.copy_rows)
+        logit_rows = max(1, min(self.max_chunk, LOGIT_READS_MB * (1 << 20) // (4 * plan.vocab_size)))
         self.scheduler = Scheduler(self.kv, max_batch=max_batch, max_chunk=self.max_chunk, tbt_target_ms=tbt_target_ms,
-                                   causal=self.causal)
+                                   causal=self.causal, max_logit_rows=logit_rows)
         self._cond = threading.Condition()
         self._inbox: list[Request] = []
         self._closing = False
@@ -91,20 +93,32 @@ class ModelWorker:
         return self._enqueue([req])[0]
 
     def submit_embed(self, prompts: list[list[int]], pooling: str, normalize: bool = True) -> list[RequestHandle]:
-        """Queue one embedding request per prompt, together (admitted in the same step when the
-        pool and the step have room); each handle's Completion carries its pooled vector
-        (embeddings.Pooling). Refused before any work when a prompt cannot fit a sequence, or
-        (an encoder) one step."""
+        """One embedding request per prompt (submit_prompts); each handle's Completion carries
+        its pooled vector (embeddings.Pooling)."""
         from .embeddings import Pooling
 
+        return self.submit_prompts(prompts, lambda prompt: Pooling(pooling, len(prompt), normalize))
+
+    def submit_score(self, prompts: list[list[int]], first: int) -> list[RequestHandle]:
+        """One scoring request per prompt (submit_prompts); each handle's Completion carries the
+        -log p of every token after position `first` given the ones before (perplexity.Scoring)."""
+        from .perplexity import Scoring
+
+        if not self.plan.weights.has_lm_head:
+            raise WrongModelKind(self.plan.architecture, "embedding", "an encoder has no next-token distribution to score")
+        return self.submit_prompts(prompts, lambda prompt: Scoring(prompt, first))
+
+    def submit_prompts(self, prompts: list[list[int]], collector_of) -> list[RequestHandle]:
+        """Queue one prompt-only request per prompt, together (admitted in the same step when
+        the pool and the step have room): collector_of(prompt) reads its rows as the steps compute
+        them, batched with everything else the worker serves. Refused before any work when a
+        prompt cannot fit a sequence, or (an encoder) one step."""
         reqs = []
         for i, prompt in enumerate(prompts):
             self._check_prompt(prompt, 0)
             if not self.causal and len(prompt) > self.max_chunk:
                 raise ContextOverflow(len(prompt), self.max_chunk, f" (input[{i}])")
-            req = Request(list(prompt), GenerationConfig(max_tokens=1), NoText())
-            req.embed = Pooling(pooling, len(prompt), normalize)
-            reqs.append(req)
+            reqs.append(Request(list(prompt), GenerationConfig(max_tokens=1), NoText(), collect=collector_of(prompt)))
         return self._enqueue(reqs)
 
     def _check_prompt(self, prompt: list[int], max_tokens: int) -> None:
@@ -198,8 +212,8 @@ class ModelWorker:
             t2 = time.perf_counter()
             if PROFILE:
                 profile_add(self.fwd, plan.n_prefill > 0, len(plan.rows), int((t2 - t1) * 1e9))
-            self._deliver(self.scheduler.update(plan, tokens if tokens is not None else [], t2 - t1, time.monotonic(),
-                                                logits, self.fwd.hidden))
+            drawn = [token_or_error(int(t)) for t in tokens[:len(plan.out)]]
+            self._deliver(self.scheduler.update(plan, drawn, t2 - t1, time.monotonic(), logits, self.fwd.hidden))
             self.counters["rows"] += len(plan.rows)
             self.counters["step_s"] += t2 - t1
             self.counters["python_s"] += (time.perf_counter() - t0) - (t2 - t1)

@@ -132,7 +132,7 @@ def test_encoder_embeddings_equal_llamacpps(engine, name):
     pooled = {"cls": "mean", "mean": "cls"}[fx["pooling"]]  # the other pooling is another vector
     other, _ = engine.embed(name, texts[:3], pooling=pooled)
     assert _cosines(other, batch[:3]).max() < 0.999
-    assert engine.session(name)._decoder is None  # never the single-stream decoder beside the worker
+    assert worker.counters["requests"] >= 2 * len(texts) + 4 + 3  # every input a request of the worker
 
 
 def test_encoder_refusals(engine, tmp_path):
@@ -212,3 +212,47 @@ def test_embeddings_beside_streaming_chats(server, openai_client):
         assert [c.result(timeout=300) for c in chats] == alone_chats
         assert all(v.result(timeout=300) == alone_vecs[k] for k, v in vecs.items())
     assert all(len(c) > 20 for c in alone_chats)
+
+
+def test_embeddings_run_in_the_workers_steps_on_its_openmp_team(engine):
+    """8 embedding requests beside 4 streaming chats of the same model, in process: every chat's
+    text and token count equal that chat alone, every vector equals it alone, and no thread
+    appears while they run beyond the callers' own. A forward on a caller's thread (the old
+    session.lock path) starts a second OpenMP team there: n_threads - 1 more threads."""
+    import os
+    import threading
+    import time
+
+    worker = engine.session("smollm2").worker
+    assert worker.fwd.n_threads >= 2  # else a second team would add no thread to count
+    asks = [f"Name {k} animals that live in the sea." for k in (2, 3, 4, 5)]
+    texts = [f"sentence number {i} about the sea" for i in range(8)]
+    ask = lambda q: dict(messages=[{"role": "user", "content": q}], temperature=0, max_tokens=40)
+    alone = [engine.chat("smollm2", **ask(q)) for q in asks]
+    alone_vecs = [engine.embed("smollm2", t)[0][0] for t in texts]
+    go, out = threading.Barrier(len(asks) + len(texts) + 1), {}
+
+    def chat(i: int) -> None:
+        go.wait()
+        handle = engine.submit_chat("smollm2", **ask(asks[i]))
+        out["chat", i] = ("".join(handle), handle.result().completion_tokens)
+
+    def embed(i: int) -> None:
+        go.wait()
+        out["embed", i] = engine.embed("smollm2", texts[i])[0][0]
+
+    callers = [threading.Thread(target=chat, args=(i,)) for i in range(len(asks))]
+    callers += [threading.Thread(target=embed, args=(i,)) for i in range(len(texts))]
+    for t in callers:
+        t.start()
+    base = len(os.listdir("/proc/self/task"))  # every caller alive, waiting at the barrier
+    steps = worker.scheduler.steps
+    go.wait()
+    peak = base
+    while any(t.is_alive() for t in callers):
+        peak = max(peak, len(os.listdir("/proc/self/task")))
+        time.sleep(0.001)
+    assert peak == base
+    assert [out["chat", i] for i in range(len(asks))] == [(c.text, c.completion_tokens) for c in alone]
+    assert all(np.array_equal(out["embed", i], alone_vecs[i]) for i in range(len(texts)))
+    assert worker.scheduler.steps - steps < 4 * 40 + len(texts)  # they shared steps

@@ -12,9 +12,10 @@ from rase import ContextOverflow, GGUFFile, InvalidGenerationConfig
 from rase._kernels import Sampler
 from rase.chat import select_template
 from rase.decoder import load_gguf_decoder
-from rase.generation import GenerationConfig, GenerationStopReason, generate, generate_with, make_sampler
+from rase.sampling import GenerationConfig, GenerationStopReason, make_sampler
+from tests.single_stream import generate, generate_with
 from rase.structured import GrammarVocab, grammar_spec
-from rase.textgen import run_text
+from tests.single_stream import run_text
 from rase.tokenizer import LocalTokenizer
 
 CHAT = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from rase import InvalidGenerationConfig
-from rase.decoder import load_gguf_decoder
 from rase.perplexity import perplexity
+from rase.plan import load_plan
 from rase.tokenizer import LocalTokenizer
+from rase.worker import ModelWorker
 from tests import llamacpp_ref
 from tests.conftest import rase_command
 from tests.conformance import llamacpp_order
@@ -23,8 +24,12 @@ LONG = (FIX / "perplexity-long.txt").read_text()
 
 
 def _ppl(path, n_ctx=128, text=TEXT):
-    dec = load_gguf_decoder(None, path, n_ctx=n_ctx)
-    return perplexity(dec, LocalTokenizer.from_gguf(dec.gguf), text, n_ctx), llamacpp_order(dec)
+    plan = load_plan(path, n_ctx=n_ctx)
+    worker = ModelWorker(plan, max_batch=1)
+    try:
+        return perplexity(worker, LocalTokenizer.from_gguf(plan.gguf), text, n_ctx), llamacpp_order(plan)
+    finally:
+        worker.close()
 
 
 def _against_llamacpp(r, runs: dict, exact: bool, tokens: int, live=None) -> None:
@@ -86,5 +91,7 @@ def test_the_cli_and_its_refusals(smollm2_path, tmp_path):
     short = subprocess.run([*rase_command(), "perplexity", str(smollm2_path), str(text)], capture_output=True,
                            text=True, timeout=300)
     assert short.returncode == 1 and "at least 2 x n_ctx" in short.stderr
+    worker = ModelWorker(load_plan(smollm2_path, n_ctx=64), max_batch=1)
     with pytest.raises(InvalidGenerationConfig):
-        perplexity(load_gguf_decoder(None, smollm2_path, n_ctx=64), None, TEXT, 63)
+        perplexity(worker, None, TEXT, 63)
+    worker.close()

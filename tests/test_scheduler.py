@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from rase.errors import InvalidLogits
-from rase.generation import GenerationConfig, GenerationStopReason
+from rase.sampling import GenerationConfig, GenerationStopReason, token_or_error
 from rase.kv_cache import KVCache
 from rase.request import Request, State
 from rase.scheduler import Scheduler
@@ -45,7 +45,7 @@ def step(s: Scheduler, token_of=lambda r: 7, seconds=0.01):
     plan = s.plan()
     if plan is None:
         return None, []
-    tokens = np.array([token_of(r) for r in plan.out], np.int32)
+    tokens = [token_or_error(token_of(r)) for r in plan.out]  # as the worker hands them on
     return plan, s.update(plan, tokens, seconds, now=0.0)
 
 
@@ -203,3 +203,24 @@ def test_random_traffic_keeps_the_pool_consistent(seed):
     assert all(r.state is State.DONE for r in live)
     kv.check([])
     assert kv.available() == 20
+
+
+def test_the_scheduler_imports_no_compiled_extension():
+    """It decides steps and never runs them: neither scheduler.py nor any rase module it imports
+    at module level (followed transitively) imports rase._kernels."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "rase"
+    seen, todo = set(), ["scheduler"]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for node in ast.parse((root / f"{name.replace('.', '/')}.py").read_text()).body:
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                mods = [node.module] if node.module else [a.name for a in node.names]
+                todo += [m for m in mods if (root / f"{m.replace('.', '/')}.py").exists()]
+                assert "_kernels" not in mods and not any(a.name == "_kernels" for a in node.names), name
+    assert {"scheduler", "kv_cache", "request", "sampling"} <= seen

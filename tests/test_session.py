@@ -5,12 +5,14 @@ import os
 import threading
 import time
 
-import numpy as np
 import pytest
 
 from rase import BackendUnavailable, IntegrityMismatch, QuantType
+from rase.decoder import GGUFDecoder
 from rase.registry import ModelRegistry
+from rase.sampling import GenerationConfig
 from rase.session import SessionCache
+from rase.textstate import TextState
 
 
 @pytest.fixture
@@ -79,7 +81,7 @@ def test_file_changed_on_disk_is_reverified(store):
     data[100] ^= 0xFF
     with open(path, "wb") as fh:
         fh.write(data)
-    assert cache.get_or_load(store, "a").decoder.prefill([1, 2]).shape == (160,)
+    assert GGUFDecoder(cache.get_or_load(store, "a").plan).prefill([1, 2]).shape == (160,)
 
 
 def test_unavailable_devices(store):
@@ -89,15 +91,16 @@ def test_unavailable_devices(store):
 
 
 def _busy(session, spans, name):
-    with session.lock:
-        start = time.perf_counter()
-        logits = session.decoder.prefill([1, 2, 3])
-        for _ in range(30):
-            logits = session.decoder.decode(int(np.argmax(logits)))
-        spans.append((name, start, time.perf_counter()))
+    start = time.perf_counter()
+    config = GenerationConfig(max_tokens=30, temperature=0.0)
+    out = session.worker.submit([1, 2, 3], config, TextState.for_tokenizer(session.tokenizer)).result()
+    assert out.completion_tokens == 30
+    spans.append((name, start, time.perf_counter(), session.worker))
 
 
-def test_same_model_serializes_different_models_overlap(store):
+def test_same_model_shares_its_worker_different_models_overlap(store):
+    """Requests for one model are rows of its one worker's steps (never a second forward beside
+    it); different models have different workers, which run at the same time."""
     cache = SessionCache()
     a, b = cache.get_or_load(store, "a"), cache.get_or_load(store, "b")
     spans: list = []
@@ -108,8 +111,9 @@ def test_same_model_serializes_different_models_overlap(store):
         t.start()
     for t in ts:
         t.join()
-    by = {n: (s, e) for n, s, e in spans}
-    (s1, e1), (s2, e2), (sb, eb) = by["a1"], by["a2"], by["b"]
-    assert e1 <= s2 or e2 <= s1  # one model: one generation at a time
+    by = {n: (s, e, w) for n, s, e, w in spans}
+    (s1, e1, w1), (s2, e2, w2), (sb, eb, wb) = by["a1"], by["a2"], by["b"]
+    assert w1 is w2 is a.worker and wb is b.worker and wb is not w1  # one model: one worker
+    assert a.worker.counters["requests"] == 2 and b.worker.counters["requests"] == 1
     first_a = min((s1, e1), (s2, e2))
     assert sb < first_a[1] and first_a[0] < eb  # the other model ran at the same time

@@ -12,8 +12,8 @@ import pytest
 from rase.api import Engine
 from rase.decoder import GGUFDecoder
 from rase.errors import ContextOverflow
-from rase.generation import GenerationConfig
-from rase.textgen import run_text
+from rase.sampling import GenerationConfig
+from tests.single_stream import run_text
 
 QUESTIONS = ["Tell me about cats.", "What is 2+2?", "Write a poem about the sea.", "Explain gravity.",
              "Name three colors.", "What is Python?", "Describe a sunset.", "Why is the sky blue?"]
