@@ -1,11 +1,14 @@
-// rase/_attend_g.h: the grouped attention kernel, included by _attention.h once per width:
-// RASE_ATTN_NAME (the whole kernel), RASE_ATTN_SCORES, RASE_ATTN_FINISH and RASE_ATTN_REDUCE (its
-// phases, which threads may split: keys, slots, head elements), RASE_ATTN_TARGET, RASE_ATTN_WIDE (0: ymm, AVX2;
-// 1: zmm, AVX-512). Both widths run the same FMA chains lane for lane, so they give the same bits.
+// rase/_attend_g.h: the grouped attention kernel, included at the top of _attention.h once per
+// width: RASE_ATTN(name) names this width's functions, RASE_ATTN_TARGET its ISA, RASE_ATTN_WIDE 0
+// (ymm, AVX2) or 1 (zmm, AVX-512). Both widths run the same FMA chains lane for lane, so they give
+// the same bits. RASE_ATTN(_g) is the whole kernel; _scores, _finish and _reduce its phases, which
+// threads may split (keys, slots, head elements: RASE_ATTN(_split)); RASE_ATTN() the entry.
+#include "_kv.h"
+
 // Scores of keys [ja, jb) for G queries whose f16-rounded q is qf[h]: s[h][j] = scale * (q . k_j),
 // per key and query the 8-lane sum x of the four chains, then x's horizontal sum
 // (rase_avx2_reduce4's order), 8 keys at a time through rase_avx2_reduce8x (the same adds)
-RASE_ATTN_TARGET static inline __attribute__((always_inline)) void RASE_ATTN_SCORES(
+RASE_ATTN_TARGET static inline __attribute__((always_inline)) void RASE_ATTN(_scores)(
         const int G, const float *const *qf, const rase_kv_view *kv, int ja, int jb, int hd, float scale,
         float *const *s) {
     __m256 xs[RASE_ATTN_G][8];
@@ -56,11 +59,65 @@ RASE_ATTN_TARGET static inline __attribute__((always_inline)) void RASE_ATTN_SCO
         for (int q = 0; q < nx; ++q) s[h][jx + q] = rase_avx2_reduce_x(xs[h][q]) * scale;
 }
 
+#if RASE_ATTN_WIDE
+#  define RASE_PV_VEC __m512
+#  define RASE_PV_W 16  // elements of the head per register: two 8-element chains side by side
+#  define RASE_PV_ZERO _mm512_setzero_ps
+#  define RASE_PV_LOAD(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
+#  define RASE_PV_FMA(v, p, acc) _mm512_fmadd_ps(v, _mm512_set1_ps(p), acc)
+#  define RASE_PV_STORE _mm512_storeu_ps
+#  define RASE_PV_LOADF _mm512_loadu_ps
+#  define RASE_PV_REGS 24  // of 32 zmm
+#else
+#  define RASE_PV_VEC __m256
+#  define RASE_PV_W 8
+#  define RASE_PV_ZERO _mm256_setzero_ps
+#  define RASE_PV_LOAD(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+#  define RASE_PV_FMA(v, p, acc) _mm256_fmadd_ps(v, _mm256_set1_ps(p), acc)
+#  define RASE_PV_STORE _mm256_storeu_ps
+#  define RASE_PV_LOADF _mm256_loadu_ps
+#  define RASE_PV_REGS 12  // of 16 ymm
+#endif
+
+// One P.V pass: slots s0 .. s0 + SG - 1 x ICC register chunks of the head from element i, over
+// the blocks [g0, g1) of a group (asking for its rows of the next group, [g1, g2)); accumulators
+// loaded from and stored to the partial sums at part (zero at the first group, b0).
+RASE_ATTN_TARGET static inline __attribute__((always_inline)) void RASE_ATTN(_pv)(
+        const int G, const int SG, const int ICC, const rase_kv_view *kv, int j0, int j1, int hd, int b0, int g0,
+        int g1, int g2, int s0, int i, const float *scratch, int64_t qstride, float *part) {
+    RASE_PV_VEC acc[RASE_ATTN_G][4][4];
+    for (int h = 0; h < G; ++h)
+        for (int k = 0; k < SG; ++k)
+            for (int c = 0; c < ICC; ++c)
+                acc[h][k][c] = g0 == b0 ? RASE_PV_ZERO()
+                    : RASE_PV_LOADF(part + h * qstride + (int64_t)(s0 + k) * hd + i + c * RASE_PV_W);
+    for (int b = g1; b < g2; ++b)
+        for (int k = 0; k < SG; ++k)
+            rase_kv_prefetch_row(kv->v + (int64_t)kv->table[b] * kv->block_stride + i +
+                                 (int64_t)(s0 + k) * kv->row_stride, ICC * RASE_PV_W);
+    for (int b = g0; b < g1; ++b) {
+        const uint16_t *v = kv->v + (int64_t)kv->table[b] * kv->block_stride + i;
+        for (int k = 0; k < SG; ++k) {
+            const int j = b * RASE_KV_BLOCK + s0 + k;
+            if (j < j0 || j >= j1) continue;
+            const uint16_t *vr = v + (int64_t)(s0 + k) * kv->row_stride;
+            for (int c = 0; c < ICC; ++c) {
+                const RASE_PV_VEC vf = RASE_PV_LOAD(vr + c * RASE_PV_W);
+                for (int h = 0; h < G; ++h) acc[h][k][c] = RASE_PV_FMA(vf, scratch[h * qstride + j], acc[h][k][c]);
+            }
+        }
+    }
+    for (int h = 0; h < G; ++h)
+        for (int k = 0; k < SG; ++k)
+            for (int c = 0; c < ICC; ++c)
+                RASE_PV_STORE(part + h * qstride + (int64_t)(s0 + k) * hd + i + c * RASE_PV_W, acc[h][k][c]);
+}
+
 // Softmax, then the P.V partial sums of slots [k0, k1) (multiples of 4) into part + h * qstride
 // (32 x hd floats a query): the scores of keys [j0, j1) come from src[h] (the query's own
 // scratch, or a buffer another thread filled); scratch + h * qstride holds them padded to 32
 // with -inf, then p.
-RASE_ATTN_TARGET static inline __attribute__((always_inline)) void RASE_ATTN_FINISH(
+RASE_ATTN_TARGET static inline __attribute__((always_inline)) void RASE_ATTN(_finish)(
         const int G, const float *const *src, const rase_kv_view *kv, int j0, int j1, int hd, int k0, int k1,
         float softcap, float *scratch, int64_t qstride, float *part) {
     const int n = (j1 + 31) & ~31;
@@ -99,81 +156,24 @@ RASE_ATTN_TARGET static inline __attribute__((always_inline)) void RASE_ATTN_FIN
     // the reads stay inside one group while each pass asks for its rows of the next group.
     const int SG = G >= 3 ? 2 : 4;
     const int b0 = j0 / RASE_KV_BLOCK, b1 = (j1 + RASE_KV_BLOCK - 1) / RASE_KV_BLOCK;
-#if RASE_ATTN_WIDE
-#  define RASE_PV_VEC __m512
-#  define RASE_PV_W 16  // elements of the head per register: two 8-element chains side by side
-#  define RASE_PV_ZERO _mm512_setzero_ps
-#  define RASE_PV_LOAD(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
-#  define RASE_PV_FMA(v, p, acc) _mm512_fmadd_ps(v, _mm512_set1_ps(p), acc)
-#  define RASE_PV_STORE _mm512_storeu_ps
-#  define RASE_PV_LOADF _mm512_loadu_ps
-#  define RASE_PV_REGS 24  // of 32 zmm
-#else
-#  define RASE_PV_VEC __m256
-#  define RASE_PV_W 8
-#  define RASE_PV_ZERO _mm256_setzero_ps
-#  define RASE_PV_LOAD(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
-#  define RASE_PV_FMA(v, p, acc) _mm256_fmadd_ps(v, _mm256_set1_ps(p), acc)
-#  define RASE_PV_STORE _mm256_storeu_ps
-#  define RASE_PV_LOADF _mm256_loadu_ps
-#  define RASE_PV_REGS 12  // of 16 ymm
-#endif
     // IC register-blocked chunks of the head per pass: each V row is read once per pass, not
     // once per chunk
     const int nchunk = hd / RASE_PV_W;
     const int IC = G * SG * 4 <= RASE_PV_REGS && nchunk % 4 == 0 ? 4 : G * SG * 2 <= RASE_PV_REGS && nchunk % 2 == 0 ? 2 : 1;
-#define RASE_PV_PASS(ICC)                                                                              \
-    {                                                                                                  \
-        RASE_PV_VEC acc[RASE_ATTN_G][4][ICC];                                                          \
-        for (int h = 0; h < G; ++h)                                                                    \
-            for (int k = 0; k < SG; ++k)                                                               \
-                for (int c = 0; c < ICC; ++c)                                                          \
-                    acc[h][k][c] = g0 == b0 ? RASE_PV_ZERO()                                           \
-                        : RASE_PV_LOADF(part + h * qstride + (int64_t)(s0 + k) * hd + i + c * RASE_PV_W); \
-        for (int b = g1; b < g2; ++b)                                                                  \
-            for (int k = 0; k < SG; ++k)                                                               \
-                rase_kv_prefetch_row(kv->v + (int64_t)kv->table[b] * kv->block_stride + i +             \
-                                     (int64_t)(s0 + k) * kv->row_stride, ICC * RASE_PV_W);             \
-        for (int b = g0; b < g1; ++b) {                                                                \
-            const uint16_t *v = kv->v + (int64_t)kv->table[b] * kv->block_stride + i;                 \
-            for (int k = 0; k < SG; ++k) {                                                             \
-                const int j = b * RASE_KV_BLOCK + s0 + k;                                              \
-                if (j < j0 || j >= j1) continue;                                                       \
-                const uint16_t *vr = v + (int64_t)(s0 + k) * kv->row_stride;                           \
-                for (int c = 0; c < ICC; ++c) {                                                        \
-                    const RASE_PV_VEC vf = RASE_PV_LOAD(vr + c * RASE_PV_W);                           \
-                    for (int h = 0; h < G; ++h) acc[h][k][c] = RASE_PV_FMA(vf, scratch[h * qstride + j], acc[h][k][c]); \
-                }                                                                                      \
-            }                                                                                          \
-        }                                                                                              \
-        for (int h = 0; h < G; ++h)                                                                    \
-            for (int k = 0; k < SG; ++k)                                                               \
-                for (int c = 0; c < ICC; ++c)                                                          \
-                    RASE_PV_STORE(part + h * qstride + (int64_t)(s0 + k) * hd + i + c * RASE_PV_W, acc[h][k][c]); \
-    }
     for (int g0 = b0; g0 < b1; g0 += RASE_PV_GROUP) {
         const int g1 = g0 + RASE_PV_GROUP < b1 ? g0 + RASE_PV_GROUP : b1;
         const int g2 = g1 + RASE_PV_GROUP < b1 ? g1 + RASE_PV_GROUP : b1;
         for (int s0 = k0; s0 < k1; s0 += SG)
             for (int i = 0; i < hd; i += RASE_PV_W * IC) {
-                if (IC == 4) RASE_PV_PASS(4)
-                else if (IC == 2) RASE_PV_PASS(2)
-                else RASE_PV_PASS(1)
+                if (IC == 4) RASE_ATTN(_pv)(G, SG, 4, kv, j0, j1, hd, b0, g0, g1, g2, s0, i, scratch, qstride, part);
+                else if (IC == 2) RASE_ATTN(_pv)(G, SG, 2, kv, j0, j1, hd, b0, g0, g1, g2, s0, i, scratch, qstride, part);
+                else RASE_ATTN(_pv)(G, SG, 1, kv, j0, j1, hd, b0, g0, g1, g2, s0, i, scratch, qstride, part);
             }
     }
-#undef RASE_PV_PASS
-#undef RASE_PV_VEC
-#undef RASE_PV_W
-#undef RASE_PV_ZERO
-#undef RASE_PV_LOAD
-#undef RASE_PV_LOADF
-#undef RASE_PV_FMA
-#undef RASE_PV_STORE
-#undef RASE_PV_REGS
 }
 
 // out[h] elements [d0, d1) (multiples of 8) from the 32 partial sums at part + h * qstride
-RASE_ATTN_TARGET static inline __attribute__((always_inline)) void RASE_ATTN_REDUCE(
+RASE_ATTN_TARGET static inline __attribute__((always_inline)) void RASE_ATTN(_reduce)(
         const int G, const float *part0, int64_t qstride, int hd, int d0, int d1, float *const *out) {
     for (int h = 0; h < G; ++h) {
         const float *part = part0 + h * qstride;
@@ -195,7 +195,7 @@ RASE_ATTN_TARGET static inline __attribute__((always_inline)) void RASE_ATTN_RED
 
 // The whole attention of G queries (up to RASE_ATTN_G) over keys [j0, j1): q rounded to f16
 // into scratch, then the scores and the finish above, all head elements.
-RASE_ATTN_TARGET static inline __attribute__((always_inline)) void RASE_ATTN_NAME(
+RASE_ATTN_TARGET static inline __attribute__((always_inline)) void RASE_ATTN(_g)(
         const int G, const float *const *q, const rase_kv_view *kv, int j0, int j1, int hd, float scale,
         float softcap, float *scratch, int64_t qstride, float *const *out) {
     const int64_t qoff = rase_attend_qoff(j1, hd);
@@ -205,8 +205,49 @@ RASE_ATTN_TARGET static inline __attribute__((always_inline)) void RASE_ATTN_NAM
         for (int i = 0; i < hd; i += 8)
             _mm256_storeu_ps(qf[h] + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(q[h] + i), 0)));
     }
-    RASE_ATTN_SCORES(G, (const float *const *)qf, kv, j0, j1, hd, scale, s);
+    RASE_ATTN(_scores)(G, (const float *const *)qf, kv, j0, j1, hd, scale, s);
     float *part = scratch + rase_attend_partoff(j1);
-    RASE_ATTN_FINISH(G, (const float *const *)s, kv, j0, j1, hd, 0, 32, softcap, scratch, qstride, part);
-    RASE_ATTN_REDUCE(G, part, qstride, hd, 0, hd, out);
+    RASE_ATTN(_finish)(G, (const float *const *)s, kv, j0, j1, hd, 0, 32, softcap, scratch, qstride, part);
+    RASE_ATTN(_reduce)(G, part, qstride, hd, 0, hd, out);
 }
+
+// the entry: g (1..RASE_ATTN_G) queries, g a constant in each instance (the per-query loops unroll)
+RASE_ATTN_TARGET static void RASE_ATTN()(int g, const float *const *q, const rase_kv_view *kv, int j0, int j1, int hd,
+                                        float scale, float cap, float *scratch, int64_t qstride, float *const *out) {
+    RASE_CONST_NT(RASE_ATTN_G, g, RASE_ATTN(_g), q, kv, j0, j1, hd, scale, cap, scratch, qstride, out);
+}
+
+// the three phases of one group's attention, split over threads (rase_attend_split)
+RASE_ATTN_TARGET static void RASE_ATTN(_split)(int phase, int g, const float *const *q, const rase_kv_view *kv, int j0,
+                                              int j1, int hd, float scale, float cap, int lo, int hi, int parts,
+                                              float *shared, float *scratch, int64_t qstride, float *const *out) {
+    float *qf[RASE_ATTN_G], *sh[RASE_ATTN_G];
+    float *part = shared + rase_attend_partoff(j1);
+    for (int h = 0; h < g; ++h) {
+        qf[h] = scratch + h * qstride + rase_attend_qoff(j1, hd);
+        sh[h] = shared + h * qstride;
+    }
+    const int ja = j0 + (int)((int64_t)(j1 - j0) * lo / parts), jb = j0 + (int)((int64_t)(j1 - j0) * hi / parts);
+    const int k0 = 8 * lo / parts * 4, k1 = 8 * hi / parts * 4;
+    const int d0 = hd / 8 * lo / parts * 8, d1 = hd / 8 * hi / parts * 8;
+    const float *const *cq = (const float *const *)qf, *const *cs = (const float *const *)sh;
+    if (phase == 0) {
+        for (int h = 0; h < g; ++h)
+            for (int i = 0; i < hd; i += 8)
+                _mm256_storeu_ps(qf[h] + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(q[h] + i), 0)));
+        RASE_CONST_NT(RASE_ATTN_G, g, RASE_ATTN(_scores), cq, kv, ja, jb, hd, scale, sh);
+    } else if (phase == 1) {
+        RASE_CONST_NT(RASE_ATTN_G, g, RASE_ATTN(_finish), cs, kv, j0, j1, hd, k0, k1, cap, scratch, qstride, part);
+    } else {
+        RASE_CONST_NT(RASE_ATTN_G, g, RASE_ATTN(_reduce), part, qstride, hd, d0, d1, out);
+    }
+}
+
+#undef RASE_PV_VEC
+#undef RASE_PV_W
+#undef RASE_PV_ZERO
+#undef RASE_PV_LOAD
+#undef RASE_PV_LOADF
+#undef RASE_PV_FMA
+#undef RASE_PV_STORE
+#undef RASE_PV_REGS

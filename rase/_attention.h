@@ -8,45 +8,23 @@
 #ifndef RASE_ATTENTION_H
 #define RASE_ATTENTION_H
 
-#include "_simd.h"
-
-#define RASE_KV_BLOCK 32  // positions per KV block: the unit of allocation, sharing and caching
-
-// A sequence's K/V rows for one layer and KV head. Position j lives in pool block
-// table[j / RASE_KV_BLOCK], row j % RASE_KV_BLOCK.
-typedef struct {
-    const uint16_t *k, *v;  // f16; block 0, row 0 of this layer and head
-    const int32_t *table;   // the sequence's block ids
-    int64_t block_stride;   // elements from one pool block to the next
-    int64_t row_stride;     // elements from one position to the next inside a block
-} rase_kv_view;
-
-static inline int64_t rase_kv_off(const rase_kv_view *kv, int j) {
-    return (int64_t)kv->table[j / RASE_KV_BLOCK] * kv->block_stride +
-           (int64_t)(j % RASE_KV_BLOCK) * kv->row_stride;
-}
-
-// floats of scratch one attend call needs for sequences of up to n_ctx positions
-static inline int64_t rase_attend_scratch(int64_t n_ctx, int hd) {
-    return ((n_ctx + 31 + 64 + 7) & ~7) + 33 * (int64_t)hd;
-}
-
-// where a query's 32 P.V partial sums start in its scratch, past the scores of keys up to j1
-// (padded to 32); its f16-rounded q follows them (both within rase_attend_scratch(j1, hd))
-static inline int64_t rase_attend_partoff(int j1) { return (((j1 + 31) & ~31) + 64 + 7) & ~7; }
-static inline int64_t rase_attend_qoff(int j1, int hd) { return rase_attend_partoff(j1) + 32 * (int64_t)hd; }
-
-// s[j] = cap * tanh(s[j] / cap) for j in [j0, j1) (ggml_scale, ggml_tanh, ggml_scale: Gemma 2's
-// soft-capping of attention scores, already scaled, and of logits); returns their new max
-static float rase_softcap(float *s, int64_t j0, int64_t j1, float cap) {
-    const float inv = 1.0f / cap;
-    float mx = -INFINITY;
-    for (int64_t j = j0; j < j1; ++j) {
-        s[j] = tanhf(s[j] * inv) * cap;
-        if (s[j] > mx) mx = s[j];
-    }
-    return mx;
-}
+#include "_kv.h"
+#if RASE_HAVE_X86  // the grouped kernel once per width (_attend_g.h)
+#  define RASE_ATTN_WIDE 0
+#  define RASE_ATTN_TARGET RASE_TARGET_AVX2
+#  define RASE_ATTN(name) attend_avx2##name
+#  include "_attend_g.h"
+#  undef RASE_ATTN_WIDE
+#  undef RASE_ATTN_TARGET
+#  undef RASE_ATTN
+#  define RASE_ATTN_WIDE 1
+#  define RASE_ATTN_TARGET RASE_TARGET_AVX512
+#  define RASE_ATTN(name) attend_512##name
+#  include "_attend_g.h"
+#  undef RASE_ATTN_WIDE
+#  undef RASE_ATTN_TARGET
+#  undef RASE_ATTN
+#endif
 
 static void attend_ref(const float *q, const rase_kv_view *kv, int j0, int j1, int hd, float scale,
                        float softcap, float *scratch, float *out) {
@@ -139,119 +117,6 @@ static void attend_ggml_ref(const float *q, const rase_kv_view *kv, int j0, int 
         out[i] = ((z[0] + z[4]) + (z[1] + z[5])) + ((z[2] + z[6]) + (z[3] + z[7]));
     }
 }
-
-#if RASE_HAVE_X86
-// llama.cpp's one-token (decode) attention, step for step, so logits equal its n_batch = 1
-// numerics: q rounded to f16; scores as ggml_vec_dot_f16 computes them (four 8-lane FMA
-// accumulators, 32 elements per step); softmax over the length padded to 32 with ggml's exp
-// and an f64 sum of 8-lane partial sums; probabilities rounded to f16; P.V in 32 slots by
-// position, reduced as ggml reduces its accumulators.
-// G query heads that share this KV head are served together: each K/V row is loaded and
-// converted once; every query's own operations are those of G = 1. Query h uses scratch
-// + h * qstride: scores (n + pad), 32 * hd partial sums, hd floats of q.
-#define RASE_ATTN_G 4  // most query heads per call
-#define RASE_ROWS(ptr, b, j0, j1, lo, hi)                                                       \
-    const int lo = (b) * RASE_KV_BLOCK > (j0) ? (b) * RASE_KV_BLOCK : (j0);                    \
-    const int hi = ((b) + 1) * RASE_KV_BLOCK < (j1) ? ((b) + 1) * RASE_KV_BLOCK : (j1);        \
-    ptr += (int64_t)kv->table[b] * kv->block_stride + (int64_t)(lo - (b) * RASE_KV_BLOCK) * kv->row_stride
-
-// The K/V rows of one head are row_stride apart inside a block of RASE_KV_BLOCK positions and
-// the blocks lie anywhere in the pool (block_stride apart when a sequence's blocks were taken in
-// order). The scores loop asks, with each key, for the same row RASE_KV_PF_QK blocks on. P.V
-// reads its blocks in groups of RASE_PV_GROUP (256 positions; one group is 32 KiB of V at
-// head_dim 64): each pass over a group asks for its rows of the next group, so the next group
-// arrives while this one is read, and no pass strides through the whole context (a pass per
-// slot pair over every block ran at half the speed of the same reads in cache at 4000
-// positions). Prefetches and groups never change a result: each chain keeps its order.
-#define RASE_KV_PF_QK 1
-#define RASE_PV_GROUP 8
-static inline void rase_kv_prefetch_row(const uint16_t *row, int hd) {
-    for (int o = 0; o < hd * 2; o += 64) rase_prefetch((const char *)row + o);
-}
-
-#define RASE_ATTN_NAME attend_avx2_g
-#define RASE_ATTN_SCORES attend_avx2_scores
-#define RASE_ATTN_FINISH attend_avx2_finish
-#define RASE_ATTN_REDUCE attend_avx2_reduce
-#define RASE_ATTN_TARGET RASE_TARGET_AVX2
-#define RASE_ATTN_WIDE 0
-#include "_attend_g.h"
-#undef RASE_ATTN_NAME
-#undef RASE_ATTN_SCORES
-#undef RASE_ATTN_FINISH
-#undef RASE_ATTN_REDUCE
-#undef RASE_ATTN_TARGET
-#undef RASE_ATTN_WIDE
-
-RASE_TARGET_AVX512 static inline __m256 rase_512_hi(__m512 v) {
-    return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-}
-#define RASE_ATTN_NAME attend_512_g
-#define RASE_ATTN_SCORES attend_512_scores
-#define RASE_ATTN_FINISH attend_512_finish
-#define RASE_ATTN_REDUCE attend_512_reduce
-#define RASE_ATTN_TARGET RASE_TARGET_AVX512
-#define RASE_ATTN_WIDE 1
-#include "_attend_g.h"
-#undef RASE_ATTN_NAME
-#undef RASE_ATTN_SCORES
-#undef RASE_ATTN_FINISH
-#undef RASE_ATTN_REDUCE
-#undef RASE_ATTN_TARGET
-#undef RASE_ATTN_WIDE
-
-#define RASE_ATTEND_FN(NAME, TARGET, BODY)                                                    \
-    TARGET static void NAME(int g, const float *const *q, const rase_kv_view *kv, int j0, int j1, int hd, \
-                            float scale, float cap, float *scratch, int64_t qstride, float *const *out) { \
-        switch (g) { /* G as a constant: the per-query loops unroll */                         \
-            case 1: BODY(1, q, kv, j0, j1, hd, scale, cap, scratch, qstride, out); break;           \
-            case 2: BODY(2, q, kv, j0, j1, hd, scale, cap, scratch, qstride, out); break;           \
-            case 3: BODY(3, q, kv, j0, j1, hd, scale, cap, scratch, qstride, out); break;           \
-            default: BODY(4, q, kv, j0, j1, hd, scale, cap, scratch, qstride, out); break;          \
-        }                                                                                     \
-    }
-RASE_ATTEND_FN(attend_avx2, RASE_TARGET_AVX2, attend_avx2_g)
-RASE_ATTEND_FN(attend_512, RASE_TARGET_AVX512, attend_512_g)
-
-// the three phases of one group's attention, split over threads (rase_attend_split)
-#define RASE_SPLIT_FN(NAME, TARGET, SCORES, FINISH, REDUCE)                                    \
-    TARGET static void NAME(int phase, int g, const float *const *q, const rase_kv_view *kv, int j0, int j1, \
-                            int hd, float scale, float cap, int lo, int hi, int parts, float *shared,    \
-                            float *scratch, int64_t qstride, float *const *out) {                        \
-        float *qf[RASE_ATTN_G], *sh[RASE_ATTN_G];                                               \
-        float *part = shared + rase_attend_partoff(j1);                                        \
-        for (int h = 0; h < g; ++h) {                                                           \
-            qf[h] = scratch + h * qstride + rase_attend_qoff(j1, hd);                           \
-            sh[h] = shared + h * qstride;                                                       \
-        }                                                                                       \
-        if (phase == 0)                                                                         \
-            for (int h = 0; h < g; ++h)                                                         \
-                for (int i = 0; i < hd; i += 8)                                                 \
-                    _mm256_storeu_ps(qf[h] + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(q[h] + i), 0))); \
-        const int ja = j0 + (int)((int64_t)(j1 - j0) * lo / parts), jb = j0 + (int)((int64_t)(j1 - j0) * hi / parts); \
-        const int k0 = 8 * lo / parts * 4, k1 = 8 * hi / parts * 4;                             \
-        const int d0 = hd / 8 * lo / parts * 8, d1 = hd / 8 * hi / parts * 8;                  \
-        const float *const *cq = (const float *const *)qf, *const *cs = (const float *const *)sh; \
-        switch (g * 4 + phase) { /* G as a constant: the per-query loops unroll */              \
-            case 4: SCORES(1, cq, kv, ja, jb, hd, scale, sh); break;                            \
-            case 8: SCORES(2, cq, kv, ja, jb, hd, scale, sh); break;                            \
-            case 12: SCORES(3, cq, kv, ja, jb, hd, scale, sh); break;                           \
-            case 16: SCORES(4, cq, kv, ja, jb, hd, scale, sh); break;                           \
-            case 5: FINISH(1, cs, kv, j0, j1, hd, k0, k1, cap, scratch, qstride, part); break;  \
-            case 9: FINISH(2, cs, kv, j0, j1, hd, k0, k1, cap, scratch, qstride, part); break;  \
-            case 13: FINISH(3, cs, kv, j0, j1, hd, k0, k1, cap, scratch, qstride, part); break; \
-            case 17: FINISH(4, cs, kv, j0, j1, hd, k0, k1, cap, scratch, qstride, part); break; \
-            case 6: REDUCE(1, part, qstride, hd, d0, d1, out); break;                          \
-            case 10: REDUCE(2, part, qstride, hd, d0, d1, out); break;                         \
-            case 14: REDUCE(3, part, qstride, hd, d0, d1, out); break;                         \
-            default: REDUCE(4, part, qstride, hd, d0, d1, out); break;                         \
-        }                                                                                       \
-    }
-RASE_SPLIT_FN(attend_avx2_split, RASE_TARGET_AVX2, attend_avx2_scores, attend_avx2_finish, attend_avx2_reduce)
-RASE_SPLIT_FN(attend_512_split, RASE_TARGET_AVX512, attend_512_scores, attend_512_finish, attend_512_reduce)
-#undef RASE_SPLIT_FN
-#undef RASE_ROWS
-#endif
 
 // g (1..RASE_ATTN_G) query heads q[h] -> out[h] over one KV head; scratch: g * qstride floats,
 // qstride >= rase_attend_scratch(n_ctx, hd). Each query's result does not depend on g.

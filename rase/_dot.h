@@ -7,20 +7,7 @@
 #ifndef RASE_DOT_H
 #define RASE_DOT_H
 
-#include "_quants.h"
-
-// Activation blocks. q8_0/q8_1 keep ggml's values (d and s rounded to f16) but store them as
-// f32, so kernels do not convert them once per weight row; q8_K is ggml's block_q8_K.
-// q8_0 also carries the starts of unsigned-weight dot products, computed once per row here
-// instead of once per 16 weight rows there: m128[s] = -128 * sum(qs[4s..4s+3]) per slice (the
-// VNNI kernels of rase/_repack.h), m8 = -8 * sum(qs) over the block (Q4_0's, _repack_bs.h)
-typedef struct { float d; int8_t qs[32]; int32_t m128[8], m8; } act_q8_0;  // 72 B
-typedef struct { float d, s; int8_t qs[32]; } act_q8_1;         // 40 B; s = f16(d * sum(qs))
-typedef struct { float d; int8_t qs[256]; int16_t bsums[16]; } block_q8_K;  // 292 B
-
-// ACT_F32C: f32 in chain-major order, x[k] at (k % 32) * (n / 32) + k / 32 (n % 32 == 0), for
-// the F16 GEMM (rase_f16_rows_512), which reads one FMA chain's columns in a row
-enum { ACT_F32 = 0, ACT_Q8_0 = 1, ACT_Q8_1 = 2, ACT_Q8_K = 3, ACT_F32C = 4, ACT_COUNT = 5 };
+#include "_quants.h"  // the K-quants' scale unpacking
 
 // bytes of one quantized activation row of n elements
 static inline size_t rase_act_bytes(int act, int64_t n) {
@@ -390,18 +377,8 @@ RASE_TARGET_AVX2 static float vec_dot_bf16_f32_avx2(int64_t n, const void *w, co
 // nt = 1..RASE_NT (AVX2 kernels: RASE_DOTN, AVX-512 ones: RASE_DOTN512).
 #define RASE_DOTN_FOR(NAME, TARGET)                                                           \
     TARGET static void NAME(int64_t n, const void *w, const void *a, size_t astride, int nt, float *out) { \
-        switch (nt) {                                                                         \
-            case 1: NAME##_body(n, w, a, astride, 1, out); break;                             \
-            case 2: NAME##_body(n, w, a, astride, 2, out); break;                             \
-            case 3: NAME##_body(n, w, a, astride, 3, out); break;                             \
-            case 4: NAME##_body(n, w, a, astride, 4, out); break;                             \
-            case 5: NAME##_body(n, w, a, astride, 5, out); break;                             \
-            case 6: NAME##_body(n, w, a, astride, 6, out); break;                             \
-            case 7: NAME##_body(n, w, a, astride, 7, out); break;                             \
-            default: NAME##_body(n, w, a, astride, 8, out); break;                            \
-        }                                                                                     \
+        RASE_CONST_NT(RASE_NT, nt, NAME##_body, n, w, a, astride, out);                       \
     }
-_Static_assert(RASE_NT == 8, "RASE_DOTN_FOR specialises nt = 1..8");
 #define RASE_DOTN(NAME) RASE_DOTN_FOR(NAME, RASE_TARGET_AVX2)
 
 // -- K-quants: per 256-block the weights are unpacked to 8 vectors of unsigned values with
@@ -429,8 +406,8 @@ RASE_TARGET_AVX2 static RASE_INLINE void rase_kdotn(const rase_kblock_avx2 *kb, 
 }
 
 #define RASE_KDOT_BODY(NAME, XT, UNPACK)                                                      \
-    RASE_TARGET_AVX2 static RASE_INLINE void NAME##_body(int64_t n, const void *w, const void *a, \
-                                                         size_t astride, int nt, float *out) {   \
+    RASE_TARGET_AVX2 static RASE_INLINE void NAME##_body(const int nt, int64_t n, const void *w, const void *a, \
+                                                         size_t astride, float *out) {        \
         const XT *x = (const XT *)w;                                                          \
         float acc[RASE_NT];                                                                   \
         for (int t = 0; t < nt; ++t) acc[t] = 0.0f;                                           \
@@ -513,8 +490,8 @@ RASE_KDOT_BODY(dotn_q5_k_avx2, block_q5_K, kunpack_q5_k_avx2)
 
 // Q6_K in the rounding of ggml's AVX2 vec_dot: 8 int32 lanes per block (unsigned values times
 // scales), minus 32 * (scale . bsums) laid over the lanes pairwise, one FMA per block, hsum.
-RASE_TARGET_AVX2 static RASE_INLINE void dotn_q6_k_avx2_body(int64_t n, const void *w, const void *a,
-                                                           size_t astride, int nt, float *out) {
+RASE_TARGET_AVX2 static RASE_INLINE void dotn_q6_k_avx2_body(const int nt, int64_t n, const void *w, const void *a,
+                                                           size_t astride, float *out) {
     const block_q6_K *x = (const block_q6_K *)w;
     __m256 acc[RASE_NT];
     for (int t = 0; t < nt; ++t) acc[t] = _mm256_setzero_ps();
@@ -576,45 +553,38 @@ static const int16_t RASE_K4_PAIR_IDX[4][32] = {
     {6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7}};
 static const int16_t RASE_K4_MIN_IDX[16] = {8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15};
 
-// Q4_K (HIGH = 0) and Q5_K (HIGH = 1) unpacked to 4 zmm pairs, pair scales and bsum mins
-#define RASE_K45_UNPACK512(XB, HIGH, u, scv, mn16)                                             \
-    do {                                                                                      \
-        uint8_t sm8[16];                                                                      \
-        rase_k4_scales_mins((XB)->scales, sm8);                                               \
-        const __m512i sm = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)sm8))); \
-        for (int j = 0; j < 4; ++j) {                                                         \
-            const __m256i raw = _mm256_loadu_si256((const __m256i *)((XB)->qs + 32 * j));     \
-            u[j] = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(raw), _mm256_srli_epi16(raw, 4), 1), m4); \
-            if (HIGH) {  /* bit 2j | 2j + 1 of qh as bit 4 */                                 \
-                const __m512i sh = _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * j)), _mm256_set1_epi16((short)(2 * j + 1)), 1); \
-                u[j] = _mm512_or_si512(u[j], _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh2, sh), one), 4)); \
-            }                                                                                 \
-            scv[j] = _mm512_permutexvar_epi16(pair_idx[j], sm);                               \
-        }                                                                                     \
-        mn16 = _mm512_castsi512_si256(_mm512_permutexvar_epi16(min_idx, sm));                 \
-    } while (0)
-
-#define RASE_K45_CONSTS512()                                                                  \
-    const __m512i m4 = _mm512_set1_epi8(0xF), one = _mm512_set1_epi8(1);                      \
-    __m512i pair_idx[4];                                                                      \
-    for (int j = 0; j < 4; ++j) pair_idx[j] = _mm512_loadu_si512((const void *)RASE_K4_PAIR_IDX[j]); \
-    const __m512i min_idx = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)RASE_K4_MIN_IDX)); \
-    (void)one
+// A Q5_K block unpacked to 4 zmm pairs u (its fifth bits from qh2: qh in both halves), the pair
+// scales scv and the mins of the 16 bsums
+RASE_TARGET_AVX512 static RASE_INLINE __m256i rase_q5_k_unpack_512(const block_q5_K *x, __m512i qh2, __m512i u[4],
+                                                                  __m512i scv[4]) {
+    const __m512i m4 = _mm512_set1_epi8(0xF), one = _mm512_set1_epi8(1);
+    uint8_t sm8[16];
+    rase_k4_scales_mins(x->scales, sm8);
+    const __m512i sm = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)sm8)));
+    for (int j = 0; j < 4; ++j) {
+        const __m256i raw = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * j));
+        u[j] = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(raw), _mm256_srli_epi16(raw, 4), 1), m4);
+        // bit 2j | 2j + 1 of qh as bit 4
+        const __m512i sh = _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * j)), _mm256_set1_epi16((short)(2 * j + 1)), 1);
+        u[j] = _mm512_or_si512(u[j], _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh2, sh), one), 4));
+        scv[j] = _mm512_permutexvar_epi16(_mm512_loadu_si512((const void *)RASE_K4_PAIR_IDX[j]), sm);
+    }
+    const __m512i min_idx = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)RASE_K4_MIN_IDX));
+    return _mm512_castsi512_si256(_mm512_permutexvar_epi16(min_idx, sm));
+}
 
 // Q5_K, the rounding of dotn_q5_k_avx2 (rase_kdotn with off = 0)
-RASE_TARGET_AVX512 static RASE_INLINE void dotn_q5_k_512_body(int64_t n, const void *w, const void *a,
-                                                            size_t astride, int nt, float *out) {
+RASE_TARGET_AVX512 static RASE_INLINE void dotn_q5_k_512_body(const int nt, int64_t n, const void *w, const void *a,
+                                                            size_t astride, float *out) {
     const block_q5_K *x = (const block_q5_K *)w;
     float acc[RASE_NT];
     for (int t = 0; t < nt; ++t) acc[t] = 0.0f;
-    RASE_K45_CONSTS512();
     for (int64_t b = 0; b < n / 256; ++b) {
         RASE_PREFETCH_AHEAD(&x[b], sizeof(block_q5_K));
         const __m256i qh = _mm256_loadu_si256((const __m256i *)x[b].qh);
         const __m512i qh2 = _mm512_inserti64x4(_mm512_castsi256_si512(qh), qh, 1);
         __m512i u[4], scv[4];
-        __m256i mn16;
-        RASE_K45_UNPACK512(&x[b], 1, u, scv, mn16);
+        const __m256i mn16 = rase_q5_k_unpack_512(&x[b], qh2, u, scv);
         const float dx = rase_h2f(x[b].d), dmin = rase_h2f(x[b].dmin);
         for (int t = 0; t < nt; ++t) {
             const block_q8_K *y = RASE_ACT(block_q8_K, t, b);
@@ -630,8 +600,8 @@ RASE_TARGET_AVX512 static RASE_INLINE void dotn_q5_k_512_body(int64_t n, const v
 RASE_DOTN512(dotn_q5_k_512)
 
 // Q6_K, the rounding of dotn_q6_k_avx2: its 8 int32 lanes are the two halves of the zmm added
-RASE_TARGET_AVX512 static RASE_INLINE void dotn_q6_k_512_body(int64_t n, const void *w, const void *a,
-                                                            size_t astride, int nt, float *out) {
+RASE_TARGET_AVX512 static RASE_INLINE void dotn_q6_k_512_body(const int nt, int64_t n, const void *w, const void *a,
+                                                            size_t astride, float *out) {
     const block_q6_K *x = (const block_q6_K *)w;
     __m256 acc[RASE_NT];
     for (int t = 0; t < nt; ++t) acc[t] = _mm256_setzero_ps();
@@ -669,8 +639,8 @@ RASE_DOTN512(dotn_q6_k_512)
 
 // F16 on AVX-512: zmm 0 holds ggml's accumulators 0 | 1, zmm 1 holds 2 | 3, so each lane runs the
 // chain of vec_dot_f16_f32_avx2 (the same bits); one conversion of the weights serves every token.
-RASE_TARGET_AVX512 static RASE_INLINE void dotn_f16_512_body(int64_t n, const void *w, const void *a,
-                                                           size_t astride, int nt, float *out) {
+RASE_TARGET_AVX512 static RASE_INLINE void dotn_f16_512_body(const int nt, int64_t n, const void *w, const void *a,
+                                                           size_t astride, float *out) {
     const uint16_t *x = (const uint16_t *)w;
     __m512 z0[RASE_NT], z1[RASE_NT];
     for (int t = 0; t < nt; ++t) z0[t] = z1[t] = _mm512_setzero_ps();
@@ -806,25 +776,16 @@ RASE_TARGET_AVX512 static RASE_INLINE void rase_f16_tile_512(const int nt, int64
 #define RASE_F16_ROWS(NAME, TARGET, PANEL, TILE)                                                    \
     TARGET static void NAME(int64_t n, const uint8_t *data, int64_t row_bytes, int64_t r0, int64_t r1,  \
                             const uint8_t *A, size_t as, int T, float *Y, int64_t ys, float *work) {    \
-        const int64_t S = n / 32;                                                                    \
         const int R = (int)(r1 - r0);                                                                \
         PANEL(n, data, row_bytes, r0, R, work);                                                      \
         for (int t0 = 0; t0 < T; t0 += RASE_F16_TT) {                                                \
             const int nt = T - t0 < RASE_F16_TT ? T - t0 : RASE_F16_TT;                              \
             const float *y[RASE_F16_TT];                                                             \
             for (int t = 0; t < nt; ++t) y[t] = (const float *)(A + (size_t)(t0 + t) * as);          \
-            float *Yt = Y + (int64_t)t0 * ys + r0;                                                   \
-            switch (nt) {                                                                            \
-                case 1: TILE(1, S, work, y, Yt, ys, R); break;                                       \
-                case 2: TILE(2, S, work, y, Yt, ys, R); break;                                       \
-                case 3: TILE(3, S, work, y, Yt, ys, R); break;                                       \
-                case 4: TILE(4, S, work, y, Yt, ys, R); break;                                       \
-                case 5: TILE(5, S, work, y, Yt, ys, R); break;                                       \
-                default: TILE(RASE_F16_TT, S, work, y, Yt, ys, R); break;                            \
-            }                                                                                        \
+            RASE_CONST_NT(RASE_F16_TT, nt, TILE, n / 32, work, y, Y + (int64_t)t0 * ys + r0, ys, R);   \
         }                                                                                            \
     }
-_Static_assert(RASE_F16_TT == 6 && RASE_CHUNK_ROWS == 32, "RASE_F16_ROWS's switch covers nt = 1..6");
+_Static_assert(RASE_CHUNK_ROWS == 32, "the F16 panel holds one 32-row chunk");
 RASE_F16_ROWS(rase_f16_rows_512, RASE_TARGET_AVX512, rase_f16_panel_512, rase_f16_tile_512)
 
 // The same GEMM on AVX2: a ymm lane per row, 16 rows (2 ymm) x 6 tokens per chain pass (12 of
@@ -940,15 +901,9 @@ RASE_TARGET_AVX2 static void quant_f32c_avx2(const float *x, void *dst, int64_t 
 RASE_FLOAT_DOTN(dotn_f32_avx2, vec_dot_f32_f32_avx2)
 RASE_FLOAT_DOTN(dotn_f16_avx2, vec_dot_f16_f32_avx2)
 RASE_FLOAT_DOTN(dotn_bf16_avx2, vec_dot_bf16_f32_avx2)
-#  define RASE_AVX2_DOT(f) f
-#else
-#  define RASE_AVX2_DOT(f) 0
 #endif
 
-// ---------------------------------------------------------------- dot table, by ggml type id
-
-typedef void (*rase_quant_fn)(const float *x, void *dst, int64_t n);
-typedef void (*rase_dotn_fn)(int64_t n, const void *w, const void *a, size_t astride, int nt, float *out);
+// ---------------------------------------------------------------- scalar multi-token dots
 
 #define RASE_REF_DOTN(NAME, SINGLE)                                                            \
     static void NAME(int64_t n, const void *w, const void *a, size_t astride, int nt, float *out) { \
@@ -962,61 +917,15 @@ RASE_REF_DOTN(dotn_q3_k_ref, vec_dot_q3_k_q8_k_ref)
 RASE_REF_DOTN(dotn_q5_k_ref, vec_dot_q5_k_q8_k_ref)
 RASE_REF_DOTN(dotn_q6_k_ref, vec_dot_q6_k_q8_k_ref)
 
-// Y[t * ys + r] for rows [r0, r1) (a chunk of at most RASE_CHUNK_ROWS rows) of a plain matrix
-// (rows row_bytes apart) and T tokens of A; work: RASE_CHUNK_ROWS * n floats of the thread's own
-typedef void (*rase_rows_fn)(int64_t n, const uint8_t *data, int64_t row_bytes, int64_t r0, int64_t r1,
-                             const uint8_t *A, size_t as, int T, float *Y, int64_t ys, float *work);
-
-typedef struct {
-    int act;                             // ACT_* the weights pair with
-    rase_dotn_fn dotn[RASE_ISA_COUNT];   // [scalar reference, AVX2, AVX-512] or 0; up to RASE_NT tokens
-    rase_rows_fn rows[RASE_ISA_COUNT];   // optional, for n % 32 == 0: a GEMM (the same bits as dotn)
-    int rows_act;                        // the activation format the rows kernels read
-    int rows_min;                        // tokens from which they pay (below, dotn reuses a row for fewer)
-} rase_dot_traits;
-
-static const rase_dot_traits DOT_TRAITS[RASE_GGML_TYPE_COUNT] = {
-    [0] = {ACT_F32, {dotn_f32_ref, RASE_AVX2_DOT(dotn_f32_avx2)}},
-    [1] = {ACT_F32, {dotn_f16_ref, RASE_AVX2_DOT(dotn_f16_avx2), RASE_AVX2_DOT(dotn_f16_512)},
-           {0, RASE_AVX2_DOT(rase_f16_rows_avx2), RASE_AVX2_DOT(rase_f16_rows_512)}, ACT_F32C, 16},
-    // the 32-element block types and Q4_K run repacked (_repack.h): only their activation format here
-    [2] = {ACT_Q8_0},
-    [3] = {ACT_Q8_1},
-    [6] = {ACT_Q8_0},
-    [7] = {ACT_Q8_1},
-    [8] = {ACT_Q8_0},
-    [10] = {ACT_Q8_K, {dotn_q2_k_ref, RASE_AVX2_DOT(dotn_q2_k_avx2)}},
-    [11] = {ACT_Q8_K, {dotn_q3_k_ref, RASE_AVX2_DOT(dotn_q3_k_avx2)}},
-    [12] = {ACT_Q8_K},  // repacked too (_repack_k.h)
-    [13] = {ACT_Q8_K, {dotn_q5_k_ref, RASE_AVX2_DOT(dotn_q5_k_avx2), RASE_AVX2_DOT(dotn_q5_k_512)}},
-    [14] = {ACT_Q8_K, {dotn_q6_k_ref, RASE_AVX2_DOT(dotn_q6_k_avx2), RASE_AVX2_DOT(dotn_q6_k_512)}},
-    [30] = {ACT_F32, {dotn_bf16_ref, RASE_AVX2_DOT(dotn_bf16_avx2)}},
-};
+// ---------------------------------------------------------------- activation quantizers, by format
 
 static const rase_quant_fn ACT_QUANT[ACT_COUNT][RASE_ISA_COUNT] = {
     [ACT_F32] = {quant_f32_ref, quant_f32_ref},
-    [ACT_F32C] = {quant_f32c_ref, RASE_AVX2_DOT(quant_f32c_avx2)},
-    [ACT_Q8_0] = {quant_q8_0_ref, RASE_AVX2_DOT(quant_q8_0_avx2)},
-    [ACT_Q8_1] = {quant_q8_1_ref, RASE_AVX2_DOT(quant_q8_1_avx2)},
-    [ACT_Q8_K] = {quant_q8_k_ref, RASE_AVX2_DOT(quant_q8_k_avx2)},
+    [ACT_F32C] = {quant_f32c_ref, RASE_X86_FN(quant_f32c_avx2)},
+    [ACT_Q8_0] = {quant_q8_0_ref, RASE_X86_FN(quant_q8_0_avx2)},
+    [ACT_Q8_1] = {quant_q8_1_ref, RASE_X86_FN(quant_q8_1_avx2)},
+    [ACT_Q8_K] = {quant_q8_k_ref, RASE_X86_FN(quant_q8_k_avx2)},
 };
-
-// The one kernel per (type, ISA): no kernel is chosen by the number of rows in a step.
-static inline rase_dotn_fn rase_dotn_for(int type, int isa) {
-    for (; isa > 0; --isa)  // the level's own kernel, else the nearest level below
-        if (DOT_TRAITS[type].dotn[isa]) return DOT_TRAITS[type].dotn[isa];
-    return DOT_TRAITS[type].dotn[RASE_ISA_SCALAR];
-}
-
-// the GEMM for T tokens of a plain (rows x n) matrix of `type`, or NULL (then dotn row by row)
-static inline rase_rows_fn rase_rows_for(int type, int isa, int T, int64_t n) {
-    return T >= DOT_TRAITS[type].rows_min && T > 1 && n % 32 == 0 ? DOT_TRAITS[type].rows[isa] : 0;
-}
-
-// the activation format a plain matrix's T-token product reads
-static inline int rase_act_for(int type, int isa, int T, int64_t n) {
-    return rase_rows_for(type, isa, T, n) ? DOT_TRAITS[type].rows_act : DOT_TRAITS[type].act;
-}
 
 static inline rase_quant_fn rase_act_quant_for(int act, int isa) {
     for (; isa > 0; --isa)

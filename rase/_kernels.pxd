@@ -38,44 +38,34 @@ cdef extern from *:
     const char *RASE_COMPILER
     int rase_omp_max_threads() nogil
 
-cdef extern from "_quants.h" nogil:
+cdef extern from "_traits.h" nogil:
     ctypedef void (*rase_dequant_fn)(const void *src, float *dst, int64_t n) noexcept nogil
-    ctypedef struct rase_quant_traits:
-        const char *name
-        int blck
-        int size
-        rase_dequant_fn dequant[3]
-    int RASE_GGML_TYPE_COUNT
-    const rase_quant_traits QUANT_TRAITS[]
-    rase_dequant_fn rase_dequant_for(int qtype, int isa)
-
-cdef extern from "_dot.h" nogil:
     ctypedef void (*rase_dotn_fn)(int64_t n, const void *w, const void *a, size_t astride,
                                   int nt, float *out) noexcept nogil
     ctypedef void (*rase_quant_fn)(const float *x, void *dst, int64_t n) noexcept nogil
-    ctypedef struct rase_dot_traits:
+    ctypedef struct rase_type_traits:  # one row per ggml type (_types.h)
+        const char *name
+        int blck
+        int size
         int act
-        rase_dotn_fn dotn[3]  # RASE_ISA_COUNT
+        rase_dequant_fn dequant[3]  # RASE_ISA_COUNT
+        rase_dotn_fn dotn[3]
         int rows_act
+        size_t r16_blk
+        int block_sum
+    int RASE_GGML_TYPE_COUNT
+    const rase_type_traits *rase_traits(int qtype)
+    rase_dequant_fn rase_dequant_for(int qtype, int isa)
     int RASE_NT
     int ACT_F32, ACT_Q8_0, ACT_Q8_1, ACT_Q8_K, ACT_F32C, ACT_COUNT
-    const rase_dot_traits DOT_TRAITS[]
     size_t rase_act_bytes(int act, int64_t n)
     size_t rase_act_row_stride(int act, int64_t n)
     int rase_act_for(int qtype, int isa, int T, int64_t n)
     rase_dotn_fn rase_dotn_for(int qtype, int isa)
     rase_quant_fn rase_act_quant_for(int act, int isa)
-
-cdef extern from "_repack.h" nogil:
     int RASE_LAYOUT_R16
     int RASE_R16
     int RASE_CHUNK_ROWS
-    ctypedef void (*rase_r16_fn)(int64_t n, const uint8_t *w, const void *a, size_t astride, int nt, float *y,
-                                 int64_t ys, int nr) noexcept nogil
-    ctypedef struct rase_r16_traits:
-        size_t blk_bytes
-        int block_sum
-    const rase_r16_traits R16_TRAITS[]
     void rase_r16_rows(int isa, int type, const uint8_t *packed, int64_t group_bytes, int64_t n, const uint8_t *A,
                        size_t as_, int T, float *Y, int64_t ys, int64_t r0, int64_t r1, uint8_t *work)
     size_t rase_r16_bytes(int qtype, int64_t rows, int64_t n)

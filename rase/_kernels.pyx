@@ -82,12 +82,12 @@ def compiler_info():
 
 
 def quant_traits():
-    """The C QUANT_TRAITS table: {ggml type id: (name, block size, bytes per block, has_avx2)}."""
+    """The C traits rows (_traits.h): {ggml type id: (name, block size, bytes per block, has_avx2)}."""
     out = {}
     for t in range(RASE_GGML_TYPE_COUNT):
-        if QUANT_TRAITS[t].name != NULL:
-            out[t] = (QUANT_TRAITS[t].name.decode(), QUANT_TRAITS[t].blck, QUANT_TRAITS[t].size,
-                      QUANT_TRAITS[t].dequant[RASE_ISA_AVX2] != NULL)
+        if rase_traits(t).name != NULL:
+            out[t] = (rase_traits(t).name.decode(), rase_traits(t).blck, rase_traits(t).size,
+                      rase_traits(t).dequant[RASE_ISA_AVX2] != NULL)
     return out
 
 

@@ -28,23 +28,23 @@ cdef class BenchMatrix:
 
     def __init__(self, int qtype, const uint8_t[:, ::1] w, int64_t cols, isa=None, int n_threads=1):
         _check_type(qtype)
-        cdef int blck = QUANT_TRAITS[qtype].blck, size = QUANT_TRAITS[qtype].size
-        self.act = DOT_TRAITS[qtype].act
+        cdef int blck = rase_traits(qtype).blck, size = rase_traits(qtype).size
+        self.act = rase_traits(qtype).act
         cdef int kblk = 256 if self.act == ACT_Q8_K else blck
         if cols == 0 or cols % kblk or w.shape[0] < 1 or w.shape[1] != (cols // blck) * size:
             raise ValueError(f"w (rows, {(cols // blck) * size}) for cols a multiple of {kblk} required")
-        if DOT_TRAITS[qtype].dotn[0] == NULL and not R16_TRAITS[qtype].blk_bytes:
+        if rase_traits(qtype).dotn[0] == NULL and not rase_traits(qtype).r16_blk:
             raise ValueError(f"ggml type {qtype} has no matmul kernel")
         self.path = rase_isa if isa is None else _isa_id(isa)
         self.w = w
         self.mat.data, self.mat.type, self.mat.rows, self.mat.cols = &w[0, 0], qtype, w.shape[0], cols
         self.mat.row_bytes, self.mat.layout, self.mat.packed, self.mat.group_bytes = w.shape[1], 0, NULL, 0
         cdef const uint8_t[::1] pv
-        if R16_TRAITS[qtype].blk_bytes:
+        if rase_traits(qtype).r16_blk:
             self.packed = repack(qtype, w, cols, n_threads)
             pv = self.packed
             self.mat.layout, self.mat.packed = RASE_LAYOUT_R16, &pv[0]
-            self.mat.group_bytes = (cols // 32) * R16_TRAITS[qtype].blk_bytes
+            self.mat.group_bytes = (cols // 32) * rase_traits(qtype).r16_blk
 
     @property
     def nbytes(self):

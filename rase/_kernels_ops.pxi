@@ -78,7 +78,7 @@ def quantize_activation(int qtype, const float[::1] x, isa=None, bint gemm=False
     matmul kernels read): q8_0/q8_1/q8_K blocks, or x itself for float weights. gemm: the
     format of the type's many-token GEMM instead, where it has one (F16: ACT_F32C)."""
     _check_type(qtype)
-    cdef int act = DOT_TRAITS[qtype].rows_act if gemm and DOT_TRAITS[qtype].rows_act else DOT_TRAITS[qtype].act
+    cdef int act = rase_traits(qtype).rows_act if gemm and rase_traits(qtype).rows_act else rase_traits(qtype).act
     cdef int64_t n = x.shape[0]
     cdef int kblk = 256 if act == ACT_Q8_K else (32 if act else 1)
     if n == 0 or n % kblk:

@@ -171,14 +171,14 @@ cdef class Weights:
         if (r, c) != (rows, cols):
             raise ValueError(f"{name}: shape ({r}, {c}), expected ({rows}, {cols})")
         _check_type(qtype)
-        if DOT_TRAITS[qtype].dotn[0] == NULL and not R16_TRAITS[qtype].blk_bytes:
+        if rase_traits(qtype).dotn[0] == NULL and not rase_traits(qtype).r16_blk:
             raise ValueError(f"{name}: no dot kernel for type {qtype}")
-        cdef int blck = QUANT_TRAITS[qtype].blck
-        cdef int kblk = 256 if DOT_TRAITS[qtype].act == ACT_Q8_K else blck
+        cdef int blck = rase_traits(qtype).blck
+        cdef int kblk = 256 if rase_traits(qtype).act == ACT_Q8_K else blck
         if cols % kblk:
             raise ValueError(f"{name}: row length {cols} is not a multiple of {kblk}")
         cdef const uint8_t[::1] view = data
-        cdef int64_t row_bytes = (cols // blck) * QUANT_TRAITS[qtype].size
+        cdef int64_t row_bytes = (cols // blck) * rase_traits(qtype).size
         if view.shape[0] != rows * row_bytes:
             raise ValueError(f"{name}: {view.shape[0]} bytes, expected {rows * row_bytes}")
         out.data = &view[0]
@@ -186,7 +186,7 @@ cdef class Weights:
         out.layout, out.packed, out.group_bytes = 0, NULL, 0
         self._keep.append(data)
         cdef const uint8_t[::1] pv
-        if R16_TRAITS[qtype].blk_bytes and name not in _ROWS_READ:
+        if rase_traits(qtype).r16_blk and name not in _ROWS_READ:
             packed = None if self._cached is None else self._cached.get(name)
             if packed is None or packed.nbytes != rase_r16_bytes(qtype, rows, cols) or packed.ctypes.data % 64:
                 chunk = None if self._on_packed is None else (
@@ -195,7 +195,7 @@ cdef class Weights:
                 self.repacked[name] = packed
             pv = packed
             out.layout, out.packed = RASE_LAYOUT_R16, &pv[0]
-            out.group_bytes = (cols // 32) * R16_TRAITS[qtype].blk_bytes
+            out.group_bytes = (cols // 32) * rase_traits(qtype).r16_blk
             self._keep.append(packed)
             self.packed_bytes += packed.shape[0]
         elif name not in _ROWS_READ:

@@ -3,7 +3,7 @@
 # ---------------------------------------------------------------- dequantization
 
 cdef int _check_type(int qtype) except -1:
-    if qtype < 0 or qtype >= RASE_GGML_TYPE_COUNT or QUANT_TRAITS[qtype].name == NULL:
+    if qtype < 0 or qtype >= RASE_GGML_TYPE_COUNT or rase_traits(qtype).name == NULL:
         raise ValueError(f"ggml type {qtype} has no kernels in rase")
     return 0
 
@@ -15,7 +15,7 @@ def dequantize_into(int qtype, const uint8_t[::1] src, float[::1] dst, isa=None)
     """
     _check_type(qtype)
     cdef int64_t n = dst.shape[0]
-    cdef int blck = QUANT_TRAITS[qtype].blck, size = QUANT_TRAITS[qtype].size
+    cdef int blck = rase_traits(qtype).blck, size = rase_traits(qtype).size
     if n % blck:
         raise ValueError(f"{n} elements is not a multiple of the block size {blck}")
     if src.shape[0] != (n // blck) * size:
@@ -33,13 +33,13 @@ def dequantize_into(int qtype, const uint8_t[::1] src, float[::1] dst, isa=None)
 
 def repacked_types():
     """ggml type ids whose weights run repacked, 16 rows interleaved (_repack.h)."""
-    return [t for t in range(RASE_GGML_TYPE_COUNT) if R16_TRAITS[t].blk_bytes]
+    return [t for t in range(RASE_GGML_TYPE_COUNT) if rase_traits(t).r16_blk]
 
 
 def block_sum_types():
     """ggml type ids whose kernels have block-sum numerics (_repack_bs.h) instead of llama.cpp's
     one-token order: a model with any of them matches llama.cpp within tolerance, not bit for bit."""
-    return [t for t in range(RASE_GGML_TYPE_COUNT) if R16_TRAITS[t].block_sum]
+    return [t for t in range(RASE_GGML_TYPE_COUNT) if rase_traits(t).block_sum]
 
 
 cdef object _aligned(size_t nbytes):
@@ -57,10 +57,10 @@ def repack(int qtype, const uint8_t[:, ::1] w, int64_t cols, int n_threads=1, on
     on_chunk(first_row, end_row, copied): called before (copied=False) and after (True) each
     chunk of rows is copied."""
     _check_type(qtype)
-    if not R16_TRAITS[qtype].blk_bytes:
+    if not rase_traits(qtype).r16_blk:
         raise ValueError(f"ggml type {qtype} is not repacked")
     cdef int64_t rows = w.shape[0], g0, g1, groups
-    if rows < 1 or cols % 32 or w.shape[1] != (cols // QUANT_TRAITS[qtype].blck) * QUANT_TRAITS[qtype].size:
+    if rows < 1 or cols % 32 or w.shape[1] != (cols // rase_traits(qtype).blck) * rase_traits(qtype).size:
         raise ValueError("w must be (rows, row_bytes) of blocks for cols columns")
     out = _aligned(rase_r16_bytes(qtype, rows, cols))
     cdef uint8_t[::1] o = out
@@ -80,13 +80,13 @@ def unpack_row(int qtype, const uint8_t[::1] packed, int64_t rows, int64_t cols,
     """Row `row` of a repack()ed (rows x cols) matrix as ggml's plain row bytes: how the tied
     token embedding is looked up from the output's repacked copy."""
     _check_type(qtype)
-    if not R16_TRAITS[qtype].blk_bytes or cols % (256 if DOT_TRAITS[qtype].act == ACT_Q8_K else 32) or cols <= 0:
+    if not rase_traits(qtype).r16_blk or cols % (256 if rase_traits(qtype).act == ACT_Q8_K else 32) or cols <= 0:
         raise ValueError(f"ggml type {qtype} with {cols} columns is not repacked")
     if packed.shape[0] != rase_r16_bytes(qtype, rows, cols) or not 0 <= row < rows:
         raise ValueError("packed must be repack()'s output for (rows, cols), and 0 <= row < rows")
-    out = _np.empty((cols // QUANT_TRAITS[qtype].blck) * QUANT_TRAITS[qtype].size, _np.uint8)
+    out = _np.empty((cols // rase_traits(qtype).blck) * rase_traits(qtype).size, _np.uint8)
     cdef uint8_t[::1] o = out
-    cdef int64_t group = (cols // 32) * R16_TRAITS[qtype].blk_bytes
+    cdef int64_t group = (cols // 32) * rase_traits(qtype).r16_blk
     with nogil:
         rase_r16_unpack_row(qtype, &packed[0], group, cols, row, &o[0])
     return out
@@ -98,8 +98,8 @@ def matmul(int qtype, const uint8_t[:, ::1] w, const float[:, ::1] x, isa=None):
     groups, or row by row), tiles of up to RASE_NT tokens. Returns (T, rows) float32."""
     _check_type(qtype)
     cdef int64_t rows = w.shape[0], n = x.shape[1], t0, g
-    cdef int T = x.shape[0], nt, act = DOT_TRAITS[qtype].act, nr
-    cdef int blck = QUANT_TRAITS[qtype].blck, size = QUANT_TRAITS[qtype].size
+    cdef int T = x.shape[0], nt, act = rase_traits(qtype).act, nr
+    cdef int blck = rase_traits(qtype).blck, size = rase_traits(qtype).size
     cdef int kblk = 256 if act == ACT_Q8_K else blck
     if n == 0 or n % kblk or T < 1 or rows < 1 or w.shape[1] != (n // blck) * size:
         raise ValueError(f"w (rows, {(n // blck) * size}) and x (T, n) with n a multiple of {kblk} required")
@@ -118,10 +118,10 @@ def matmul(int qtype, const uint8_t[:, ::1] w, const float[:, ::1] x, isa=None):
     cdef int j
     for t0 in range(T):
         quant(&x[t0, 0], &a[t0 * row], n)
-    if R16_TRAITS[qtype].blk_bytes:
+    if rase_traits(qtype).r16_blk:
         packed = repack(qtype, w, n)
         pv = packed
-        group = (n // 32) * R16_TRAITS[qtype].blk_bytes
+        group = (n // 32) * rase_traits(qtype).r16_blk
         work = bytearray(n * RASE_CHUNK_ROWS * sizeof(float))  # the forward's per-thread work buffer
         wv = work
         with nogil:  # the forward's path: rows in chunks of 32, each chunk's groups over tiles of tokens
@@ -148,8 +148,8 @@ def vec_dot(int qtype, const uint8_t[::1] w, const float[:, ::1] x, isa=None, bi
     _check_type(qtype)
     cdef int64_t n = x.shape[1]
     cdef int nt = x.shape[0], t
-    cdef int blck = QUANT_TRAITS[qtype].blck, size = QUANT_TRAITS[qtype].size
-    cdef int act = DOT_TRAITS[qtype].act
+    cdef int blck = rase_traits(qtype).blck, size = rase_traits(qtype).size
+    cdef int act = rase_traits(qtype).act
     cdef int kblk = 256 if act == ACT_Q8_K else blck
     if n == 0 or n % kblk:
         raise ValueError(f"row length {n} must be a positive multiple of {kblk}")
@@ -157,7 +157,7 @@ def vec_dot(int qtype, const uint8_t[::1] w, const float[:, ::1] x, isa=None, bi
         raise ValueError(f"1..{RASE_NT} activation rows, got {nt}")
     if w.shape[0] != (n // blck) * size:
         raise ValueError(f"{n} elements need {(n // blck) * size} bytes, got {w.shape[0]}")
-    if R16_TRAITS[qtype].blk_bytes and not plain:  # one row of a repacked type: a group of 1
+    if rase_traits(qtype).r16_blk and not plain:  # one row of a repacked type: a group of 1
         return [float(v) for v in matmul(qtype, _np.asarray(w).reshape(1, -1), x, isa)[:, 0]]
     cdef int path = rase_isa if isa is None else _isa_id(isa)
     cdef size_t row = rase_act_row_stride(act, n)

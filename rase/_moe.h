@@ -1,5 +1,4 @@
-// rase/_moe.h: the routed FFN of a mixture-of-experts layer, included by _forward.h (it runs on
-// that model, scratch and matmuls).
+// rase/_moe.h: the routed FFN of a mixture-of-experts layer (on the model's scratch and matmuls).
 //
 // llama.cpp's build_moe_ffn, per token: router logits = gate_inp . h; probabilities = softmax
 // (ggml_soft_max: f64 sum, ggml's exp in 8-lane groups, the scalar exp for the rest); the
@@ -13,6 +12,8 @@
 // not depend on the other tokens of the step or which experts they chose.
 #ifndef RASE_MOE_H
 #define RASE_MOE_H
+
+#include "_matmul.h"
 
 #if RASE_HAVE_X86
 // ggml_vec_soft_max_f32's 8-lane step: p = exp(p - mx) with ggml's exp, *sum += their sum
@@ -103,7 +104,7 @@ static void rase_moe_matmuls(rase_model *m, const rase_moe_mm *mm, int n, int it
         const int n_e = s->seg[e + 1] - s->seg[e], p0 = s->seg[e];
         const int64_t r0 = (c - first) * RASE_CHUNK_ROWS, r1 = r0 + RASE_CHUNK_ROWS < rows ? r0 + RASE_CHUNK_ROWS : rows;
         for (int i = 0; i < n; ++i)
-            rase_mm_rows(m, &mm[i].w[e], mm[i].A + (size_t)p0 * mm[i].as, DOT_TRAITS[mm[i].w[e].type].act, mm[i].as,
+            rase_mm_rows(m, &mm[i].w[e], mm[i].A + (size_t)p0 * mm[i].as, rase_type_traits_table[mm[i].w[e].type].act, mm[i].as,
                          n_e, mm[i].Y + (int64_t)p0 * rows, r0, r1, rase_work(s, ith));
         if (n == 2)
             for (int p = p0; p < p0 + n_e; ++p)
@@ -141,13 +142,13 @@ static void rase_moe_ffn(rase_model *m, const rase_layer *L, int T, int ith, int
     rase_sync(m, ith);
     // 4. gate and up of every pair (inputs quantized per pair, in each matrix's format), the gate
     uint8_t *A1 = s->pact + (size_t)P * s->act_stride;
-    const int act_g = DOT_TRAITS[L->exp_gate[0].type].act, act_u = DOT_TRAITS[L->exp_up[0].type].act;
+    const int act_g = rase_type_traits_table[L->exp_gate[0].type].act, act_u = rase_type_traits_table[L->exp_up[0].type].act;
     const size_t rg = rase_moe_quantize(m, act_g, s->h, E, 1, s->pact, P, ith, nth);
     const size_t ru = act_u == act_g ? rg : rase_moe_quantize(m, act_u, s->h, E, 1, A1, P, ith, nth);
     const rase_moe_mm gu[2] = {{L->exp_gate, s->pact, rg, s->pg}, {L->exp_up, act_u == act_g ? s->pact : A1, ru, s->pu}};
     rase_moe_matmuls(m, gu, 2, ith, nth);
     // 5. down of every pair
-    const size_t rd = rase_moe_quantize(m, DOT_TRAITS[L->exp_down[0].type].act, s->pg, F, 0, s->pact, P, ith, nth);
+    const size_t rd = rase_moe_quantize(m, rase_type_traits_table[L->exp_down[0].type].act, s->pg, F, 0, s->pact, P, ith, nth);
     const rase_moe_mm dn = {L->exp_down, s->pact, rd, s->pd};
     rase_moe_matmuls(m, &dn, 1, ith, nth);
     // 6. weighted sum per token in slot order (ggml_mul, then ggml_add expert by expert)

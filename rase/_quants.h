@@ -1,29 +1,9 @@
-// rase/_quants.h: ggml block layouts, row dequantizers (scalar reference + AVX2), QUANT_TRAITS[].
-//
-// Mirrors rase/quants.py QUANT_BLOCKS (a test checks they agree). Layouts from ggml-common.h.
-// A row of n elements is n / blck blocks laid end to end; n is always a multiple of blck.
+// rase/_quants.h: row dequantizers of every type (scalar reference + AVX2), the `dequant`
+// entries of its traits row (_traits.h). Block layouts: _types.h.
 #ifndef RASE_QUANTS_H
 #define RASE_QUANTS_H
 
-#include "_simd.h"
-
-#define QK4_0 32
-#define QK8_0 32
-#define QK_K 256
-#define K_SCALE_SIZE 12
-
-typedef struct { uint16_t d; uint8_t qs[16]; } block_q4_0;                          // 18 B
-typedef struct { uint16_t d, m; uint8_t qs[16]; } block_q4_1;                       // 20 B
-typedef struct { uint16_t d; uint8_t qh[4]; uint8_t qs[16]; } block_q5_0;           // 22 B
-typedef struct { uint16_t d, m; uint8_t qh[4]; uint8_t qs[16]; } block_q5_1;        // 24 B
-typedef struct { uint16_t d; int8_t qs[32]; } block_q8_0;                           // 34 B
-typedef struct { uint8_t scales[16]; uint8_t qs[64]; uint16_t d, dmin; } block_q2_K; // 84 B
-typedef struct { uint8_t hmask[32]; uint8_t qs[64]; uint8_t scales[12]; uint16_t d; } block_q3_K; // 110 B
-typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[128]; } block_q4_K; // 144 B
-typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qh[32]; uint8_t qs[128]; } block_q5_K; // 176 B
-typedef struct { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; uint16_t d; } block_q6_K; // 210 B
-
-typedef void (*rase_dequant_fn)(const void *src, float *dst, int64_t n);
+#include "_types.h"
 
 // ---------------------------------------------------------------- scalar references
 
@@ -380,43 +360,6 @@ RASE_TARGET_AVX2 static void dequant_row_q6_k_avx2(const void *src, float *y, in
         }
     }
 }
-#  define RASE_AVX2_FN(f) f
-#else
-#  define RASE_AVX2_FN(f) 0
 #endif
-
-// ---------------------------------------------------------------- the table
-
-typedef struct {
-    const char *name;
-    int blck;                     // elements per block
-    int size;                     // bytes per block
-    rase_dequant_fn dequant[RASE_ISA_COUNT];  // [scalar reference, AVX2 or 0, 0 (= AVX2)]
-} rase_quant_traits;
-
-#define RASE_GGML_TYPE_COUNT 40
-// Indexed by ggml_type id; a zero row means "not supported".
-static const rase_quant_traits QUANT_TRAITS[RASE_GGML_TYPE_COUNT] = {
-    [0] = {"F32", 1, 4, {dequant_row_f32_ref, dequant_row_f32_ref}},
-    [1] = {"F16", 1, 2, {dequant_row_f16_ref, RASE_AVX2_FN(dequant_row_f16_avx2)}},
-    [2] = {"Q4_0", 32, 18, {dequant_row_q4_0_ref, RASE_AVX2_FN(dequant_row_q4_0_avx2)}},
-    [3] = {"Q4_1", 32, 20, {dequant_row_q4_1_ref, RASE_AVX2_FN(dequant_row_q4_1_avx2)}},
-    [6] = {"Q5_0", 32, 22, {dequant_row_q5_0_ref, RASE_AVX2_FN(dequant_row_q5_0_avx2)}},
-    [7] = {"Q5_1", 32, 24, {dequant_row_q5_1_ref, RASE_AVX2_FN(dequant_row_q5_1_avx2)}},
-    [8] = {"Q8_0", 32, 34, {dequant_row_q8_0_ref, RASE_AVX2_FN(dequant_row_q8_0_avx2)}},
-    [10] = {"Q2_K", 256, 84, {dequant_row_q2_k_ref, RASE_AVX2_FN(dequant_row_q2_k_avx2)}},
-    [11] = {"Q3_K", 256, 110, {dequant_row_q3_k_ref, RASE_AVX2_FN(dequant_row_q3_k_avx2)}},
-    [12] = {"Q4_K", 256, 144, {dequant_row_q4_k_ref, RASE_AVX2_FN(dequant_row_q4_k_avx2)}},
-    [13] = {"Q5_K", 256, 176, {dequant_row_q5_k_ref, RASE_AVX2_FN(dequant_row_q5_k_avx2)}},
-    [14] = {"Q6_K", 256, 210, {dequant_row_q6_k_ref, RASE_AVX2_FN(dequant_row_q6_k_avx2)}},
-    [30] = {"BF16", 1, 2, {dequant_row_bf16_ref, RASE_AVX2_FN(dequant_row_bf16_avx2)}},
-};
-
-// The row dequantizer for (type, isa): the ISA's version when it has one, else the reference.
-static inline rase_dequant_fn rase_dequant_for(int type, int isa) {
-    for (; isa > 0; --isa)  // the level's own kernel, else the nearest level below
-        if (QUANT_TRAITS[type].dequant[isa]) return QUANT_TRAITS[type].dequant[isa];
-    return QUANT_TRAITS[type].dequant[RASE_ISA_SCALAR];
-}
 
 #endif  // RASE_QUANTS_H

@@ -15,8 +15,10 @@
 #ifndef RASE_REPACK_BS_H
 #define RASE_REPACK_BS_H
 
-// type: 2 (Q4_0) or 6 (Q5_0), the ggml id; the -B sum(y) start of the block's integer sum
-static inline int32_t rase_bs_start(int type, const act_q8_0 *ya) { return type == 6 ? 2 * ya->m8 : ya->m8; }
+#include "_repack.h"
+
+// type: Q4_0 or Q5_0; the -B sum(y) start of the block's integer sum
+static inline int32_t rase_bs_start(int type, const act_q8_0 *ya) { return type == RASE_TYPE_Q5_0 ? 2 * ya->m8 : ya->m8; }
 
 static void rase_bs_ref(int type, int64_t n, const uint8_t *w, const void *a, size_t astride, int nt, float *y,
                         int64_t ys, int nr) {
@@ -37,16 +39,16 @@ static void rase_bs_ref(int type, int64_t n, const uint8_t *w, const void *a, si
 #define RASE_BS_REF(NAME, TYPE)                                                               \
     static void NAME(int64_t n, const uint8_t *w, const void *a, size_t astride, int nt, float *y, \
                      int64_t ys, int nr) { rase_bs_ref(TYPE, n, w, a, astride, nt, y, ys, nr); }
-RASE_BS_REF(r16_q4_0_ref, 2)
-RASE_BS_REF(r16_q5_0_ref, 6)
+RASE_BS_REF(r16_q4_0_ref, RASE_TYPE_Q4_0)
+RASE_BS_REF(r16_q5_0_ref, RASE_TYPE_Q5_0)
 
 #if RASE_HAVE_X86
 // Both halves of the group per chunk of RASE_R16_CHUNK blocks (each prefetching its share of
 // the block ahead, so the weight stream never pauses), every token per block: its slice dots
 // summed in int16, one madd per 4 (Q5_0) or 8 (Q4_0) slices, the -B sum(y) start, one convert,
 // one FMA per row.
-RASE_TARGET_AVX2 static RASE_INLINE void rase_bs_avx2_body(const int type, int64_t n, const uint8_t *w,
-                                                          const void *a, size_t astride, const int nt, float *y,
+RASE_TARGET_AVX2 static RASE_INLINE void rase_bs_avx2_body(const int nt, const int type, int64_t n, const uint8_t *w,
+                                                          const void *a, size_t astride, float *y,
                                                           int64_t ys, int nr) {
     const size_t bsz = rase_r16_blk(type);
     const int halves = nr > 8 ? 2 : 1, pf = (int)bsz / halves;
@@ -65,7 +67,7 @@ RASE_TARGET_AVX2 static RASE_INLINE void rase_bs_avx2_body(const int type, int64
                     q[k] = _mm256_and_si256(raw, m4);
                     q[k + 4] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
                 }
-                if (type == 6) {  // slice k's fifth bits: bit k of each lane's byte, moved to bit 4
+                if (type == RASE_TYPE_Q5_0) {  // slice k's fifth bits: bit k of each lane's byte, moved to bit 4
                     const __m256i hv = _mm256_loadu_si256((const __m256i *)(o + rase_r16_hoff(type) + 32 * h));
                     q[0] = _mm256_or_si256(q[0], _mm256_and_si256(_mm256_slli_epi16(hv, 4), x10));
                     q[1] = _mm256_or_si256(q[1], _mm256_and_si256(_mm256_slli_epi16(hv, 3), x10));
@@ -81,7 +83,7 @@ RASE_TARGET_AVX2 static RASE_INLINE void rase_bs_avx2_body(const int type, int64
                     const act_q8_0 *ya = (const act_q8_0 *)((const char *)a + t * astride) + b;
 #define RASE_BS_DOT(sl) _mm256_maddubs_epi16(q[sl], _mm256_set1_epi32(rase_ld32(ya->qs + 4 * (sl))))
                     __m256i i32;
-                    if (type == 6) {
+                    if (type == RASE_TYPE_Q5_0) {
                         const __m256i lo = _mm256_add_epi16(_mm256_add_epi16(RASE_BS_DOT(0), RASE_BS_DOT(1)),
                                                             _mm256_add_epi16(RASE_BS_DOT(2), RASE_BS_DOT(3)));
                         const __m256i hi = _mm256_add_epi16(_mm256_add_epi16(RASE_BS_DOT(4), RASE_BS_DOT(5)),
@@ -103,8 +105,8 @@ RASE_TARGET_AVX2 static RASE_INLINE void rase_bs_avx2_body(const int type, int64
 }
 
 // The 16 rows in one zmm; the 8 slices accumulate in int32 from the -B sum(y) start (vpdpbusd).
-RASE_TARGET_AVX512 static RASE_INLINE void rase_bs_vnni_body(const int type, int64_t n, const uint8_t *w,
-                                                            const void *a, size_t astride, const int nt, float *y,
+RASE_TARGET_AVX512 static RASE_INLINE void rase_bs_vnni_body(const int nt, const int type, int64_t n, const uint8_t *w,
+                                                            const void *a, size_t astride, float *y,
                                                             int64_t ys, int nr) {
     const size_t bsz = rase_r16_blk(type);
     const __m512i m4 = _mm512_set1_epi8(0xF), x10 = _mm512_set1_epi8(0x10);
@@ -119,7 +121,7 @@ RASE_TARGET_AVX512 static RASE_INLINE void rase_bs_vnni_body(const int type, int
             u[k] = _mm512_and_si512(raw, m4);
             u[k + 4] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
         }
-        if (type == 6) {  // slice k's fifth bits: bit k of each lane's byte, a byte mask
+        if (type == RASE_TYPE_Q5_0) {  // slice k's fifth bits: bit k of each lane's byte, a byte mask
             const __m512i hv = _mm512_loadu_si512((const void *)(o + rase_r16_hoff(type)));
             for (int k = 0; k < 8; ++k)
                 u[k] = _mm512_mask_add_epi8(u[k], _mm512_test_epi8_mask(hv, _mm512_set1_epi8((char)(1 << k))), u[k], x10);
@@ -136,15 +138,10 @@ RASE_TARGET_AVX512 static RASE_INLINE void rase_bs_vnni_body(const int type, int
     for (int t = 0; t < nt; ++t) _mm512_mask_storeu_ps(y + t * ys, (__mmask16)((1u << nr) - 1), acc[t]);
 }
 
-RASE_R16_BODIES(r16_q4_0, 2, rase_bs)  // _repack_k.h's wrapper
-RASE_R16_BODIES(r16_q5_0, 6, rase_bs)
-
-// nt (<= RASE_R16_TILE) tokens, the count a constant in the body: _repack_k.h's entry switch
-_Static_assert(RASE_R16_TILE == 8, "RASE_R16K_ENTRY's switch covers tiles of 1..8 tokens");
-RASE_R16K_ENTRY(r16_q4_0_avx2, RASE_TARGET_AVX2)
-RASE_R16K_ENTRY(r16_q4_0_vnni, RASE_TARGET_AVX512)
-RASE_R16K_ENTRY(r16_q5_0_avx2, RASE_TARGET_AVX2)
-RASE_R16K_ENTRY(r16_q5_0_vnni, RASE_TARGET_AVX512)
+RASE_R16_ENTRY(r16_q4_0_avx2, RASE_TARGET_AVX2, rase_bs_avx2_body, RASE_TYPE_Q4_0)
+RASE_R16_ENTRY(r16_q4_0_vnni, RASE_TARGET_AVX512, rase_bs_vnni_body, RASE_TYPE_Q4_0)
+RASE_R16_ENTRY(r16_q5_0_avx2, RASE_TARGET_AVX2, rase_bs_avx2_body, RASE_TYPE_Q5_0)
+RASE_R16_ENTRY(r16_q5_0_vnni, RASE_TARGET_AVX512, rase_bs_vnni_body, RASE_TYPE_Q5_0)
 #endif
 
 #endif  // RASE_REPACK_BS_H

@@ -19,24 +19,24 @@
 // kernels give the same bits (and Q5_K the bits it had before it was repacked).
 #ifndef RASE_REPACK_K_H
 #define RASE_REPACK_K_H
-#include <stddef.h>
+
+#include "_repack.h"
 
 typedef struct { uint16_t d[16], dmin[16]; uint32_t sm[3][16]; } r16_k_head;
 typedef struct { r16_k_head hd; uint8_t q[4][8][64]; } r16_q4_k;
 typedef struct { r16_k_head hd; struct { uint8_t h[2][64]; uint8_t q[8][64]; } p[4]; } r16_q5_k;
 _Static_assert(sizeof(r16_q4_k) == 16 * sizeof(block_q4_K), "r16_q4_k");
 _Static_assert(sizeof(r16_q5_k) == 16 * sizeof(block_q5_K), "r16_q5_k");
-_Static_assert(sizeof(block_q4_K) == 144 && sizeof(block_q5_K) == 176, "ggml block sizes");
-// bytes of one repacked 256-column block of type 12 (Q4_K) or 13 (Q5_K)
-#define RASE_R16K_BYTES(T) ((T) == 13 ? sizeof(r16_q5_k) : sizeof(r16_q4_k))
+// bytes of one repacked 256-column block of Q4_K or Q5_K, and of the plain one
+static inline size_t rase_r16k_bytes(int type) { return type == RASE_TYPE_Q5_K ? sizeof(r16_q5_k) : sizeof(r16_q4_k); }
+static inline size_t rase_k45_bytes(int type) { return type == RASE_TYPE_Q5_K ? sizeof(block_q5_K) : sizeof(block_q4_K); }
 // plane q[p][s] and (Q5_K) the fifth bits h[j] of the repacked block at o
 static inline __attribute__((always_inline)) uint8_t *rase_r16k_q(int type, const void *o, int p, int s) {
-    return type == 13 ? ((r16_q5_k *)o)->p[p].q[s] : ((r16_q4_k *)o)->q[p][s];
+    return type == RASE_TYPE_Q5_K ? ((r16_q5_k *)o)->p[p].q[s] : ((r16_q4_k *)o)->q[p][s];
 }
 static inline __attribute__((always_inline)) uint8_t *rase_r16k_h(const void *o, int j) {
     return ((r16_q5_k *)o)->p[j / 2].h[j % 2];
 }
-#define RASE_R16K_TILE 8  // tokens per kernel call
 #define RASE_R16K_PAIR_NT 4  // AVX-512: up to this many tokens, a sub-block pair per pass over its nibbles
 
 // byte s bit j of m to byte j bit s (Hacker's Delight's transpose8, little-endian bytes)
@@ -49,24 +49,24 @@ static inline uint64_t rase_transpose8x8(uint64_t m) {
     return m ^ t ^ (t << 28);
 }
 
-// Group g of a (rows x n) plain Q4_K (type 12) or Q5_K (13) matrix into dst (n / 256 blocks);
+// Group g of a (rows x n) plain Q4_K or Q5_K matrix into dst (n / 256 blocks);
 // rows past the end are zero. The leading fields of the two plain blocks share their layout.
 static inline __attribute__((always_inline)) void rase_r16_repack_k(const int type, const uint8_t *src, int64_t row_bytes,
                                                                   int64_t rows, int64_t n, int64_t g, uint8_t *dst) {
-    const size_t ob = RASE_R16K_BYTES(type), xb = type == 13 ? sizeof(block_q5_K) : sizeof(block_q4_K);
+    const size_t ob = rase_r16k_bytes(type), xb = rase_k45_bytes(type);
     if ((g + 1) * RASE_R16 > rows) memset(dst, 0, (size_t)(n / 256) * ob);
     for (int r = 0; r < RASE_R16 && g * RASE_R16 + r < rows; ++r) {
         const uint8_t *row = src + (g * RASE_R16 + r) * row_bytes;
         for (int64_t b = 0; b < n / 256; ++b) {
             const block_q4_K *x = (const block_q4_K *)(row + b * xb);  // d, dmin, scales
-            const uint8_t *qs = type == 13 ? ((const block_q5_K *)x)->qs : x->qs;
+            const uint8_t *qs = type == RASE_TYPE_Q5_K ? ((const block_q5_K *)x)->qs : x->qs;
             uint8_t *o = dst + b * ob;
             r16_k_head *hd = (r16_k_head *)o;
             hd->d[r] = x->d, hd->dmin[r] = x->dmin;
             for (int i = 0; i < 3; ++i) memcpy(&hd->sm[i][r], x->scales + 4 * i, 4);
             for (int p = 0; p < 4; ++p)
                 for (int s = 0; s < 8; ++s) memcpy(rase_r16k_q(type, o, p, s) + 4 * r, qs + 32 * p + 4 * s, 4);
-            if (type == 13) {  // bit j of qh[4s + i] to bit s of h[j][4r + i]: an 8 x 8 bit transpose per i
+            if (type == RASE_TYPE_Q5_K) {  // bit j of qh[4s + i] to bit s of h[j][4r + i]: an 8 x 8 bit transpose per i
                 const uint8_t *qh = ((const block_q5_K *)x)->qh;
                 for (int i = 0; i < 4; ++i) {
                     uint64_t m = 0;
@@ -81,17 +81,17 @@ static inline __attribute__((always_inline)) void rase_r16_repack_k(const int ty
 
 // Row r of group pg (n / 256 blocks) back in ggml's plain blocks at dst: the repack's inverse
 static void rase_r16_unpack_row_k(int type, const uint8_t *pg, int64_t n, int r, uint8_t *dst) {
-    const size_t ob = RASE_R16K_BYTES(type), xb = type == 13 ? sizeof(block_q5_K) : sizeof(block_q4_K);
+    const size_t ob = rase_r16k_bytes(type), xb = rase_k45_bytes(type);
     for (int64_t b = 0; b < n / 256; ++b) {
         const uint8_t *o = pg + b * ob;
         const r16_k_head *hd = (const r16_k_head *)o;
         block_q4_K *x = (block_q4_K *)(dst + b * xb);
-        uint8_t *qs = type == 13 ? ((block_q5_K *)x)->qs : x->qs;
+        uint8_t *qs = type == RASE_TYPE_Q5_K ? ((block_q5_K *)x)->qs : x->qs;
         x->d = hd->d[r], x->dmin = hd->dmin[r];
         for (int i = 0; i < 3; ++i) memcpy(x->scales + 4 * i, &hd->sm[i][r], 4);
         for (int p = 0; p < 4; ++p)
             for (int s = 0; s < 8; ++s) memcpy(qs + 32 * p + 4 * s, rase_r16k_q(type, o, p, s) + 4 * r, 4);
-        if (type == 13) {
+        if (type == RASE_TYPE_Q5_K) {
             uint8_t *qh = ((block_q5_K *)x)->qh;
             memset(qh, 0, 32);
             for (int j = 0; j < 8; ++j)
@@ -100,12 +100,21 @@ static void rase_r16_unpack_row_k(int type, const uint8_t *pg, int64_t n, int r,
     }
 }
 
+static void r16_repack_q4_k(const uint8_t *src, int64_t row_bytes, int64_t rows, int64_t n, int64_t g, uint8_t *dst) {
+    rase_r16_repack_k(RASE_TYPE_Q4_K, src, row_bytes, rows, n, g, dst);
+}
+static void r16_repack_q5_k(const uint8_t *src, int64_t row_bytes, int64_t rows, int64_t n, int64_t g, uint8_t *dst) {
+    rase_r16_repack_k(RASE_TYPE_Q5_K, src, row_bytes, rows, n, g, dst);
+}
+static void r16_unpack_q4_k(const uint8_t *pg, int64_t n, int r, uint8_t *dst) { rase_r16_unpack_row_k(RASE_TYPE_Q4_K, pg, n, r, dst); }
+static void r16_unpack_q5_k(const uint8_t *pg, int64_t n, int r, uint8_t *dst) { rase_r16_unpack_row_k(RASE_TYPE_Q5_K, pg, n, r, dst); }
+
 // ---------------------------------------------------------------- the scalar reference
 
 static inline __attribute__((always_inline)) void rase_r16k_ref(const int type, int64_t n, const uint8_t *w,
                                                                const void *a, size_t astride, int nt, float *y,
                                                                int64_t ys, int nr) {
-    const size_t ob = RASE_R16K_BYTES(type);
+    const size_t ob = rase_r16k_bytes(type);
     for (int t = 0; t < nt; ++t)
         for (int r = 0; r < nr; ++r) {
             float acc = 0.0f, accm = 0.0f;
@@ -122,14 +131,14 @@ static inline __attribute__((always_inline)) void rase_r16k_ref(const int type, 
                     int dot = 0;
                     for (int l = 0; l < 32; ++l) {
                         const uint8_t q = rase_r16k_q(type, o, j / 2, l / 4)[4 * r + l % 4];
-                        const int fifth = type == 13 ? ((rase_r16k_h(o, j)[4 * r + l % 4] >> (l / 4)) & 1) << 4 : 0;
+                        const int fifth = type == RASE_TYPE_Q5_K ? ((rase_r16k_h(o, j)[4 * r + l % 4] >> (l / 4)) & 1) << 4 : 0;
                         dot += ((j & 1 ? q >> 4 : q & 0xF) | fifth) * ya->qs[32 * j + l];
                     }
                     S += sc * dot;
                     M += mn * (ya->bsums[2 * j] + ya->bsums[2 * j + 1]);
                 }
                 const float dy = ya->d, dx = rase_fp16_to_fp32(hd->d[r]), dm = rase_fp16_to_fp32(hd->dmin[r]);
-                if (type == 13) {
+                if (type == RASE_TYPE_Q5_K) {
                     acc = acc + dy * (dx * (float)S - dm * (float)M);
                 } else {
                     acc = __builtin_fmaf((float)S, dx * dy, acc);
@@ -140,9 +149,9 @@ static inline __attribute__((always_inline)) void rase_r16k_ref(const int type, 
         }
 }
 static void r16_q4_k_ref(int64_t n, const uint8_t *w, const void *a, size_t astride, int nt, float *y, int64_t ys,
-                         int nr) { rase_r16k_ref(12, n, w, a, astride, nt, y, ys, nr); }
+                         int nr) { rase_r16k_ref(RASE_TYPE_Q4_K, n, w, a, astride, nt, y, ys, nr); }
 static void r16_q5_k_ref(int64_t n, const uint8_t *w, const void *a, size_t astride, int nt, float *y, int64_t ys,
-                         int nr) { rase_r16k_ref(13, n, w, a, astride, nt, y, ys, nr); }
+                         int nr) { rase_r16k_ref(RASE_TYPE_Q5_K, n, w, a, astride, nt, y, ys, nr); }
 
 #if RASE_HAVE_X86
 // ---------------------------------------------------------------- AVX2
@@ -166,13 +175,13 @@ RASE_TARGET_AVX2 static RASE_INLINE __m256i rase_k5_fifth_avx2(__m256i hv, int s
     return _mm256_and_si256(at4, x10);
 }
 
-RASE_TARGET_AVX2 static RASE_INLINE void rase_r16k_avx2_body(const int type, int64_t n, const uint8_t *w, const void *a,
-                                                           size_t astride, const int nt, float *y, int64_t ys, int nr) {
-    const size_t ob = RASE_R16K_BYTES(type);
+RASE_TARGET_AVX2 static RASE_INLINE void rase_r16k_avx2_body(const int nt, const int type, int64_t n, const uint8_t *w, const void *a,
+                                                           size_t astride, float *y, int64_t ys, int nr) {
+    const size_t ob = rase_r16k_bytes(type);
     const __m256i m4 = _mm256_set1_epi8(0xF), lo8 = _mm256_set1_epi32(0xFF), x10 = _mm256_set1_epi8(0x10);
     const __m256i km1 = _mm256_set1_epi32(0x3f3f3f3f), km2 = _mm256_set1_epi32(0x0f0f0f0f), km3 = _mm256_set1_epi32(0x03030303);
     const int halves = nr > 8 ? 2 : 1, pf = (int)ob / halves;
-    __m256 acc_h[2][RASE_R16K_TILE], accm_h[2][RASE_R16K_TILE];
+    __m256 acc_h[2][RASE_R16_TILE], accm_h[2][RASE_R16_TILE];
     for (int h = 0; h < halves; ++h)
         for (int t = 0; t < nt; ++t) acc_h[h][t] = accm_h[h][t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < n / 256; ++b)
@@ -185,16 +194,16 @@ RASE_TARGET_AVX2 static RASE_INLINE void rase_r16k_avx2_body(const int type, int
             RASE_K4_LANES(_mm256_, si256, _mm256_loadu_si256((const __m256i *)(hd->sm[0] + 8 * h)),
                           _mm256_loadu_si256((const __m256i *)(hd->sm[1] + 8 * h)),
                           _mm256_loadu_si256((const __m256i *)(hd->sm[2] + 8 * h)), sc4, sc8, mn4, mn8, km1, km2, km3);
-            __m256i S[RASE_R16K_TILE], M[RASE_R16K_TILE];
+            __m256i S[RASE_R16_TILE], M[RASE_R16_TILE];
             for (int t = 0; t < nt; ++t) S[t] = M[t] = _mm256_setzero_si256();
             for (int j = 0; j < 8; ++j) {
                 const __m256i sc = _mm256_and_si256(_mm256_srli_epi32(j < 4 ? sc4 : sc8, 8 * (j % 4)), lo8);
                 const __m256i sc2 = _mm256_or_si256(sc, _mm256_slli_epi32(sc, 16));  // sc in both i16 halves
-                const __m256i hv = type == 13 ? _mm256_loadu_si256((const __m256i *)(rase_r16k_h(o, j) + 32 * h)) : m4;
+                const __m256i hv = type == RASE_TYPE_Q5_K ? _mm256_loadu_si256((const __m256i *)(rase_r16k_h(o, j) + 32 * h)) : m4;
                 for (int s = 0; s < 8; ++s) {
                     const __m256i raw = _mm256_loadu_si256((const __m256i *)(rase_r16k_q(type, o, j / 2, s) + 32 * h));
                     __m256i q = _mm256_and_si256(j & 1 ? _mm256_srli_epi16(raw, 4) : raw, m4);
-                    if (type == 13) q = _mm256_or_si256(q, rase_k5_fifth_avx2(hv, s, x10));
+                    if (type == RASE_TYPE_Q5_K) q = _mm256_or_si256(q, rase_k5_fifth_avx2(hv, s, x10));
                     for (int t = 0; t < nt; ++t) {  // at most 2 x 31 x 127 per i16 pair
                         const __m256i ya = _mm256_set1_epi32(rase_ld32(RASE_ACT(block_q8_K, t, b)->qs + 32 * j + 4 * s));
                         S[t] = _mm256_add_epi32(S[t], _mm256_madd_epi16(_mm256_maddubs_epi16(q, ya), sc2));
@@ -209,7 +218,7 @@ RASE_TARGET_AVX2 static RASE_INLINE void rase_r16k_avx2_body(const int type, int
             const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(hd->dmin + 8 * h)));
             for (int t = 0; t < nt; ++t) {
                 const __m256 dy = _mm256_broadcast_ss(&RASE_ACT(block_q8_K, t, b)->d);
-                if (type == 13) {  // acc + dy * (dx * S - dmin * M)
+                if (type == RASE_TYPE_Q5_K) {  // acc + dy * (dx * S - dmin * M)
                     const __m256 f = _mm256_sub_ps(_mm256_mul_ps(dx, _mm256_cvtepi32_ps(S[t])), _mm256_mul_ps(dm, _mm256_cvtepi32_ps(M[t])));
                     acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(dy, f));
                 } else {
@@ -226,12 +235,12 @@ RASE_TARGET_AVX2 static RASE_INLINE void rase_r16k_avx2_body(const int type, int
 // ---------------------------------------------------------------- AVX-512 VNNI
 // A zmm per slice holds all 16 rows; vpdpbusd gives each slice's 4 products exactly (nibbles are
 // unsigned as stored), summed over the sub-block's 8 slices, then times the sub-block's scale.
-RASE_TARGET_AVX512 static RASE_INLINE void rase_r16k_vnni_body(const int type, int64_t n, const uint8_t *w, const void *a,
-                                                             size_t astride, const int nt, float *y, int64_t ys, int nr) {
-    const size_t ob = RASE_R16K_BYTES(type);
+RASE_TARGET_AVX512 static RASE_INLINE void rase_r16k_vnni_body(const int nt, const int type, int64_t n, const uint8_t *w, const void *a,
+                                                             size_t astride, float *y, int64_t ys, int nr) {
+    const size_t ob = rase_r16k_bytes(type);
     const __m512i m4 = _mm512_set1_epi8(0xF), lo8 = _mm512_set1_epi32(0xFF), x10 = _mm512_set1_epi8(0x10);
     const __m512i km1 = _mm512_set1_epi32(0x3f3f3f3f), km2 = _mm512_set1_epi32(0x0f0f0f0f), km3 = _mm512_set1_epi32(0x03030303);
-    __m512 acc[RASE_R16K_TILE], accm[RASE_R16K_TILE];
+    __m512 acc[RASE_R16_TILE], accm[RASE_R16_TILE];
     for (int t = 0; t < nt; ++t) acc[t] = accm[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < n / 256; ++b) {
         const uint8_t *o = w + b * ob;
@@ -240,18 +249,18 @@ RASE_TARGET_AVX512 static RASE_INLINE void rase_r16k_vnni_body(const int type, i
         __m512i sc4, sc8, mn4, mn8;
         RASE_K4_LANES(_mm512_, si512, _mm512_loadu_si512((const void *)hd->sm[0]), _mm512_loadu_si512((const void *)hd->sm[1]),
                       _mm512_loadu_si512((const void *)hd->sm[2]), sc4, sc8, mn4, mn8, km1, km2, km3);
-        __m512i S[RASE_R16K_TILE], M[RASE_R16K_TILE];
+        __m512i S[RASE_R16_TILE], M[RASE_R16_TILE];
         for (int t = 0; t < nt; ++t) S[t] = M[t] = _mm512_setzero_si512();
         if (nt <= RASE_R16K_PAIR_NT) {
             for (int p = 0; p < 4; ++p) {  // sub-blocks 2p (low nibbles) and 2p + 1 (high) from one pass over q[p]
-                __m512i D[2][RASE_R16K_TILE];
+                __m512i D[2][RASE_R16_TILE];
                 for (int t = 0; t < nt; ++t) D[0][t] = D[1][t] = _mm512_setzero_si512();
-                const __m512i hv0 = type == 13 ? _mm512_loadu_si512((const void *)rase_r16k_h(o, 2 * p)) : m4;
-                const __m512i hv1 = type == 13 ? _mm512_loadu_si512((const void *)rase_r16k_h(o, 2 * p + 1)) : m4;
+                const __m512i hv0 = type == RASE_TYPE_Q5_K ? _mm512_loadu_si512((const void *)rase_r16k_h(o, 2 * p)) : m4;
+                const __m512i hv1 = type == RASE_TYPE_Q5_K ? _mm512_loadu_si512((const void *)rase_r16k_h(o, 2 * p + 1)) : m4;
                 for (int s = 0; s < 8; ++s) {
                     const __m512i raw = _mm512_loadu_si512((const void *)rase_r16k_q(type, o, p, s));
                     __m512i q0 = _mm512_and_si512(raw, m4), q1 = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
-                    if (type == 13) {  // the fifth bit: bit s of each byte of hv, a byte mask
+                    if (type == RASE_TYPE_Q5_K) {  // the fifth bit: bit s of each byte of hv, a byte mask
                         const __m512i bit = _mm512_set1_epi8((char)(1 << s));
                         q0 = _mm512_mask_add_epi8(q0, _mm512_test_epi8_mask(hv0, bit), q0, x10);
                         q1 = _mm512_mask_add_epi8(q1, _mm512_test_epi8_mask(hv1, bit), q1, x10);
@@ -275,13 +284,13 @@ RASE_TARGET_AVX512 static RASE_INLINE void rase_r16k_vnni_body(const int type, i
             }
         } else {  // more tokens: one sub-block at a time (the pairs' accumulators would spill)
             for (int j = 0; j < 8; ++j) {
-                __m512i D[RASE_R16K_TILE];
+                __m512i D[RASE_R16_TILE];
                 for (int t = 0; t < nt; ++t) D[t] = _mm512_setzero_si512();
-                const __m512i hv = type == 13 ? _mm512_loadu_si512((const void *)rase_r16k_h(o, j)) : m4;
+                const __m512i hv = type == RASE_TYPE_Q5_K ? _mm512_loadu_si512((const void *)rase_r16k_h(o, j)) : m4;
                 for (int s = 0; s < 8; ++s) {
                     const __m512i raw = _mm512_loadu_si512((const void *)rase_r16k_q(type, o, j / 2, s));
                     __m512i q = _mm512_and_si512(j & 1 ? _mm512_srli_epi16(raw, 4) : raw, m4);
-                    if (type == 13)  // the fifth bit: bit s of each byte of hv, a byte mask
+                    if (type == RASE_TYPE_Q5_K)  // the fifth bit: bit s of each byte of hv, a byte mask
                         q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(hv, _mm512_set1_epi8((char)(1 << s))), q, x10);
                     for (int t = 0; t < nt; ++t)
                         D[t] = _mm512_dpbusd_epi32(D[t], q, _mm512_set1_epi32(rase_ld32(RASE_ACT(block_q8_K, t, b)->qs + 32 * j + 4 * s)));
@@ -299,7 +308,7 @@ RASE_TARGET_AVX512 static RASE_INLINE void rase_r16k_vnni_body(const int type, i
         const __m512 dm = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)hd->dmin));
         for (int t = 0; t < nt; ++t) {
             const __m512 dy = _mm512_set1_ps(RASE_ACT(block_q8_K, t, b)->d);
-            if (type == 13) {  // acc + dy * (dx * S - dmin * M)
+            if (type == RASE_TYPE_Q5_K) {  // acc + dy * (dx * S - dmin * M)
                 const __m512 f = _mm512_sub_ps(_mm512_mul_ps(dx, _mm512_cvtepi32_ps(S[t])), _mm512_mul_ps(dm, _mm512_cvtepi32_ps(M[t])));
                 acc[t] = _mm512_add_ps(acc[t], _mm512_mul_ps(dy, f));
             } else {
@@ -312,38 +321,10 @@ RASE_TARGET_AVX512 static RASE_INLINE void rase_r16k_vnni_body(const int type, i
         _mm512_mask_storeu_ps(y + t * ys, (__mmask16)((1u << nr) - 1), _mm512_sub_ps(acc[t], accm[t]));
 }
 
-// NAME_avx2_body / NAME_vnni_body: GEN's bodies (GEN_avx2_body(type, ...)) with the type a constant
-#define RASE_R16_BODIES(NAME, TYPE, GEN)                                                      \
-    RASE_TARGET_AVX2 static RASE_INLINE void NAME##_avx2_body(int64_t n, const uint8_t *w, const void *a, \
-                                                             size_t astride, const int nt, float *y, int64_t ys, int nr) { \
-        GEN##_avx2_body(TYPE, n, w, a, astride, nt, y, ys, nr);                               \
-    }                                                                                         \
-    RASE_TARGET_AVX512 static RASE_INLINE void NAME##_vnni_body(int64_t n, const uint8_t *w, const void *a, \
-                                                               size_t astride, const int nt, float *y, int64_t ys, int nr) { \
-        GEN##_vnni_body(TYPE, n, w, a, astride, nt, y, ys, nr);                               \
-    }
-RASE_R16_BODIES(r16_q4_k, 12, rase_r16k)
-RASE_R16_BODIES(r16_q5_k, 13, rase_r16k)
-
-// nt (1..RASE_R16K_TILE) a constant in each instance
-#define RASE_R16K_ENTRY(NAME, TARGET)                                                         \
-    TARGET static void NAME(int64_t n, const uint8_t *w, const void *a, size_t astride, int nt, float *y, \
-                            int64_t ys, int nr) {                                             \
-        switch (nt) {                                                                         \
-            case 1: NAME##_body(n, w, a, astride, 1, y, ys, nr); break;                       \
-            case 2: NAME##_body(n, w, a, astride, 2, y, ys, nr); break;                       \
-            case 3: NAME##_body(n, w, a, astride, 3, y, ys, nr); break;                       \
-            case 4: NAME##_body(n, w, a, astride, 4, y, ys, nr); break;                       \
-            case 5: NAME##_body(n, w, a, astride, 5, y, ys, nr); break;                       \
-            case 6: NAME##_body(n, w, a, astride, 6, y, ys, nr); break;                       \
-            case 7: NAME##_body(n, w, a, astride, 7, y, ys, nr); break;                       \
-            default: NAME##_body(n, w, a, astride, 8, y, ys, nr); break;                      \
-        }                                                                                     \
-    }
-RASE_R16K_ENTRY(r16_q4_k_avx2, RASE_TARGET_AVX2)
-RASE_R16K_ENTRY(r16_q4_k_vnni, RASE_TARGET_AVX512)
-RASE_R16K_ENTRY(r16_q5_k_avx2, RASE_TARGET_AVX2)
-RASE_R16K_ENTRY(r16_q5_k_vnni, RASE_TARGET_AVX512)
+RASE_R16_ENTRY(r16_q4_k_avx2, RASE_TARGET_AVX2, rase_r16k_avx2_body, RASE_TYPE_Q4_K)
+RASE_R16_ENTRY(r16_q4_k_vnni, RASE_TARGET_AVX512, rase_r16k_vnni_body, RASE_TYPE_Q4_K)
+RASE_R16_ENTRY(r16_q5_k_avx2, RASE_TARGET_AVX2, rase_r16k_avx2_body, RASE_TYPE_Q5_K)
+RASE_R16_ENTRY(r16_q5_k_vnni, RASE_TARGET_AVX512, rase_r16k_vnni_body, RASE_TYPE_Q5_K)
 #endif
 
 #endif  // RASE_REPACK_K_H

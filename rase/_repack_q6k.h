@@ -18,10 +18,11 @@
 #ifndef RASE_REPACK_Q6K_H
 #define RASE_REPACK_Q6K_H
 
+#include "_repack.h"
+
 typedef struct { uint8_t hb[64]; uint8_t q[2][64]; } r16_q6_k_lane;
 typedef struct { uint16_t d[16]; int8_t sc[8][16][2]; r16_q6_k_lane lane[8][2]; } r16_q6_k;
 _Static_assert(sizeof(r16_q6_k) == 16 * sizeof(block_q6_K), "r16_q6_k");
-_Static_assert(sizeof(block_q6_K) == 210, "ggml block size");
 #define RASE_R16Q6_TILE 2  // tokens per pass (8 accumulators each, beside 8 scales and temporaries)
 // pshufb indices: in every 32-bit lane, its i16 0 (RASE_Q6K_DUP[0]) or i16 1 ([1]) in both halves
 #define RASE_Q6K_DUP4(a) a, a + 1, a, a + 1
@@ -167,29 +168,29 @@ RASE_TARGET_AVX2 static RASE_INLINE void r16_q6_k_avx2_body(int64_t n, const uin
 #define RASE_Q6K_PANEL (64 * 64 + 8 * 64 + 64)  // panel bytes per 256-block
 _Static_assert(RASE_Q6K_PANEL / 256 <= RASE_CHUNK_ROWS * sizeof(float), "a Q6_K panel fits the work buffer");
 
-// u[4] (vectors 4h .. 4h + 3) of lane L: unpacked from the block, or read from the panel
-#define RASE_Q6K_UNPACK512(o, pb, L, h, u)                                                    \
-    do {                                                                                      \
-        if (pb) {                                                                             \
-            for (int k = 0; k < 4; ++k) u[k] = _mm512_loadu_si512((const void *)((pb) + 64 * (8 * (L) + 4 * (h) + k))); \
-            break;                                                                            \
-        }                                                                                     \
-        const r16_q6_k_lane *ln = &(o)->lane[L][h];                                           \
-        const __m512i A0 = _mm512_loadu_si512((const void *)ln->q[0]);                         \
-        const __m512i A1 = _mm512_loadu_si512((const void *)ln->q[1]);                         \
-        const __m512i H = _mm512_loadu_si512((const void *)ln->hb);                            \
-        /* (A & 0xF) | Hm: ternlog 0xEC = (a & c) | b with c = 0x0F */                        \
-        u[0] = _mm512_ternarylogic_epi32(A0, _mm512_and_si512(_mm512_slli_epi16(H, 4), m30), m4, 0xEC); \
-        u[1] = _mm512_ternarylogic_epi32(A1, _mm512_and_si512(_mm512_slli_epi16(H, 2), m30), m4, 0xEC); \
-        u[2] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(A0, 4), _mm512_and_si512(H, m30), m4, 0xEC); \
-        u[3] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(A1, 4), _mm512_and_si512(_mm512_srli_epi16(H, 2), m30), m4, 0xEC); \
-    } while (0)
+// u[4] (vectors 4h .. 4h + 3) of lane L: unpacked from the block o, or read from its panel block pb
+RASE_TARGET_AVX512 static RASE_INLINE void rase_q6k_unpack_512(const r16_q6_k *o, const uint8_t *pb, int L, int h,
+                                                             __m512i u[4]) {
+    if (pb) {
+        for (int k = 0; k < 4; ++k) u[k] = _mm512_loadu_si512((const void *)(pb + 64 * (8 * L + 4 * h + k)));
+        return;
+    }
+    const __m512i m4 = _mm512_set1_epi8(0xF), m30 = _mm512_set1_epi8(0x30);
+    const r16_q6_k_lane *ln = &o->lane[L][h];
+    const __m512i A0 = _mm512_loadu_si512((const void *)ln->q[0]);
+    const __m512i A1 = _mm512_loadu_si512((const void *)ln->q[1]);
+    const __m512i H = _mm512_loadu_si512((const void *)ln->hb);
+    // (A & 0xF) | Hm: ternlog 0xEC = (a & c) | b with c = 0x0F
+    u[0] = _mm512_ternarylogic_epi32(A0, _mm512_and_si512(_mm512_slli_epi16(H, 4), m30), m4, 0xEC);
+    u[1] = _mm512_ternarylogic_epi32(A1, _mm512_and_si512(_mm512_slli_epi16(H, 2), m30), m4, 0xEC);
+    u[2] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(A0, 4), _mm512_and_si512(H, m30), m4, 0xEC);
+    u[3] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(A1, 4), _mm512_and_si512(_mm512_srli_epi16(H, 2), m30), m4, 0xEC);
+}
 
 RASE_TARGET_AVX512 static RASE_INLINE void r16_q6_k_vnni_body(int64_t n, const uint8_t *w, const uint8_t *panel,
                                                             const void *a, size_t astride, const int nt, float *y,
                                                             int64_t ys, int nr) {
     const r16_q6_k *blk = (const r16_q6_k *)w;
-    const __m512i m4 = _mm512_set1_epi8(0xF), m30 = _mm512_set1_epi8(0x30);
     const __m512i dup_lo = _mm512_loadu_si512((const void *)RASE_Q6K_DUP[0]);
     const __m512i dup_hi = _mm512_loadu_si512((const void *)RASE_Q6K_DUP[1]);
     __m512 acc[RASE_R16Q6_TILE][8];
@@ -215,7 +216,7 @@ RASE_TARGET_AVX512 static RASE_INLINE void r16_q6_k_vnni_body(int64_t n, const u
                     P[L], _mm512_set1_epi32(rase_ld32(RASE_ACT(block_q8_K, t, b)->bsums + 2 * L)))), 5);
             for (int h = 0; h < 2; ++h) {
                 __m512i u[4];
-                RASE_Q6K_UNPACK512(o, pb, L, h, u);
+                rase_q6k_unpack_512(o, pb, L, h, u);
                 for (int k = 0; k < 4; ++k) {
                     const int v = 4 * h + k;
                     const __m512i sc = _mm512_shuffle_epi8(P[v], L < 4 ? dup_lo : dup_hi);
@@ -265,13 +266,12 @@ RASE_TARGET_AVX2 static void r16_q6_k_avx2(int64_t n, const uint8_t *w, const vo
 RASE_TARGET_AVX512 static void r16_q6_k_vnni_panel(int64_t n, const uint8_t *w, const void *a, size_t astride, int T,
                                                   float *y, int64_t ys, int nr, uint8_t *work) {
     const r16_q6_k *blk = (const r16_q6_k *)w;
-    const __m512i m4 = _mm512_set1_epi8(0xF), m30 = _mm512_set1_epi8(0x30);
     for (int64_t b = 0; b < n / 256; ++b) {
         uint8_t *pb = work + b * RASE_Q6K_PANEL;
         for (int L = 0; L < 8; ++L)
             for (int h = 0; h < 2; ++h) {
                 __m512i u[4];
-                RASE_Q6K_UNPACK512(&blk[b], (const uint8_t *)0, L, h, u);
+                rase_q6k_unpack_512(&blk[b], 0, L, h, u);
                 for (int k = 0; k < 4; ++k) _mm512_storeu_si512((void *)(pb + 64 * (8 * L + 4 * h + k)), u[k]);
             }
         for (int p = 0; p < 8; ++p)

@@ -1,7 +1,8 @@
-"""ggml tensor types rase executes: ids, block sizes and bytes per block.
+"""ggml tensor types rase executes: ids by name, block sizes and bytes per block.
 
-Mirrors QUANT_TRAITS[] in _quants.h; tests/test_quants.py checks the two tables agree.
-Block layouts are ggml's (ggml-common.h).
+The sizes are read from the C traits rows (rase/_traits.h, one per type), so a type's facts live
+in one place; QuantType names the ids (a C row without a name here fails at import), and
+tests/test_quants.py checks the names and sizes against ggml's. Block layouts: ggml-common.h.
 """
 from __future__ import annotations
 
@@ -31,21 +32,13 @@ class QuantBlock(NamedTuple):
     type_size: int  # bytes per block
 
 
-QUANT_BLOCKS: dict[QuantType, QuantBlock] = {
-    QuantType.F32: QuantBlock(1, 4),
-    QuantType.F16: QuantBlock(1, 2),
-    QuantType.BF16: QuantBlock(1, 2),
-    QuantType.Q4_0: QuantBlock(32, 2 + 16),
-    QuantType.Q4_1: QuantBlock(32, 2 + 2 + 16),
-    QuantType.Q5_0: QuantBlock(32, 2 + 4 + 16),
-    QuantType.Q5_1: QuantBlock(32, 2 + 2 + 4 + 16),
-    QuantType.Q8_0: QuantBlock(32, 2 + 32),
-    QuantType.Q2_K: QuantBlock(256, 16 + 64 + 2 + 2),
-    QuantType.Q3_K: QuantBlock(256, 32 + 64 + 12 + 2),
-    QuantType.Q4_K: QuantBlock(256, 2 + 2 + 12 + 128),
-    QuantType.Q5_K: QuantBlock(256, 2 + 2 + 12 + 32 + 128),
-    QuantType.Q6_K: QuantBlock(256, 128 + 64 + 16 + 2),
-}
+def _blocks() -> dict[QuantType, QuantBlock]:
+    from . import _kernels
+
+    return {QuantType(t): QuantBlock(blck, size) for t, (_name, blck, size, _avx2) in _kernels.quant_traits().items()}
+
+
+QUANT_BLOCKS: dict[QuantType, QuantBlock] = _blocks()
 
 # ggml types that exist but rase has no kernels for; named so errors can say which one.
 KNOWN_UNSUPPORTED: dict[int, str] = {

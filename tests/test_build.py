@@ -95,6 +95,7 @@ def test_no_cpu_specific_flags_in_the_build():
              if isinstance(node, ast.Constant) and isinstance(node.value, str)
              and node.value.startswith("-")]
     assert "-O3" in flags and "-fopenmp" in flags
+    assert "-Wunused-function" in flags and "-Wno-unused-function" not in flags  # no kernel hides unused
     assert not [f for f in flags if f.startswith(("-march", "-mtune", "-mavx", "-mfma", "-mf16c"))]
 
 
@@ -121,16 +122,19 @@ def test_set_isa_round_trip():
 
 def test_a_regular_install_carries_every_module(tmp_path):
     """The README's first command is a regular (non-editable) install: build and install the
-    tree into a folder and import every module from there, away from the source tree."""
+    tree into a folder and import every module from there, away from the source tree. The
+    build warns of unused functions and prints no such warning."""
     import shutil
 
     root = Path(__file__).resolve().parents[1]
     src, target = tmp_path / "src", tmp_path / "site"  # a copy: no stale build/ can fill the gaps
     shutil.copytree(root, src, ignore=shutil.ignore_patterns(
         "build", ".venv", ".git", "tests", "benchmarks", "*.so", "*.egg-info", "__pycache__", "_kernels.c"))
-    pip = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--quiet", "--target", str(target),
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-v", "--target", str(target),
                           str(src)], capture_output=True, text=True, timeout=900)
     assert pip.returncode == 0, pip.stderr[-3000:]
+    log = pip.stdout + pip.stderr  # -v: the compiler's command lines and diagnostics
+    assert "-Wunused-function" in log and "[-Wunused-function]" not in log  # enabled, and nothing unused
     modules = sorted(".".join(p.relative_to(root).with_suffix("").parts)
                      for p in (root / "rase").rglob("*.py") if p.name != "__main__.py")
     # every module must come from the install (an editable install's finder would mask a gap)

@@ -1,0 +1,271 @@
+// rase/_model.h: the forward's state, kept apart (llama2.c's split): rase_hparams and
+// rase_weights are read-only after load (weight pointers into the mmap) and shared by every
+// sequence; rase_kv_pool holds f16 K/V in blocks of RASE_KV_BLOCK positions that sequences own or
+// share through block tables; rase_scratch holds one step's activations; rase_batch is one step.
+#ifndef RASE_MODEL_H
+#define RASE_MODEL_H
+
+#include <stdlib.h>
+#include "_traits.h"
+#include "_pool.h"
+#include "_attention.h"
+#include "_sample.h"
+#include "_ops.h"
+
+typedef struct {
+    const uint8_t *data;  // the plain ggml rows (the mmap)
+    int type;             // ggml type id
+    int64_t rows, cols;   // rows x cols, cols contiguous (ggml ne[1] x ne[0])
+    int64_t row_bytes;
+    int layout;           // RASE_LAYOUT_PLAIN: data; RASE_LAYOUT_R16: packed
+    const uint8_t *packed;  // (ceil(rows / 16), cols / 32) r16 blocks (_repack.h), or NULL
+    int64_t group_bytes;  // bytes of one RASE_R16-row (16) group in packed
+} rase_mat;
+
+typedef struct {
+    rase_mat wq, wk, wv, wo, wgate, wup, wdown;   // wgate/wup/wdown unused in a MoE layer
+    const float *attn_norm, *ffn_norm;            // (n_embd,) or NULL: the sublayer reads x itself
+    const float *q_norm, *k_norm;                 // (head_dim,), (n_head[_kv] * head_dim,) when full, or NULL
+    const float *post_attn_norm, *post_ffn_norm;  // (n_embd,) or NULL
+    const float *post_attn_norm_b, *post_ffn_norm_b;  // LayerNorm biases (n_embd,) or NULL (bert)
+    const float *bq, *bk, *bv, *bo;               // projection biases (rows,) or NULL
+    const float *bgate, *bup, *bdown;             // FFN biases or NULL; wgate.data NULL: up, act, down
+    int qk_norm_full;  // 1: q_norm/k_norm span all heads of a row (olmo2); 0: each head
+    int window;     // sliding-window length in positions; 0 = full causal attention
+    int rope_slot;  // 0 or 1: which of the model's rope params; -1: no RoPE in this layer (NoPE)
+    // mixture of experts (moe = 1): router (n_expert, n_embd) and experts (n_expert,) each
+    int moe;
+    rase_mat gate_inp;
+    const rase_mat *exp_gate, *exp_up, *exp_down;
+} rase_layer;
+
+// One RoPE as ggml_rope_ext applies it (after llama_context's setup of its parameters):
+// theta_i = pos * base^(-2i/n_rot) / factors[i], scaled by freq_scale; YaRN (ext_factor != 0)
+// mixes the scaled and unscaled angle by a ramp over dimensions [corr_dims[0], corr_dims[1]];
+// cos and sin are multiplied by attn_factor (rase_rope_init).
+
+typedef struct {
+    int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_rot;
+    int n_ctx;          // positions one sequence may reach
+    int rope_neox;      // 1: rotate (i, i + n_rot/2) pairs (NeoX); 0: (2i, 2i+1)
+    int gelu;           // 1: GELU(tanh) gate, 0: SiLU gate
+    int attn_prescale;  // 1: q *= attn_scale before rounding (gemma), scores unscaled
+    float eps, embd_scale, attn_scale;
+    float attn_softcap, final_softcap;  // > 0: s -> cap * tanh(s / cap) on scores / logits (gemma2)
+    float residual_scale;  // != 1: each sublayer's output times this before the residual add (granite)
+    float logit_mul;       // != 1: the logits times this (granite's 1 / logit_scale)
+    int layer_norm;        // 1: norms are LayerNorm (mean removed) with a bias; 0: RMSNorm
+    int norm_after_add;    // 1: x = post_norm(x + sublayer) (BERT's post-LN); 0: x += post_norm(sublayer)
+    int causal;            // 0: a row attends to every position its sequence has in the step
+    int n_expert, n_expert_used, n_ff_exp;  // MoE layers: experts, chosen per token, width
+    int expert_norm;    // 1: the chosen experts' weights renormalized to sum 1
+    rase_rope_params rope[2];  // rope[1] unused when its base is 0
+} rase_hparams;
+
+typedef struct {  // read-only during a forward
+    rase_hparams hp;
+    rase_mat tok_embd, output;  // output.data NULL: no LM head (an encoder)
+    rase_mat pos_embd;          // learned positions (n_pos, n_embd), or data NULL (bert)
+    const float *type_embd;     // (n_embd,) token type 0's row added to every embedding, or NULL
+    const float *embd_norm, *embd_norm_b;  // the embeddings' norm (n_embd,) or NULL (bert)
+    const float *output_norm;  // (n_embd,) or NULL
+    rase_layer *layers;        // (n_layer,)
+    uint16_t *gelu_table;      // (65536,) f16 GELU table, GELU models only (owned)
+} rase_weights;
+
+typedef struct {
+    // (n_layer, n_head_kv, n_blocks, RASE_KV_BLOCK, head_dim) f16; pages touched as written. One
+    // head's rows of a layer are contiguous block after block, so a sequence whose blocks were
+    // taken in order reads each head's K and V as one stream
+    uint16_t *k, *v;
+    int32_t n_blocks, n_layer, n_head_kv, head_dim;
+} rase_kv_pool;
+
+typedef struct {
+    int max_rows, n_threads, n_ctx;
+    float *x, *h, *o;      // (max_rows, n_embd)
+    float *q, *att;        // (max_rows, n_head * head_dim)
+    float *k, *v;          // (max_rows, n_head_kv * head_dim)
+    float *g, *u;          // (max_rows, n_ff)
+    float *router;         // (max_rows, n_expert) router logits, then probabilities
+    int32_t *sel, *pair;   // (max_rows, n_expert_used): chosen experts; their pair slot
+    float *wsel;           // (max_rows, n_expert_used): their weights
+    int32_t *ptok;         // (max_rows * n_expert_used,): the token of each pair slot
+    int32_t *seg, *cursor; // (n_expert + 1,), (n_expert,): expert e's pairs are slots [seg[e], seg[e+1])
+    float *pg, *pu, *pd;   // (max_rows * n_expert_used, n_ff_exp | n_ff_exp | n_embd): per pair
+    uint8_t *pact;         // (2, max_rows * n_expert_used, act_stride): quantized pair inputs
+    float *rope;           // (2, max_rows, n_rot / 2, 2): cos, sin per row and rope slot
+    float *scores;         // (n_threads, RASE_ATTN_G, attn_stride): attention scratch per query
+    float *shared;         // (n_threads, RASE_ATTN_G, attn_stride): scores of groups split over threads
+    int64_t attn_stride;
+    uint8_t *act;          // (n_threads, ACT_COUNT, act_stride): one quantized row per thread
+    uint8_t *act_rows;     // (ACT_COUNT, max_rows, act_stride): shared quantized rows
+    const float **act_src; // (n_threads, 2, ACT_COUNT): which input each buffer holds
+    int64_t act_stride;
+    rase_job_slot *jobs;   // (n_threads,): each thread's work counter (rase_jobs), reset at barriers
+    float *work;           // (n_threads, work_stride): the rows kernels' own (RASE_CHUNK_ROWS x max_cols)
+    int64_t work_stride;
+    int nonfinite;         // after rase_step: 1 when one of its logits is NaN or +-inf
+} rase_scratch;
+
+static inline float *rase_work(const rase_scratch *s, int ith) { return s->work + ith * s->work_stride; }
+
+typedef struct { int32_t token, seq, pos; } rase_entry;
+
+typedef struct {  // one step
+    const rase_entry *rows;    // (n,): the rows to evaluate
+    int n;
+    const int32_t *tables;     // seq s's block table is tables + s * table_stride
+    int64_t table_stride;
+    const int32_t *out_rows;   // (n_out,): rows whose logits are wanted, in output order
+    int n_out;
+    float *logits;             // (n_out, n_vocab)
+    const int32_t *seq_len;    // an encoder (not read otherwise): seq s attends to its positions
+    const int32_t *seq_first;  // [0, seq_len[s]), rows seq_first[s] + p of the step
+    const int32_t *embd_rows;  // (n_embd,): rows whose final hidden state is wanted (embeddings)
+    int n_embd;
+    float *embd;               // (n_embd, n_embd floats): after the final norm when the model has one
+} rase_batch;
+
+typedef struct {  // one row's sampler state (owned by its request); p NULL: the row is read, not sampled
+    const rase_sampling *p;
+    rase_rng *rng;
+    rase_cand *work;           // RASE_SAMPLE_WORK(n_vocab) candidates
+    const int32_t *counts;     // (n_vocab,) or NULL
+    const uint32_t *allow;     // (ceil(n_vocab / 32),) the grammar's bitmask, or NULL
+} rase_sampler_ref;
+
+typedef struct {
+    const rase_weights *w;
+    rase_kv_pool *kv;
+    rase_scratch *s;
+    int isa;
+    float *trace;              // NULL, or (n_layer, n, n_embd): residual stream after each layer
+    int profile;               // 1: thread 0 accumulates the ns below (RASE_PROFILE=1)
+    int64_t prof_matmul_ns, prof_attn_ns;
+    int64_t step_ns;           // wall ns spent in rase_step since creation (always counted)
+    rase_barrier barrier;
+} rase_model;
+
+static uint16_t *rase_gelu_table_new(void);
+
+static void *rase_alloc(size_t bytes) {
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0) return NULL;
+    return p;
+}
+
+static void rase_weights_free(rase_weights *w) {
+    free(w->gelu_table);
+    w->gelu_table = NULL;
+}
+
+static int rase_weights_init(rase_weights *w) {
+    w->gelu_table = w->hp.gelu ? rase_gelu_table_new() : NULL;
+    return w->hp.gelu && !w->gelu_table ? -1 : 0;
+}
+
+static void rase_kv_pool_free(rase_kv_pool *kv) {
+    free(kv->k);
+    free(kv->v);
+    kv->k = kv->v = NULL;
+}
+
+// 0 on success, -1 when out of memory
+static int rase_kv_pool_alloc(rase_kv_pool *kv, const rase_hparams *hp, int32_t n_blocks) {
+    kv->n_blocks = n_blocks;
+    kv->n_layer = hp->n_layer;
+    kv->n_head_kv = hp->n_head_kv;
+    kv->head_dim = hp->head_dim;
+    const size_t bytes = (size_t)n_blocks * hp->n_layer * hp->n_head_kv * RASE_KV_BLOCK * hp->head_dim * sizeof(uint16_t);
+    kv->k = rase_alloc(bytes);  // never written here: pages are touched as positions fill
+    kv->v = rase_alloc(bytes);
+    if (!kv->k || !kv->v) { rase_kv_pool_free(kv); return -1; }
+    return 0;
+}
+
+// pool offset (elements) of row `row` of block `blk`, layer il, KV head h
+static inline int64_t rase_kv_at(const rase_kv_pool *kv, int il, int h, int64_t blk, int row) {
+    return ((((int64_t)il * kv->n_head_kv + h) * kv->n_blocks + blk) * RASE_KV_BLOCK + row) * kv->head_dim;
+}
+
+// rows [0, n) of block src copied into block dst, every layer, K and V (a cached block's
+// leading positions reused by a sequence that shares only them)
+static void rase_kv_copy_rows(rase_kv_pool *kv, int32_t src, int32_t dst, int n) {
+    const size_t bytes = (size_t)n * kv->head_dim * sizeof(uint16_t);
+    for (int il = 0; il < kv->n_layer; ++il)
+        for (int h = 0; h < kv->n_head_kv; ++h) {
+            const int64_t s = rase_kv_at(kv, il, h, src, 0), d = rase_kv_at(kv, il, h, dst, 0);
+            memcpy(kv->k + d, kv->k + s, bytes);
+            memcpy(kv->v + d, kv->v + s, bytes);
+        }
+}
+
+static void rase_scratch_free(rase_scratch *s) {
+    void *bufs[] = {s->x, s->h, s->o, s->q, s->att, s->k, s->v, s->g, s->u, s->rope, s->scores, s->shared,
+                    s->act, s->act_rows, (void *)s->act_src, s->router, s->sel, s->pair, s->wsel,
+                    s->ptok, s->seg, s->cursor, s->pg, s->pu, s->pd, s->pact, s->jobs, s->work};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); ++i) free(bufs[i]);
+    memset(s, 0, sizeof(*s));
+}
+
+// scratch for steps of up to max_rows rows over sequences of up to n_ctx positions
+static int rase_scratch_alloc(rase_scratch *s, const rase_hparams *hp, int max_rows, int n_threads) {
+    memset(s, 0, sizeof(*s));
+    s->max_rows = max_rows;
+    s->n_threads = n_threads;
+    s->n_ctx = hp->n_ctx;
+    const int64_t B = max_rows, nq = (int64_t)hp->n_head * hp->head_dim;
+    const int64_t nkv = (int64_t)hp->n_head_kv * hp->head_dim;
+    int64_t max_cols = hp->n_embd;
+    if (nq > max_cols) max_cols = nq;
+    if (hp->n_ff > max_cols) max_cols = hp->n_ff;
+    if (hp->n_ff_exp > max_cols) max_cols = hp->n_ff_exp;
+    s->act_stride = (int64_t)rase_act_bytes(ACT_F32, max_cols) + 64;
+    s->x = rase_alloc(B * hp->n_embd * 4);
+    s->h = rase_alloc(B * hp->n_embd * 4);
+    s->o = rase_alloc(B * hp->n_embd * 4);
+    s->q = rase_alloc(B * nq * 4);
+    s->att = rase_alloc(B * nq * 4);
+    s->k = rase_alloc(B * nkv * 4);
+    s->v = rase_alloc(B * nkv * 4);
+    s->g = rase_alloc(B * hp->n_ff * 4);
+    s->u = rase_alloc(B * hp->n_ff * 4);
+    s->rope = rase_alloc(2 * B * (hp->n_rot / 2) * 2 * 4);
+    s->attn_stride = rase_attend_scratch(hp->n_ctx, hp->head_dim);
+    s->scores = rase_alloc((size_t)n_threads * RASE_ATTN_G * s->attn_stride * 4);
+    s->shared = rase_alloc((size_t)n_threads * RASE_ATTN_G * s->attn_stride * 4);  // touched by long decodes only
+    s->act = rase_alloc((size_t)n_threads * ACT_COUNT * s->act_stride);
+    s->act_rows = rase_alloc((size_t)ACT_COUNT * B * s->act_stride);
+    s->act_src = rase_alloc((size_t)n_threads * 2 * ACT_COUNT * sizeof(float *));
+    s->jobs = rase_alloc((size_t)n_threads * sizeof(rase_job_slot));
+    s->work_stride = (RASE_CHUNK_ROWS * max_cols + 15) / 16 * 16;  // pages touched only by a GEMM that uses them
+    s->work = rase_alloc((size_t)n_threads * s->work_stride * sizeof(float));
+    if (hp->n_expert > 0) {
+        const int64_t P = B * hp->n_expert_used;
+        s->router = rase_alloc(B * hp->n_expert * 4);
+        s->sel = rase_alloc(P * 4);
+        s->pair = rase_alloc(P * 4);
+        s->wsel = rase_alloc(P * 4);
+        s->ptok = rase_alloc(P * 4);
+        s->seg = rase_alloc((hp->n_expert + 1) * 4);
+        s->cursor = rase_alloc(hp->n_expert * 4);
+        s->pg = rase_alloc(P * hp->n_ff_exp * 4);
+        s->pu = rase_alloc(P * hp->n_ff_exp * 4);
+        s->pd = rase_alloc(P * hp->n_embd * 4);
+        s->pact = rase_alloc((size_t)2 * P * s->act_stride);
+        if (!s->router || !s->sel || !s->pair || !s->wsel || !s->ptok || !s->seg || !s->cursor || !s->pg || !s->pu ||
+            !s->pd || !s->pact) {
+            rase_scratch_free(s);
+            return -1;
+        }
+    }
+    if (!s->x || !s->h || !s->o || !s->q || !s->att || !s->k || !s->v || !s->g || !s->u || !s->rope ||
+        !s->scores || !s->shared || !s->act || !s->act_rows || !s->act_src || !s->jobs || !s->work) {
+        rase_scratch_free(s);
+        return -1;
+    }
+    return 0;
+}
+
+#endif  // RASE_MODEL_H
