@@ -9,7 +9,8 @@ from . import _kernels
 from .config import PREFETCH_ENV, SIMD_ENV, prefetch_request, simd_request
 from .errors import (
     BackendUnavailable, Cancelled, ChatTemplateError, ContextOverflow, CorruptModelFile, HubDownloadError,
-    IntegrityMismatch, InvalidGenerationConfig, InvalidGrammar, InvalidLogits, InvalidModelId, ManifestError,
+    IntegrityMismatch, InvalidGenerationConfig, InvalidGrammar, InvalidLogits, InvalidModelId, InvalidRequest,
+    ManifestError,
     MissingDependency, ModelFileNotFound,
     ModelNotFound, Overloaded, RaseError, StoreWriteError, TokenizerError, UnsupportedArchitecture, UnsupportedFormat,
     UnsupportedQuantType, WrongModelKind,
@@ -80,7 +81,7 @@ def __getattr__(name: str):
 __all__ = [
     "BackendUnavailable", "Cancelled", "ChatTemplateError", "ContextOverflow", "CorruptModelFile", "GGUFFile",
     "HubDownloadError", "IntegrityMismatch", "InvalidGenerationConfig", "InvalidGrammar", "InvalidLogits",
-    "InvalidModelId", "ManifestError", "MissingDependency", "ModelFileNotFound", "ModelNotFound", "Overloaded", "QuantType", "RaseError", "StoreWriteError",
+    "InvalidModelId", "InvalidRequest", "ManifestError", "MissingDependency", "ModelFileNotFound", "ModelNotFound", "Overloaded", "QuantType", "RaseError", "StoreWriteError",
     "TensorInfo", "TokenizerError", "UnsupportedArchitecture", "UnsupportedFormat",
     "UnsupportedQuantType", "WrongModelKind", "__version__", "build_info", "dequantize", *_API,
 ]

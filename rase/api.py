@@ -18,7 +18,7 @@ from typing import AsyncIterator, Callable, Iterator, Sequence
 from . import __version__  # noqa: F401
 from .channel import RequestHandle
 from .config import default_store
-from .errors import BackendUnavailable, InvalidGenerationConfig, InvalidGrammar, WrongModelKind
+from .errors import BackendUnavailable, InvalidGenerationConfig, InvalidGrammar, InvalidRequest, WrongModelKind
 from .sampling import GenerationConfig
 from .logprobs import MAX_TOP_CHAT, MAX_TOP_COMPLETION
 from .registry import ModelRegistry
@@ -95,15 +95,15 @@ class Engine:
         if device not in DEVICES:
             raise BackendUnavailable(f"requested backend is unavailable: {device!r}; rase runs on the CPU")
         if n_ctx is not None and (isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or n_ctx < 1):
-            raise InvalidGenerationConfig(f"n_ctx must be a positive integer, got {n_ctx!r}")
+            raise InvalidRequest(f"n_ctx must be a positive integer, got {n_ctx!r}")
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
-            raise InvalidGenerationConfig(f"max_batch must be a positive integer, got {max_batch!r}")
+            raise InvalidRequest(f"max_batch must be a positive integer, got {max_batch!r}")
         for name, value in (("kv_cache_mb", kv_cache_mb), ("tbt_target_ms", tbt_target_ms), ("n_threads", n_threads),
                             ("time_limit_s", time_limit_s), ("max_tokens_limit", max_tokens_limit)):
             _positive(name, value)
         if max_waiting is not None and (isinstance(max_waiting, bool) or not isinstance(max_waiting, int)
                                         or max_waiting < 0):
-            raise InvalidGenerationConfig(f"max_waiting must be a non-negative integer, got {max_waiting!r}")
+            raise InvalidRequest(f"max_waiting must be a non-negative integer, got {max_waiting!r}")
         self.max_tokens_limit = max_tokens_limit
         self.registry = ModelRegistry(store if store is not None else default_store())
         self.sessions = SessionCache(functools.partial(
@@ -315,7 +315,7 @@ class Engine:
         with_pieces: (id, bytes of the piece) pairs. add_special: the model's BOS/EOS;
         parse_special: special-token text (<|im_end|>) becomes its token."""
         if not isinstance(text, str):
-            raise InvalidGenerationConfig("content must be a string", "content")
+            raise InvalidRequest("content must be a string", "content")
         tok = self.session(model).tokenizer
         ids = tok.encode(text, add_special_tokens=add_special, parse_special=parse_special)
         return [(i, tok.decode_bytes([i], skip_special_tokens=False)) for i in ids] if with_pieces else ids
@@ -325,7 +325,7 @@ class Engine:
         bad = [t for t in tokens if isinstance(t, bool) or not isinstance(t, int)
                or not 0 <= t < session.tokenizer.n_vocab]
         if bad:
-            raise InvalidGenerationConfig(f"token {bad[0]!r} is not an id of this model's vocabulary "
+            raise InvalidRequest(f"token {bad[0]!r} is not an id of this model's vocabulary "
                                           f"(0..{session.tokenizer.n_vocab - 1})", "tokens")
         return session.tokenizer.decode(list(tokens), skip_special_tokens=False)
 

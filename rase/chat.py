@@ -13,7 +13,7 @@ import time
 from contextvars import ContextVar
 from typing import Callable, Mapping, Sequence
 
-from .errors import ChatTemplateError, InvalidGenerationConfig
+from .errors import ChatTemplateError, InvalidRequest
 
 Message = Mapping[str, str]
 
@@ -25,7 +25,7 @@ def message_text(content) -> str:
     if isinstance(content, list) and all(
             isinstance(p, Mapping) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content):
         return "".join(p["text"] for p in content)
-    raise InvalidGenerationConfig('message content must be a string or a list of text parts '
+    raise InvalidRequest('message content must be a string or a list of text parts '
                                   '({"type": "text", "text": ...}); other content types are not supported')
 
 
@@ -36,7 +36,7 @@ def _check(messages: Sequence[Message]) -> list[tuple[str, str]]:
 def _tool_call(call, where: str) -> dict:
     f = call.get("function") if isinstance(call, Mapping) else None
     if not isinstance(f, Mapping) or not isinstance(f.get("name"), str):
-        raise InvalidGenerationConfig(f"{where}: a tool call needs function.name and function.arguments")
+        raise InvalidRequest(f"{where}: a tool call needs function.name and function.arguments")
     args = f.get("arguments", "{}")
     if isinstance(args, str):  # OpenAI sends a JSON string; templates expect the object
         try:
@@ -44,7 +44,7 @@ def _tool_call(call, where: str) -> dict:
         except json.JSONDecodeError:
             args = None
     if not isinstance(args, dict):
-        raise InvalidGenerationConfig(f"{where}: function.arguments must be a JSON object")
+        raise InvalidRequest(f"{where}: function.arguments must be a JSON object")
     return {"id": call.get("id"), "type": "function", "function": {"name": f["name"], "arguments": args}}
 
 
@@ -52,18 +52,18 @@ def normalize_messages(messages: Sequence[Message]) -> list[dict]:
     """Messages as templates expect them: content text ("" for null), developer -> system,
     assistant tool_calls with their arguments as objects, tool results with their call id."""
     if not messages:
-        raise InvalidGenerationConfig("chat messages must not be empty")
+        raise InvalidRequest("chat messages must not be empty")
     out = []
     for i, m in enumerate(messages):
         role = m.get("role") if isinstance(m, Mapping) else None
         if not isinstance(role, str) or "content" not in m and not m.get("tool_calls"):
-            raise InvalidGenerationConfig(f"each message needs a string 'role' and a 'content': {m!r}")
+            raise InvalidRequest(f"each message needs a string 'role' and a 'content': {m!r}")
         content = m.get("content")
         msg = {"role": "system" if role == "developer" else role,  # an assistant's may be null (tool calls)
                "content": "" if content is None and role == "assistant" else message_text(content)}
         if m.get("tool_calls"):
             if role != "assistant" or not isinstance(m["tool_calls"], list):
-                raise InvalidGenerationConfig(f"messages[{i}]: only assistant messages carry a list of tool_calls")
+                raise InvalidRequest(f"messages[{i}]: only assistant messages carry a list of tool_calls")
             msg["tool_calls"] = [_tool_call(c, f"messages[{i}].tool_calls[{j}]") for j, c in enumerate(m["tool_calls"])]
         if role == "tool":
             msg["tool_call_id"] = m.get("tool_call_id")
@@ -112,7 +112,7 @@ def render_mistral(messages: Sequence[Message]) -> str:
         elif role == "assistant":
             prompt += f"{content}</s>"
         else:
-            raise InvalidGenerationConfig(f"unsupported chat role for the Mistral template: {role}")
+            raise InvalidRequest(f"unsupported chat role for the Mistral template: {role}")
     return prompt
 
 
@@ -124,7 +124,7 @@ def render_gemma(messages: Sequence[Message]) -> str:
             system = content
             continue
         if role not in ("user", "assistant", "model"):
-            raise InvalidGenerationConfig(f"unsupported chat role for the Gemma template: {role}")
+            raise InvalidRequest(f"unsupported chat role for the Gemma template: {role}")
         if role == "user" and system:
             content, system = f"{system}\n\n{content}", ""
         turn = "model" if role in ("assistant", "model") else "user"

@@ -13,7 +13,7 @@ from typing import Callable
 
 from . import __version__, build_info
 from .config import default_store, fix_malloc_threshold
-from .errors import (ContextOverflow, InvalidGenerationConfig, InvalidGrammar, ManifestError, MissingDependency,
+from .errors import (ContextOverflow, InvalidGrammar, InvalidRequest, ManifestError, MissingDependency,
                      ModelNotFound, RaseError)
 from .gguf import GGUFFile
 
@@ -248,7 +248,7 @@ def cmd_perplexity(args) -> int:
     try:
         text = Path(args.file).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidGenerationConfig(f"cannot read {args.file}: {exc}", "file") from None
+        raise InvalidRequest(f"cannot read {args.file}: {exc}", "file") from None
     plan = load_plan(path, n_ctx=args.ctx)
     tok = tokenizer or LocalTokenizer.from_gguf(plan.gguf)
     show = lambda i, n, ppl: print(f"[{i + 1}/{n}] {ppl:.4f}", file=sys.stderr, flush=True)
@@ -379,7 +379,7 @@ def cmd_serve(args) -> int:
         return _serve_on_ray(args)
     given = [f"--{k.replace('_', '-')}" for k in RAY_ONLY if getattr(args, k) is not None]
     if given:
-        raise InvalidGenerationConfig(f"{', '.join(given)} only apply with --ray", given[0])
+        raise InvalidRequest(f"{', '.join(given)} only apply with --ray", given[0])
     engine = Engine(args.store or default_store(), device=args.device, n_ctx=args.ctx_size, max_batch=args.parallel,
                     kv_cache_mb=args.kv_cache_mb, prefix_cache=not args.no_prefix_cache, n_threads=args.threads,
                     max_waiting=args.max_waiting, time_limit_s=args.time_limit, max_tokens_limit=args.max_tokens_limit)

@@ -18,7 +18,7 @@ import numpy as np
 
 from . import _kernels
 from .config import PROFILE, default_threads
-from .errors import Cancelled, ContextOverflow, InvalidGenerationConfig, InvalidLogits
+from .errors import Cancelled, ContextOverflow, InvalidRequest, InvalidLogits
 from .models import resolve
 from .plan import ModelPlan, blocks_for, load_plan
 from .profiling import profile_add
@@ -38,7 +38,7 @@ class GGUFDecoder:
         self.n_ctx, self.eos_token, self.vocab_size = plan.n_ctx, plan.eos_token, plan.vocab_size
         threads = default_threads() if n_threads is None else int(n_threads)
         if threads < 1:
-            raise InvalidGenerationConfig(f"n_threads must be positive, got {n_threads}")
+            raise InvalidRequest(f"n_threads must be positive, got {n_threads}")
         chunk = max(1, min(int(chunk), self.n_ctx))
         self._fwd = _kernels.Forward(plan.weights, blocks_for(self.n_ctx), chunk, threads)
         self.position = 0
@@ -55,7 +55,7 @@ class GGUFDecoder:
     def _check(self, tokens: np.ndarray) -> None:
         if tokens.size and (tokens.min() < 0 or tokens.max() >= self.vocab_size):
             bad = int(tokens[(tokens < 0) | (tokens >= self.vocab_size)][0])
-            raise InvalidGenerationConfig(f"token id {bad} is outside the vocabulary of {self.vocab_size}")
+            raise InvalidRequest(f"token id {bad} is outside the vocabulary of {self.vocab_size}")
 
     @staticmethod
     def _logits(out: np.ndarray, finite: bool) -> np.ndarray:
@@ -70,7 +70,7 @@ class GGUFDecoder:
         every position (n, vocab) with all_logits."""
         ids = np.ascontiguousarray(tokens, dtype=np.int32).reshape(-1)
         if ids.size == 0:
-            raise InvalidGenerationConfig("the prompt must contain at least one token")
+            raise InvalidRequest("the prompt must contain at least one token")
         if ids.size > self.n_ctx:
             raise ContextOverflow(int(ids.size), self.n_ctx)
         self._check(ids)
@@ -99,7 +99,7 @@ class GGUFDecoder:
         if self.position >= self.n_ctx:
             raise ContextOverflow(self.position + 1, self.n_ctx)
         if not 0 <= token < self.vocab_size:
-            raise InvalidGenerationConfig(f"token id {token} is outside the vocabulary of {self.vocab_size}")
+            raise InvalidRequest(f"token id {token} is outside the vocabulary of {self.vocab_size}")
         ids = np.array([token], dtype=np.int32)
         t0 = time.perf_counter_ns() if PROFILE else 0
         out = self._fwd.run(ids, self.position, 1)[0]
@@ -115,7 +115,7 @@ class GGUFDecoder:
         if self.position >= self.n_ctx:
             raise ContextOverflow(self.position + 1, self.n_ctx)
         if not 0 <= token < self.vocab_size:
-            raise InvalidGenerationConfig(f"token id {token} is outside the vocabulary of {self.vocab_size}")
+            raise InvalidRequest(f"token id {token} is outside the vocabulary of {self.vocab_size}")
         t0 = time.perf_counter_ns() if PROFILE else 0
         drawn = self._fwd.decode_sampled(token, self.position, sampler)
         if PROFILE:

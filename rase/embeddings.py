@@ -11,7 +11,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .errors import InvalidGenerationConfig
+from .errors import InvalidRequest
 
 POOLINGS = ("mean", "cls", "last")
 GGUF_POOLING = {1: "mean", 2: "cls", 3: "last"}  # llama.cpp's LLAMA_POOLING_TYPE_* ids
@@ -26,7 +26,7 @@ def default_pooling(gguf) -> str:
 def check_pooling(pooling: str, encoder: bool) -> str:
     allowed = POOLINGS if encoder else GENERATOR_POOLINGS
     if pooling not in allowed:
-        raise InvalidGenerationConfig(f"pooling must be one of {', '.join(allowed)} for this model, got "
+        raise InvalidRequest(f"pooling must be one of {', '.join(allowed)} for this model, got "
                                       f"{pooling!r}" + ("" if encoder else " (cls pools an encoder's [CLS] token)"),
                                       "pooling")
     return pooling
@@ -35,10 +35,10 @@ def check_pooling(pooling: str, encoder: bool) -> str:
 def texts_of(input) -> list[str]:
     texts = [input] if isinstance(input, str) else list(input) if isinstance(input, (list, tuple)) else None
     if not texts:
-        raise InvalidGenerationConfig("input must be a string or a non-empty list of strings", "input")
+        raise InvalidRequest("input must be a string or a non-empty list of strings", "input")
     for i, t in enumerate(texts):
         if not isinstance(t, str):
-            raise InvalidGenerationConfig(f"input[{i}] must be a string", "input")
+            raise InvalidRequest(f"input[{i}] must be a string", "input")
     return texts
 
 
@@ -49,7 +49,7 @@ def token_inputs(tokenizer, texts: Sequence[str]) -> list[list[int]]:
     for i, text in enumerate(texts):
         ids = tokenizer.encode(text, add_special_tokens=True, parse_special=False)
         if not ids:
-            raise InvalidGenerationConfig(f"input[{i}] is empty: nothing to embed", "input")
+            raise InvalidRequest(f"input[{i}] is empty: nothing to embed", "input")
         out.append(ids)
     return out
 

@@ -78,15 +78,21 @@ class MissingDependency(RaseError):
     """An optional extra (e.g. the server's fastapi/uvicorn) is not installed."""
 
 
-class InvalidGenerationConfig(RaseError):
-    """A generation parameter is out of range."""
+class InvalidRequest(RaseError):
+    """A request or configuration value that cannot be served as given (a malformed message, an
+    unsupported field, an engine or server setting out of range); param names the field."""
 
     def __init__(self, message: str, param: str | None = None) -> None:
         super().__init__(message)
         self.param = param  # the request field at fault, when one is (OpenAI's error.param)
 
 
-class WrongModelKind(InvalidGenerationConfig):
+class InvalidGenerationConfig(InvalidRequest):
+    """A sampling or generation field out of range (max_tokens, temperature, top_k, top_p, min_p,
+    penalties, seed, logit_bias, stop, n, logprobs)."""
+
+
+class WrongModelKind(InvalidRequest):
     """A request a model's kind cannot serve: a chat or completion for an embedding model."""
 
     def __init__(self, model: str, kind: str, use: str) -> None:

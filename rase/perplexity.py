@@ -11,7 +11,7 @@ from typing import Callable
 
 import numpy as np
 
-from .errors import InvalidGenerationConfig, WrongModelKind
+from .errors import InvalidRequest, WrongModelKind
 
 
 @dataclass
@@ -62,11 +62,11 @@ def perplexity(worker, tokenizer, text: str, n_ctx: int = 512,
     if not plan.weights.has_lm_head:
         raise WrongModelKind(plan.architecture or "?", "embedding", "an encoder has no next-token distribution to score")
     if n_ctx < 4 or n_ctx % 2 or n_ctx > plan.n_ctx:
-        raise InvalidGenerationConfig(f"n_ctx must be even, 4..{plan.n_ctx}; got {n_ctx}", "ctx")
+        raise InvalidRequest(f"n_ctx must be even, 4..{plan.n_ctx}; got {n_ctx}", "ctx")
     ids = tokenizer.encode(text, add_special_tokens=True, parse_special=False)
     n_chunks = len(ids) // n_ctx
     if n_chunks < 2:
-        raise InvalidGenerationConfig(f"the text has {len(ids)} tokens: perplexity needs at least 2 x n_ctx = "
+        raise InvalidRequest(f"the text has {len(ids)} tokens: perplexity needs at least 2 x n_ctx = "
                                       f"{2 * n_ctx} (use a longer text or a smaller --ctx)", "text")
     bos = tokenizer.bos_id if ids and tokenizer.bos_id is not None and ids[0] == tokenizer.bos_id else None
     chunks = [ids[c * n_ctx:(c + 1) * n_ctx] for c in range(n_chunks)]

@@ -9,10 +9,10 @@ from dataclasses import dataclass
 
 from . import _kernels
 from .config import default_threads
-from .errors import CorruptModelFile, InvalidGenerationConfig, UnsupportedArchitecture
+from .errors import CorruptModelFile, InvalidRequest, UnsupportedArchitecture
 from .gguf import GGUFFile
 from .models import ARCHITECTURES, resolve
-from .models.base import HParams, build_plan, read_hparams
+from .models.base import HParams, build_layout, read_hparams
 from .pack_cache import PackCache
 
 DEFAULT_MAX_CTX = 4096   # positions per sequence when the caller does not say (KV pages fill lazily)
@@ -52,9 +52,9 @@ def load_plan(path: str | os.PathLike[str], architecture: str | None = None,
     hp = read_hparams(g)
     ctx = min(hp.context_length, DEFAULT_MAX_CTX) if n_ctx is None else int(n_ctx)
     if ctx < 1:
-        raise InvalidGenerationConfig(f"n_ctx must be positive, got {n_ctx}")
+        raise InvalidRequest(f"n_ctx must be positive, got {n_ctx}")
     spec = ARCHITECTURES[arch].spec(g, hp)
-    forward = build_plan(g, hp, spec, ctx)
+    forward = build_layout(g, hp, spec, ctx)
     by_address = {t.data.ctypes.data: t for t in g.tensors.values()}
 
     def packed(data, start: int, end: int, copied: bool) -> None:

@@ -14,7 +14,7 @@ import time
 
 from . import _kernels
 from .config import PROFILE, default_threads
-from .errors import ContextOverflow, InvalidGenerationConfig, Overloaded, RaseError, WrongModelKind
+from .errors import ContextOverflow, InvalidRequest, Overloaded, RaseError, WrongModelKind
 from .sampling import GenerationConfig, make_sampler, token_or_error
 from .kv_cache import KVCache, blocks_for
 from .logprobs import LogprobDelta
@@ -35,7 +35,7 @@ def pool_blocks(plan: ModelPlan, max_batch: int, kv_cache_mb: float | None) -> i
     if kv_cache_mb is not None:
         n = int(kv_cache_mb * (1 << 20) // per_block)
         if n < 1:
-            raise InvalidGenerationConfig(f"kv_cache_mb={kv_cache_mb} holds no KV block "
+            raise InvalidRequest(f"kv_cache_mb={kv_cache_mb} holds no KV block "
                                           f"({per_block} bytes each for this model)")
         return n
     return blocks_for(max_batch * plan.n_ctx, _kernels.KV_BLOCK) + PREFIX_CACHE_MB * (1 << 20) // per_block
@@ -48,7 +48,7 @@ class ModelWorker:
         """max_waiting: requests queued beyond the max_batch being decoded before submit refuses
         (Overloaded); time_limit_s: wall-clock seconds per request from submission (TIME_LIMIT)."""
         if max_batch < 1:
-            raise InvalidGenerationConfig(f"max_batch must be at least 1, got {max_batch}")
+            raise InvalidRequest(f"max_batch must be at least 1, got {max_batch}")
         self.plan = plan
         self.causal = plan.weights.causal
         # an encoder: every input whole in one step (up to a full context), no KV pool
@@ -82,7 +82,7 @@ class ModelWorker:
         whole pool."""
         config.validate()
         if not self.plan.weights.has_lm_head:
-            raise InvalidGenerationConfig("this model is an encoder: it embeds text and generates none", "model")
+            raise InvalidRequest("this model is an encoder: it embeds text and generates none", "model")
         self._check_prompt(prompt, config.max_tokens)
         sampler = make_sampler(config, self.plan.vocab_size)
         req = Request(list(prompt), config, text, sampler, constraint, logprobs,
@@ -123,10 +123,10 @@ class ModelWorker:
 
     def _check_prompt(self, prompt: list[int], max_tokens: int) -> None:
         if not prompt:
-            raise InvalidGenerationConfig("the prompt must contain at least one token")
+            raise InvalidRequest("the prompt must contain at least one token")
         bad = [t for t in prompt if not 0 <= t < self.plan.vocab_size]
         if bad:
-            raise InvalidGenerationConfig(f"token id {bad[0]} is outside the vocabulary of {self.plan.vocab_size}")
+            raise InvalidRequest(f"token id {bad[0]} is outside the vocabulary of {self.plan.vocab_size}")
         need = len(prompt) + max_tokens
         if need > self.plan.n_ctx:
             raise ContextOverflow(need, self.plan.n_ctx, f" ({len(prompt)} prompt + {max_tokens} max_tokens)")
@@ -198,23 +198,23 @@ class ModelWorker:
             t0 = time.perf_counter()
             for req in inbox:
                 self.scheduler.add(req)
-            plan = self.scheduler.plan()
+            step = self.scheduler.next_step()
             self._deliver(self.scheduler.drain_events())
-            if plan is None:
+            if step is None:
                 continue
             t1 = time.perf_counter()
             try:
-                tokens, logits = self.fwd.step(plan.rows, plan.tables, plan.out_rows, plan.samplers,
-                                               embd_rows=plan.embd_rows)
+                tokens, logits = self.fwd.step(step.rows, step.tables, step.out_rows, step.samplers,
+                                               embd_rows=step.embd_rows)
             except Exception as exc:  # a bug, not bad input (inputs were checked): fail, stay alive
                 self._deliver(self.scheduler.fail_all(RaseError(f"forward step failed: {exc}")))
                 continue
             t2 = time.perf_counter()
             if PROFILE:
-                profile_add(self.fwd, plan.n_prefill > 0, len(plan.rows), int((t2 - t1) * 1e9))
-            drawn = [token_or_error(int(t)) for t in tokens[:len(plan.out)]]
-            self._deliver(self.scheduler.update(plan, drawn, t2 - t1, time.monotonic(), logits, self.fwd.hidden))
-            self.counters["rows"] += len(plan.rows)
+                profile_add(self.fwd, step.n_prefill > 0, len(step.rows), int((t2 - t1) * 1e9))
+            drawn = [token_or_error(int(t)) for t in tokens[:len(step.out)]]
+            self._deliver(self.scheduler.update(step, drawn, t2 - t1, time.monotonic(), logits, self.fwd.hidden))
+            self.counters["rows"] += len(step.rows)
             self.counters["step_s"] += t2 - t1
             self.counters["python_s"] += (time.perf_counter() - t0) - (t2 - t1)
 

@@ -135,10 +135,10 @@ def test_manual_names_are_top_level_and_import_stays_light():
 
 
 def test_engine_context_size(engine):
-    from rase import ContextOverflow, InvalidGenerationConfig
+    from rase import ContextOverflow, InvalidRequest
 
     for bad in (0, -1, 2.5, True):
-        with pytest.raises(InvalidGenerationConfig, match="n_ctx"):
+        with pytest.raises(InvalidRequest, match="n_ctx"):
             Engine(engine.registry.root, n_ctx=bad)
     small = Engine(engine.registry.root, n_ctx=64)
     assert small.session("smollm2").plan.n_ctx == 64 and engine.session("smollm2").plan.n_ctx == 4096
@@ -154,9 +154,9 @@ def test_tokenize_and_detokenize(engine):
     assert b"".join(p for _, p in pieces) == b"The capital"
     assert engine.tokenize("smollm2", "<|im_end|>") == [2]
     assert 2 not in engine.tokenize("smollm2", "<|im_end|>", parse_special=False)
-    from rase import InvalidGenerationConfig
+    from rase import InvalidRequest
 
-    with pytest.raises(InvalidGenerationConfig):
+    with pytest.raises(InvalidRequest):
         engine.detokenize("smollm2", [-1])
 
 

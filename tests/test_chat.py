@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from rase import ChatTemplateError, GGUFFile, InvalidGenerationConfig
+from rase import ChatTemplateError, GGUFFile, InvalidRequest
 from rase.chat import JinjaTemplate, render_chatml, render_gemma, render_llama3, render_mistral, select_template
 
 
@@ -27,7 +27,7 @@ def test_seed_mistral():
     assert render_mistral(msgs(("system", "Be brief."), ("user", "Hi"), ("assistant", "Hello."),
                                ("user", "Bye"))) == "<s>[INST] Be brief.\n\nHi [/INST]Hello.</s>[INST] Bye [/INST]"
     assert render_mistral(msgs(("system", "dropped"))) == "<s>"  # no user turn follows
-    with pytest.raises(InvalidGenerationConfig, match="unsupported chat role"):
+    with pytest.raises(InvalidRequest, match="unsupported chat role"):
         render_mistral(msgs(("tool", "x")))
 
 
@@ -39,15 +39,15 @@ def test_gemma():
 
 @pytest.mark.parametrize("render", [render_chatml, render_llama3, render_mistral, render_gemma])
 def test_empty_and_malformed_messages(render):
-    with pytest.raises(InvalidGenerationConfig, match="must not be empty"):
+    with pytest.raises(InvalidRequest, match="must not be empty"):
         render([])
-    with pytest.raises(InvalidGenerationConfig, match="string 'role' and a 'content'"):
+    with pytest.raises(InvalidRequest, match="string 'role' and a 'content'"):
         render([{"role": "user"}])
-    with pytest.raises(InvalidGenerationConfig, match="string 'role'"):
+    with pytest.raises(InvalidRequest, match="string 'role'"):
         render(["hi"])
-    with pytest.raises(InvalidGenerationConfig, match="list of text parts"):
+    with pytest.raises(InvalidRequest, match="list of text parts"):
         render([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}])
-    with pytest.raises(InvalidGenerationConfig, match="list of text parts"):
+    with pytest.raises(InvalidRequest, match="list of text parts"):
         render([{"role": "user", "content": None}])
     parts = [{"role": "user", "content": [{"type": "text", "text": "Hel"}, {"type": "text", "text": "lo"}]}]
     assert render(parts) == render([{"role": "user", "content": "Hello"}])

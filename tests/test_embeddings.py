@@ -11,7 +11,7 @@ import json
 import numpy as np
 import pytest
 
-from rase import ContextOverflow, InvalidGenerationConfig, ManifestError, WrongModelKind
+from rase import ContextOverflow, InvalidRequest, ManifestError, WrongModelKind
 from rase.api import Engine
 from rase.registry import ModelRegistry
 from tests import llamacpp_ref
@@ -63,9 +63,9 @@ def test_default_pooling_and_bad_input(engine):
     [b], _ = engine.embed("smollm2", ["The capital of France is Paris."], pooling="mean")
     assert np.array_equal(a, b)  # no pooling_type in the file: mean
     for bad in ([], [""], [3]):
-        with pytest.raises(InvalidGenerationConfig):
+        with pytest.raises(InvalidRequest):
             engine.embed("smollm2", bad)
-    with pytest.raises(InvalidGenerationConfig):
+    with pytest.raises(InvalidRequest):
         engine.embed("smollm2", "x", pooling="cls")
 
 
@@ -144,7 +144,7 @@ def test_encoder_refusals(engine, tmp_path):
         engine.complete(name, "hi", max_tokens=4)
     with pytest.raises(ManifestError, match="encoder"):
         ModelRegistry(tmp_path).import_local("b", ARCHS / f"{name}.gguf", kind="generator")
-    with pytest.raises(InvalidGenerationConfig, match="pooling"):
+    with pytest.raises(InvalidRequest, match="pooling"):
         engine.embed(name, "x", pooling="rank")
     too_long = " ".join(["word"] * 600)  # bert's context is 512 positions
     with pytest.raises(ContextOverflow):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from rase import (
-    ContextOverflow, CorruptModelFile, InvalidGenerationConfig, QuantType, UnsupportedArchitecture,
+    ContextOverflow, CorruptModelFile, InvalidRequest, QuantType, UnsupportedArchitecture,
     _kernels,
 )
 from rase.decoder import GGUFDecoder, load_gguf_decoder
@@ -192,11 +192,11 @@ def test_default_context_is_the_models(tiny_models):
 
 def test_bad_tokens_and_empty_prompt(tiny_models):
     dec = load_gguf_decoder(None, tiny_models("llama", QuantType.Q8_0))
-    with pytest.raises(InvalidGenerationConfig, match="at least one token"):
+    with pytest.raises(InvalidRequest, match="at least one token"):
         dec.prefill([])
-    with pytest.raises(InvalidGenerationConfig, match="outside the vocabulary"):
+    with pytest.raises(InvalidRequest, match="outside the vocabulary"):
         dec.prefill([1, HP["n_vocab"]])
-    with pytest.raises(InvalidGenerationConfig, match="outside the vocabulary"):
+    with pytest.raises(InvalidRequest, match="outside the vocabulary"):
         dec.decode(-1)
 
 

@@ -8,7 +8,7 @@ import time
 import httpx
 import pytest
 
-from rase import InvalidGenerationConfig, Overloaded
+from rase import InvalidGenerationConfig, InvalidRequest, Overloaded
 from rase.api import Engine
 from tests.conftest import rase_serve
 
@@ -34,7 +34,7 @@ def test_a_full_queue_refuses_with_a_retry_time_and_recovers(store):
             h.result()
         out = engine.chat("smollm2", LONG, max_tokens=4, temperature=0)  # room again
         assert out.completion_tokens == 4
-    with pytest.raises(InvalidGenerationConfig):
+    with pytest.raises(InvalidRequest):
         Engine(store, max_waiting=-1)
 
 

@@ -1,7 +1,7 @@
 """ensure_model: a deployment's model made present in a node's store, with the same SHA-256."""
 import pytest
 
-from rase.errors import IntegrityMismatch, InvalidGenerationConfig, ModelNotFound
+from rase.errors import IntegrityMismatch, InvalidRequest, ModelNotFound
 from rase.integrations.node_store import ensure_model, fetched_manifest
 from rase.registry import ModelRegistry
 from rase.sources import DEMO_MODEL
@@ -58,7 +58,7 @@ def test_fetch_specs_are_checked():
                 {"id": "m", "sha256": "a" * 64, "file": "m.gguf", "hf": "o/r", "pypi": "p==1"},  # two
                 {"id": "m", "file": "m.gguf", "hf": "o/r"},  # no hash
                 {"id": "m", "sha256": "a" * 64, "file": "m.gguf", "hf": "o/r", "mirror": "x"}):  # unknown key
-        with pytest.raises(InvalidGenerationConfig, match="model spec"):
+        with pytest.raises(InvalidRequest, match="model spec"):
             fetched_manifest(bad)
 
 

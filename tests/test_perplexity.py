@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rase import InvalidGenerationConfig
+from rase import InvalidRequest
 from rase.perplexity import perplexity
 from rase.plan import load_plan
 from rase.tokenizer import LocalTokenizer
@@ -92,6 +92,6 @@ def test_the_cli_and_its_refusals(smollm2_path, tmp_path):
                            text=True, timeout=300)
     assert short.returncode == 1 and "at least 2 x n_ctx" in short.stderr
     worker = ModelWorker(load_plan(smollm2_path, n_ctx=64), max_batch=1)
-    with pytest.raises(InvalidGenerationConfig):
+    with pytest.raises(InvalidRequest):
         perplexity(worker, None, TEXT, 63)
     worker.close()

@@ -5,7 +5,7 @@ import sys
 import pytest
 
 from rase import cli
-from rase.errors import InvalidGenerationConfig
+from rase.errors import InvalidRequest
 from rase.integrations.ray_run import Replicas
 
 
@@ -23,7 +23,7 @@ def test_replica_counts_and_ranges():
                                                       "target_ongoing_requests": 8}}
     assert auto.describe() == "1 to 4 rase replicas"
     for bad in ("0", "-1", "two", "3:1", "1:", ":2", "1:2:3"):
-        with pytest.raises(InvalidGenerationConfig, match="--replicas"):
+        with pytest.raises(InvalidRequest, match="--replicas"):
             Replicas.parse(bad)
 
 

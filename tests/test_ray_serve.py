@@ -279,7 +279,7 @@ def test_a_replica_that_cannot_verify_its_model_fails_the_deployment_by_name(smo
 
 
 def test_a_serve_config_file_builds_the_same_app_and_refuses_unknown_args(tmp_path, monkeypatch):
-    from rase.errors import InvalidGenerationConfig
+    from rase.errors import InvalidRequest
     from rase.integrations import ray_serve
     from rase.integrations.ray_run import Replicas
     from rase.server.guard import GuardConfig
@@ -296,10 +296,10 @@ def test_a_serve_config_file_builds_the_same_app_and_refuses_unknown_args(tmp_pa
     assert built == {"models": [spec], "store": str(tmp_path), "replicas": Replicas(low=1, high=3),
                      "threads_per_replica": 1, "max_batch": 4,
                      "guard": GuardConfig(api_key="from-a-secret", allowed_hosts=("rase.example",))}
-    with pytest.raises(InvalidGenerationConfig, match="unknown rase app args: replica_count"):
+    with pytest.raises(InvalidRequest, match="unknown rase app args: replica_count"):
         ray_serve.app_builder({"models": [spec], "replica_count": 2})
     monkeypatch.undo()
-    with pytest.raises(InvalidGenerationConfig, match="router must be one of"):
+    with pytest.raises(InvalidRequest, match="router must be one of"):
         ray_serve.app_builder({"models": [spec], "store": str(tmp_path), "router": "random"})
 
 

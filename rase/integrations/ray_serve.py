@@ -177,15 +177,15 @@ def build_app(models: Sequence[str | dict] | None = None, store=None, *, replica
     rase serve's -np 8 and --max-waiting 64 unless given. Each replica takes threads_per_replica
     cores (default: this machine's physical cores split between the replicas) as its Ray CPUs."""
     from ..config import default_store, physical_cores
-    from ..errors import InvalidGenerationConfig
+    from ..errors import InvalidRequest
     from ..registry import ModelRegistry
 
     if router not in ROUTERS:
-        raise InvalidGenerationConfig(f"router must be one of {', '.join(ROUTERS)}, got {router!r}", "router")
+        raise InvalidRequest(f"router must be one of {', '.join(ROUTERS)}, got {router!r}", "router")
     registry = ModelRegistry(store or default_store())
     models = list(models) if models else [m.id for m in registry.list()]
     if not models:
-        raise InvalidGenerationConfig(f"the store {registry.root} holds no models: rase model pull/import one first")
+        raise InvalidRequest(f"the store {registry.root} holds no models: rase model pull/import one first")
     manifests = [registry.get(m).to_dict() if isinstance(m, str) else fetched_manifest(m) for m in models]
     guard = guard or GuardConfig()
     most = replicas.high or replicas.count
@@ -214,11 +214,11 @@ def app_builder(args: dict) -> serve.Application:
     """build_app from a Serve config file's `args` (serve run/deploy, KubeRay's serveConfigV2):
     import_path rase.integrations.ray_serve:app_builder. replicas: 2 or "1:4"; the API key is
     $RASE_API_KEY where the application is built (a Kubernetes secret, say); other keys as build_app's."""
-    from ..errors import InvalidGenerationConfig
+    from ..errors import InvalidRequest
 
     unknown = sorted(set(args) - BUILDER_ARGS)
     if unknown:
-        raise InvalidGenerationConfig(f"unknown rase app args: {', '.join(unknown)}; known: {', '.join(sorted(BUILDER_ARGS))}",
+        raise InvalidRequest(f"unknown rase app args: {', '.join(unknown)}; known: {', '.join(sorted(BUILDER_ARGS))}",
                                       unknown[0])
     args = dict(args)
     replicas = Replicas.parse(str(args.pop("replicas", 1)))

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
 from ..chat import message_text
-from ..errors import InvalidGenerationConfig
+from ..errors import InvalidRequest
 
 
 # a registered model id (rase.registry's rule), stated in the OpenAPI document
@@ -61,7 +61,7 @@ class Message(BaseModel):
             return None
         try:
             return message_text(value)
-        except InvalidGenerationConfig as exc:
+        except InvalidRequest as exc:
             raise ValueError(str(exc)) from None
 
 
