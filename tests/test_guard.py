@@ -1,7 +1,8 @@
 """Browser-origin attacks and the API key: DNS rebinding (Host), cross-site form posts and fetches
 (Origin, Sec-Fetch-Site), opt-in CORS, the key's sources and its constant-time comparison, the
-warning for a public bind without a key. Header-level checks through the app; the attacks
-themselves from a real headless Chromium against a real `rase serve`."""
+warning for a public bind without a key. Header-level checks through the app over a fake engine
+(tests/fake_engine.py); the attacks themselves from a real headless Chromium against a real
+`rase serve`."""
 from __future__ import annotations
 
 import http.server
@@ -13,11 +14,11 @@ import time
 import httpx
 import pytest
 
-from rase import InvalidGenerationConfig
-from rase.api import Engine
+from rase import InvalidRequest
 from rase.server import create_app
 from rase.server.guard import GuardConfig, serve_config
 from tests.conftest import rase_command, rase_serve
+from tests.fake_engine import FakeEngine
 
 KEY = "k3y-for-guard-tests"
 LOCAL = "http://127.0.0.1:8080"
@@ -30,8 +31,9 @@ def store(smollm2_store):
 
 @pytest.fixture(scope="module")
 def engine(store):
-    with Engine(store) as e:
-        yield e
+    """The header-level checks route requests and never read an answer's content: a fake engine
+    over the real store (the attacks below run against a real `rase serve`)."""
+    return FakeEngine(store)
 
 
 def _client(engine, **guard):
@@ -139,7 +141,7 @@ def test_the_key_from_a_file_or_the_environment(tmp_path):
     assert serve_config("127.0.0.1", environ={})[0].api_key is None
     (tmp_path / "empty").write_text("\n")
     for bad in (tmp_path / "empty", tmp_path / "missing"):
-        with pytest.raises(InvalidGenerationConfig, match="api-key-file"):
+        with pytest.raises(InvalidRequest, match="api-key-file"):
             serve_config("127.0.0.1", api_key_file=str(bad), environ={})
     public, warnings = serve_config("0.0.0.0", environ={})
     assert public.allowed_hosts is None and warnings and "without an API key" in warnings[0]

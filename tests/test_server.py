@@ -12,6 +12,7 @@ import pytest
 
 from rase.api import Engine
 from tests.conftest import rase_serve
+from tests.fake_engine import FakeEngine
 
 
 def _free_port() -> int:
@@ -115,7 +116,7 @@ def test_api_key(store):
 
     from rase.server import create_app
 
-    client = TestClient(create_app(Engine(store), api_key="s3cret"))
+    client = TestClient(create_app(FakeEngine(store), api_key="s3cret"))  # routing only: no model needed
     assert client.get("/v1/models").status_code == 401
     assert client.get("/v1/models", headers={"Authorization": "Bearer s3cret"}).status_code == 200
     assert client.get("/health").status_code == 200

@@ -114,28 +114,48 @@ def _as_json(scope: dict) -> None:
             (b"content-type", b"application/json")]
 
 
-def install_guards(app: FastAPI, config: GuardConfig, metrics) -> None:
-    guard = Guard(config)
+class GuardMiddleware:
+    """The guard as a pure ASGI middleware: a refused request never reaches the app, an allowed
+    one passes through with its CORS headers added to the response's start, streaming answers are
+    never buffered, and every answer is counted by route and status."""
 
-    async def checked(request: Request, call_next):
-        refused = guard.refuse(request)
-        if refused is not None:
-            return refused
-        cors = guard.cors_headers(request)
+    def __init__(self, app, config: GuardConfig, metrics) -> None:
+        self.app, self.guard, self.metrics = app, Guard(config), metrics
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope)
+        answer = self.guard.refuse(request)
+        cors = {} if answer is not None else self.guard.cors_headers(request)
         if cors and request.method == "OPTIONS" and "access-control-request-method" in request.headers:
-            return JSONResponse({}, 204, headers=cors)  # a preflight of an allowed origin
-        if request.method == "POST":
-            _as_json(request.scope)
-        response = await call_next(request)
-        response.headers.update(cors)
-        return response
+            answer = JSONResponse({}, 204)  # a preflight of an allowed origin
+        extra = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in cors.items()]
+        status = [500]
 
-    @app.middleware("http")
-    async def guarded(request: Request, call_next):
-        response = await checked(request, call_next)
-        route = request.scope.get("route")
-        metrics.request(getattr(route, "path", "other"), response.status_code)
-        return response
+        async def send_counted(message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+                if extra:  # the guard's CORS headers replace any of the same name
+                    names = {k for k, _ in extra}
+                    message = {**message, "headers": [h for h in message.get("headers", []) if h[0].lower() not in names]
+                               + extra}
+            await send(message)
+
+        try:
+            if answer is not None:
+                await answer(scope, receive, send_counted)
+                return
+            if request.method == "POST":
+                _as_json(scope)
+            await self.app(scope, receive, send_counted)
+        finally:
+            self.metrics.request(getattr(scope.get("route"), "path", "other"), status[0])
+
+
+def install_guards(app: FastAPI, config: GuardConfig, metrics) -> None:
+    app.add_middleware(GuardMiddleware, config=config, metrics=metrics)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException):  # e.g. a body that is not UTF-8
@@ -180,7 +200,7 @@ def serve_config(host: str, api_key: str | None = None, api_key_file: str | None
     (and --allowed-host names) are answered; on any other bind every name, unless --allowed-host."""
     import os
 
-    from ..errors import InvalidGenerationConfig
+    from ..errors import InvalidRequest
 
     environ = os.environ if environ is None else environ
     if api_key is None and api_key_file is not None:
@@ -188,9 +208,9 @@ def serve_config(host: str, api_key: str | None = None, api_key_file: str | None
             with open(api_key_file, encoding="utf-8") as f:
                 api_key = f.readline().strip()
         except OSError as exc:
-            raise InvalidGenerationConfig(f"--api-key-file {api_key_file}: {exc.strerror}", "api_key_file") from None
+            raise InvalidRequest(f"--api-key-file {api_key_file}: {exc.strerror}", "api_key_file") from None
         if not api_key:
-            raise InvalidGenerationConfig(f"--api-key-file {api_key_file} is empty: write the key on its first line",
+            raise InvalidRequest(f"--api-key-file {api_key_file} is empty: write the key on its first line",
                                           "api_key_file")
     if api_key is None:
         api_key = environ.get("RASE_API_KEY") or None

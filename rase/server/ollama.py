@@ -7,7 +7,6 @@ Ollama's `options` map onto rase's sampling fields; an option or field rase cann
 """
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from datetime import datetime, timezone
@@ -16,9 +15,10 @@ from typing import Annotated, Any, Literal, Optional, Union
 from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
+from starlette.concurrency import run_in_threadpool
 
 from .. import __version__
-from ..errors import InvalidGenerationConfig, RaseError
+from ..errors import InvalidRequest, RaseError
 from ..logprobs import LogprobDelta
 from ..tools import ToolCallDelta
 from .errors import status_of
@@ -94,7 +94,7 @@ def _now() -> str:
 def _kwargs(body: _Base) -> dict:
     """The engine keywords for an Ollama request (400 for what cannot be honoured)."""
     if body.keep_alive is not None:
-        raise InvalidGenerationConfig("keep_alive is not supported: rase keeps a model loaded until it is "
+        raise InvalidRequest("keep_alive is not supported: rase keeps a model loaded until it is "
                                       "unloaded", "keep_alive")
     opts = body.options.model_dump(exclude_none=True) if body.options else {}
     stop = opts.pop("stop", None)
@@ -109,7 +109,7 @@ def _kwargs(body: _Base) -> dict:
     elif isinstance(body.format, dict):
         kw["response_format"] = {"type": "json_schema", "json_schema": {"name": "ollama", "schema": body.format}}
     elif body.format not in (None, ""):
-        raise InvalidGenerationConfig('format must be "json" or a JSON schema', "format")
+        raise InvalidRequest('format must be "json" or a JSON schema', "format")
     if body.think is not None:
         kw["think"] = "separate" if body.think else "strip"
     return kw
@@ -157,14 +157,13 @@ def router(engine) -> APIRouter:
     async def embed(body: EmbedBody):
         for name in ("dimensions", "keep_alive", "options"):
             if getattr(body, name) not in (None, {}):
-                raise InvalidGenerationConfig(f"{name} is not supported by rase's /api/embed", name)
+                raise InvalidRequest(f"{name} is not supported by rase's /api/embed", name)
         if body.truncate:
-            raise InvalidGenerationConfig("truncate is not supported: an input longer than the context is "
-                                          "refused", "truncate")
+            raise InvalidRequest("truncate is not supported: an input longer than the context is refused",
+                                 "truncate")
         engine.registry.get(body.model)
         started = time.monotonic()
-        vectors, n_tokens = await asyncio.get_running_loop().run_in_executor(
-            None, lambda: engine.embed(body.model, body.input))
+        vectors, n_tokens = await run_in_threadpool(engine.embed, body.model, body.input)
         return {"model": body.model, "embeddings": [v.tolist() for v in vectors],
                 "total_duration": int((time.monotonic() - started) * 1e9), "load_duration": 0,
                 "prompt_eval_count": n_tokens}
@@ -183,7 +182,7 @@ def router(engine) -> APIRouter:
         kw = _kwargs(body)
         if body.raw:
             if body.system:
-                raise InvalidGenerationConfig("system does not apply to a raw prompt", "system")
+                raise InvalidRequest("system does not apply to a raw prompt", "system")
             submit = lambda: engine.submit_complete(body.model, body.prompt, **{k: v for k, v in kw.items()
                                                                                 if k != "think"})
         else:  # the model's chat template, as Ollama applies it
@@ -198,7 +197,7 @@ def router(engine) -> APIRouter:
 async def _answer(engine, body: _Base, submit, chat: bool):
     engine.registry.get(body.model)  # 404 first
     started = time.monotonic()
-    handle = await asyncio.get_running_loop().run_in_executor(None, submit)
+    handle = await run_in_threadpool(submit)
     head = {"model": body.model}
     if not body.stream:
         out = await handle.aresult()
