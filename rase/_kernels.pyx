@@ -94,7 +94,7 @@ def quant_traits():
 # ---------------------------------------------------------------- the stages, in data-path order
 
 include "_kernels_quants.pxi"
-include "_kernels_plan.pxi"
+include "_kernels_weights.pxi"
 include "_kernels_sample.pxi"
 include "_kernels_forward.pxi"
 include "_kernels_ops.pxi"

@@ -1,4 +1,4 @@
-# rase/_kernels_plan.pxi: included by _kernels.pyx (one extension module). The model plan: Weights, hyper-parameters and weight pointers into the GGUF mmap (rase/_forward.h).
+# rase/_kernels_weights.pxi: included by _kernels.pyx (one extension module). The model's C weights: Weights, hyper-parameters and weight pointers into the GGUF mmap (rase/_forward.h).
 
 # ---------------------------------------------------------------- the forward
 
@@ -16,15 +16,15 @@ _ROWS_READ = ("token_embd", "position_embd")  # read a row at a time: never repa
 
 
 cdef class Weights:
-    """The read-only plan of one model: hyper-parameters and weight pointers into the caller's
+    """The read-only C weights of one model: hyper-parameters and weight pointers into the caller's
     buffers (the GGUF mmap), shared by every Forward over it."""
     cdef rase_weights w
     cdef rase_layer *layers
     cdef rase_mat *experts  # (n_layer, 3, n_expert): the MoE layers' expert matrices
-    cdef list _keep  # owners of every buffer the plan points into
+    cdef list _keep  # owners of every buffer the weights point into
     cdef readonly int64_t packed_bytes  # private copies made at load (repacked weights)
     cdef int _threads
-    cdef int _isa    # the kernel path every Forward over this plan runs, fixed here at load
+    cdef int _isa    # the kernel path every Forward over these weights runs, fixed here at load
     cdef object _on_packed
     cdef dict _cached     # name -> packed bytes given at load (a cache), or None
     cdef readonly dict repacked  # name -> packed bytes this load made (for the cache)
@@ -34,11 +34,11 @@ cdef class Weights:
         self.layers = NULL
         self.experts = NULL
 
-    def __init__(self, plan, int n_threads=1, on_packed=None, isa=None, packed=None):
-        """plan: a rase.models.base.ForwardPlan (hyper-parameters, n_ctx = positions one
-        sequence may reach, tok_embd/output Matrix, output_norm, one LayerPlan per layer).
+    def __init__(self, layout, int n_threads=1, on_packed=None, isa=None, packed=None):
+        """layout: a rase.models.base.ForwardLayout (hyper-parameters, n_ctx = positions one
+        sequence may reach, tok_embd/output Matrix, output_norm, one LayerLayout per layer).
         isa: the kernel path (an isa_names() entry; default: the one selected now), fixed for
-        the plan's life: set_isa later changes new plans only.
+        the weights' life: set_isa later changes new Weights only.
         Matrices of the repacked types are copied into the 16-row layout (n_threads at a time);
         on_packed(data, start, end, copied) is called before (copied=False) and after bytes
         [start, end) of a matrix's data are copied (after that they are not read again)."""
@@ -47,16 +47,16 @@ cdef class Weights:
         self._isa = rase_isa if isa is None else _isa_id(isa)
         self._cached, self.repacked, self.streamed = packed, {}, []
         cdef rase_hparams *h = &self.w.hp
-        h.n_layer, h.n_embd, h.n_head = plan.n_layer, plan.n_embd, plan.n_head
-        h.n_head_kv, h.head_dim, h.n_ff = plan.n_head_kv, plan.head_dim, plan.n_ff
-        h.n_vocab, h.n_ctx, h.n_rot = plan.n_vocab, plan.n_ctx, plan.n_rot
-        h.rope_neox, h.gelu, h.attn_prescale = bool(plan.rope_neox), bool(plan.gelu), bool(plan.attn_prescale)
-        h.eps, h.embd_scale, h.attn_scale = plan.eps, plan.embd_scale, plan.attn_scale
-        h.attn_softcap, h.final_softcap = plan.attn_softcap, plan.final_softcap
-        h.residual_scale, h.logit_mul = plan.residual_scale, plan.logit_mul
-        h.layer_norm, h.norm_after_add, h.causal = plan.layer_norm, plan.norm_after_add, plan.causal
-        h.n_expert, h.n_expert_used, h.n_ff_exp = plan.n_expert, plan.n_expert_used, plan.n_ff_exp
-        h.expert_norm = bool(plan.expert_norm)
+        h.n_layer, h.n_embd, h.n_head = layout.n_layer, layout.n_embd, layout.n_head
+        h.n_head_kv, h.head_dim, h.n_ff = layout.n_head_kv, layout.head_dim, layout.n_ff
+        h.n_vocab, h.n_ctx, h.n_rot = layout.n_vocab, layout.n_ctx, layout.n_rot
+        h.rope_neox, h.gelu, h.attn_prescale = bool(layout.rope_neox), bool(layout.gelu), bool(layout.attn_prescale)
+        h.eps, h.embd_scale, h.attn_scale = layout.eps, layout.embd_scale, layout.attn_scale
+        h.attn_softcap, h.final_softcap = layout.attn_softcap, layout.final_softcap
+        h.residual_scale, h.logit_mul = layout.residual_scale, layout.logit_mul
+        h.layer_norm, h.norm_after_add, h.causal = layout.layer_norm, layout.norm_after_add, layout.causal
+        h.n_expert, h.n_expert_used, h.n_ff_exp = layout.n_expert, layout.n_expert_used, layout.n_ff_exp
+        h.expert_norm = bool(layout.expert_norm)
         if h.n_expert and not 0 < h.n_expert_used <= h.n_expert <= 256 or h.n_expert < 0 or \
                 (h.n_expert and h.n_ff_exp <= 0) or h.attn_softcap < 0 or h.final_softcap < 0:
             raise ValueError("invalid expert or soft-capping hyper-parameters")
@@ -65,25 +65,25 @@ cdef class Weights:
             raise ValueError("invalid hyper-parameters")
         if h.n_rot <= 0 or h.n_rot > h.head_dim or h.n_rot % 2:
             raise ValueError(f"rope dimension {h.n_rot} invalid for head_dim {h.head_dim}")
-        for s, r in enumerate(plan.rope):
+        for s, r in enumerate(layout.rope):
             self._rope(&h.rope[s], r, s)
-        self._mat(&self.w.tok_embd, plan.tok_embd, h.n_vocab, h.n_embd, "token_embd")
-        if plan.output is not None:  # an encoder has no LM head
-            self._mat(&self.w.output, plan.output, h.n_vocab, h.n_embd, "output")
-        if plan.pos_embd is not None:
-            self._mat(&self.w.pos_embd, plan.pos_embd, plan.pos_embd.rows, h.n_embd, "position_embd")
-            if plan.pos_embd.rows < h.n_ctx:
-                raise ValueError(f"{plan.pos_embd.rows} learned positions for a context of {h.n_ctx}")
-        self.w.type_embd = self._opt_vec(plan.type_embd, h.n_embd, "token_types")
-        self.w.embd_norm = self._opt_vec(plan.embd_norm, h.n_embd, "token_embd_norm")
-        self.w.embd_norm_b = self._opt_vec(plan.embd_norm_b, h.n_embd, "token_embd_norm.bias")
+        self._mat(&self.w.tok_embd, layout.tok_embd, h.n_vocab, h.n_embd, "token_embd")
+        if layout.output is not None:  # an encoder has no LM head
+            self._mat(&self.w.output, layout.output, h.n_vocab, h.n_embd, "output")
+        if layout.pos_embd is not None:
+            self._mat(&self.w.pos_embd, layout.pos_embd, layout.pos_embd.rows, h.n_embd, "position_embd")
+            if layout.pos_embd.rows < h.n_ctx:
+                raise ValueError(f"{layout.pos_embd.rows} learned positions for a context of {h.n_ctx}")
+        self.w.type_embd = self._opt_vec(layout.type_embd, h.n_embd, "token_types")
+        self.w.embd_norm = self._opt_vec(layout.embd_norm, h.n_embd, "token_embd_norm")
+        self.w.embd_norm_b = self._opt_vec(layout.embd_norm_b, h.n_embd, "token_embd_norm.bias")
         if self.w.output.layout == RASE_LAYOUT_R16 and self.w.output.data == self.w.tok_embd.data:
             # tied and repacked: rows are looked up in the output's copy (rase_embed), so the file's
             # embedding is never read after load and its pages are not mapped by lookups
             self.w.tok_embd.layout, self.w.tok_embd.packed = RASE_LAYOUT_R16, self.w.output.packed
             self.w.tok_embd.group_bytes = self.w.output.group_bytes
-        self.w.output_norm = self._opt_vec(plan.output_norm, h.n_embd, "output_norm")
-        layers = plan.layers
+        self.w.output_norm = self._opt_vec(layout.output_norm, h.n_embd, "output_norm")
+        layers = layout.layers
         if len(layers) != h.n_layer:
             raise ValueError(f"{len(layers)} layer plans for {h.n_layer} layers")
         self.layers = <rase_layer *>calloc(h.n_layer, sizeof(rase_layer))

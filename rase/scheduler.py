@@ -1,14 +1,15 @@
 """Continuous batching for one model: decides each step, never runs the model.
 
-plan() admits waiting requests (first come, first served, as long as the KV pool can promise
+next_step() admits waiting requests (first come, first served, as long as the KV pool can promise
 their whole budget), then lays out one step: one decode row for every running request whose
 prompt is done, followed by prompt chunks of the others (oldest first) within a token budget
 sized so that the running requests' time between tokens stays near `tbt_target_ms`.
-update(plan, tokens, seconds) folds the sampled tokens back: text, stops, finished requests.
+update(step, tokens, seconds) folds the sampled tokens back: text, stops, finished requests.
 Prompt-only requests sample nothing: a collector reads their rows, the final hidden states
 (embeddings.Pooling) or the logits (perplexity.Scoring), at most `max_logit_rows` logits rows a
-step; an encoder's input (causal=False) goes whole into one step and holds no KV block. Cancellation is honoured at the start of every plan(). No threads, no kernels: tests
-drive it with made-up tokens.
+step; an encoder's input (causal=False) goes whole into one step and holds no KV block.
+Cancellation is honoured at the start of every next_step(). No threads, no kernels: tests drive
+it with made-up tokens.
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ class Event:
 
 
 @dataclass
-class StepPlan:
+class Step:
     rows: np.ndarray          # (n, 3) int32: token, seq, pos
     tables: np.ndarray        # (n_seq, max_blocks) int32
     out_rows: np.ndarray      # (n_out,) int32: rows whose logits give a token, then the read logits rows
@@ -135,7 +136,7 @@ class Scheduler:
         spare = self.tbt_target - (self._decode_s.value or 0.0)
         return int(min(self.max_chunk, max(self.min_chunk, spare / max(self._prefill_tok_s.value, 1e-6))))
 
-    def plan(self) -> StepPlan | None:
+    def next_step(self) -> Step | None:
         self._sweep_cancelled()
         self._admit()
         if not self.running:
@@ -191,7 +192,7 @@ class Scheduler:
                 req.sampler.mask = req.constraint.fill()
         n_out = len(out_rows)  # logits reads follow the sampled rows in the logits
         reads = [(r, a + n_out, b + n_out) if r.collect.source == "logits" else (r, a, b) for r, a, b in reads]
-        return StepPlan(np.array(rows, np.int32).reshape(-1, 3), tables, np.array(out_rows + logit_rows, np.int32),
+        return Step(np.array(rows, np.int32).reshape(-1, 3), tables, np.array(out_rows + logit_rows, np.int32),
                         out, seqs, counts, len(decode), n_prefill, [r.sampler for r in out] + [None] * len(logit_rows),
                         np.array(embd_rows, np.int32), reads)
 
@@ -206,27 +207,27 @@ class Scheduler:
         room = self.max_logit_rows - logit_rows
         return take if len(wanted) <= room else (wanted[room] - start if room >= 0 else 0)
 
-    def update(self, plan: StepPlan, tokens, seconds: float, now: float, logits=None, hidden=None) -> list[Event]:
+    def update(self, step: Step, tokens, seconds: float, now: float, logits=None, hidden=None) -> list[Event]:
         """Fold a step's sampled tokens back: one per sampling out row, each a token id or the
         RaseError its draw stands for (sampling.token_or_error). logits (n_out, n_vocab) feed the
         log-probabilities of the requests that ask for them and the logits reads; hidden
         (len(embd_rows), n_embd) the hidden-state reads."""
         self.steps += 1
-        if plan.n_prefill == 0:
+        if step.n_prefill == 0:
             self._decode_s.add(seconds)
         else:
-            self._prefill_tok_s.add(max(seconds - (self._decode_s.value or 0.0) * (plan.n_decode > 0), 0.0)
-                                    / plan.n_prefill)
-        for req, n in zip(plan.seqs, plan.counts):
+            self._prefill_tok_s.add(max(seconds - (self._decode_s.value or 0.0) * (step.n_decode > 0), 0.0)
+                                    / step.n_prefill)
+        for req, n in zip(step.seqs, step.counts):
             req.n_computed += n
             self.kv.commit(req)
         events, self.events = self.events, []
-        for req, a, b in plan.reads:
+        for req, a, b in step.reads:
             req.collect.add((hidden if req.collect.source == "hidden" else logits)[a:b])
             if req.n_computed == len(req.prompt):
                 req.collect.finish()
                 events.append(self._finish(req, None))
-        for j, (req, token) in enumerate(zip(plan.out, tokens)):
+        for j, (req, token) in enumerate(zip(step.out, tokens)):
             try:
                 if isinstance(token, RaseError):
                     raise token

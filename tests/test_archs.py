@@ -7,7 +7,7 @@ Against the one-token (`-t1`) fixtures every teacher-forced logit equals llama.c
 stored decimals and every greedy continuation is identical, in all 28 files, MoE included (the
 routers' F32 products in ggml_vec_dot_f32's order), LongRoPE's long factors past its original
 context and its short ones at n_ctx 256; against the batched fixtures, llama.cpp's
-batch-dependent rounding, the usual tolerances. The encoders' files are tests/test_encoders.py's."""
+batch-dependent rounding, the usual tolerances. The encoders' files are tests/test_embeddings.py's."""
 from __future__ import annotations
 
 import json

@@ -42,7 +42,7 @@ def req(n_prompt=10, max_tokens=5, stop_tokens=(), first=1) -> Request:
 
 
 def step(s: Scheduler, token_of=lambda r: 7, seconds=0.01):
-    plan = s.plan()
+    plan = s.next_step()
     if plan is None:
         return None, []
     tokens = [token_or_error(token_of(r)) for r in plan.out]  # as the worker hands them on
@@ -61,7 +61,7 @@ def test_prompt_then_decode_rows_one_token_per_step():
     plan, events = step(s)
     assert events[-1].done and r.stop_reason is GenerationStopReason.MAX_TOKENS
     assert r.generated == 3 and r.n_computed == 42  # the last token is never fed back
-    assert s.plan() is None and r.table == [] and s.kv.available() == 64
+    assert s.next_step() is None and r.table == [] and s.kv.available() == 64
 
 
 def test_decode_rows_come_first_and_prompts_are_chunked_under_the_budget():
@@ -77,7 +77,7 @@ def test_decode_rows_come_first_and_prompts_are_chunked_under_the_budget():
     s.add(b)
     chunks = []
     while b.generated == 0:
-        plan = s.plan()
+        plan = s.next_step()
         assert plan.rows[0].tolist() == [a.tokens[-1], 0, a.n_computed]  # a's decode row first
         s.update(plan, np.full(len(plan.out), 7, np.int32), 0.020 + 0.001 * plan.n_prefill, now=0.0)
         chunks.append(plan.n_prefill)
@@ -120,7 +120,7 @@ def test_stop_token_and_stop_string_end_requests_without_another_row():
     plan, events = step(s, token_of=lambda r: 2 if r is a else 99)
     assert a.stop_reason is GenerationStopReason.STOP_TOKEN and a.text.parts == ["5 "]  # 2 never shown
     assert b.stop_reason is GenerationStopReason.STOP_STRING
-    assert all(e.done for e in events) and s.plan() is None
+    assert all(e.done for e in events) and s.next_step() is None
 
 
 def test_pool_too_small_for_everyone_admits_in_order_and_never_kills():
@@ -150,7 +150,7 @@ def test_cancel_waiting_and_running_returns_their_blocks():
     assert a.state is State.RUNNING and b.state is State.WAITING
     b.cancel_requested = True
     a.cancel_requested = True
-    assert s.plan() is None
+    assert s.next_step() is None
     events = s.drain_events()
     assert {e.request.id for e in events} == {a.id, b.id} and all(e.done for e in events)
     assert all(r.stop_reason is GenerationStopReason.CANCELLED for r in (a, b))

@@ -25,7 +25,7 @@ class Rope:
     attn_factor: float = 1.0       # cos/sin multiplier (`rope.scaling.attn_factor`: Phi-3 LongRoPE)
     n_ctx_orig: int = 0            # the training context YaRN's ramp and LongRoPE's switch refer to
     file_factors: bool = False     # divide frequencies by the file's rope_freqs / LongRoPE factors
-    factors: np.ndarray | None = field(default=None, compare=False)  # (n_rot/2,) float32, set by build_plan
+    factors: np.ndarray | None = field(default=None, compare=False)  # (n_rot/2,) float32, set by build_layout
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,7 @@ class Experts:
 
 
 @dataclass(frozen=True)
-class LayerPlan:
+class LayerLayout:
     wq: Matrix
     wk: Matrix
     wv: Matrix
@@ -140,7 +140,7 @@ class LayerPlan:
 
 
 @dataclass(frozen=True)
-class ForwardPlan:
+class ForwardLayout:
     """Everything _kernels.Weights copies into the C model (rase_hparams, rase_weights)."""
     n_layer: int
     n_embd: int
@@ -172,7 +172,7 @@ class ForwardPlan:
     tok_embd: Matrix
     output: Matrix | None      # None: no LM head (an encoder)
     output_norm: np.ndarray | None
-    layers: tuple[LayerPlan, ...]
+    layers: tuple[LayerLayout, ...]
     pos_embd: Matrix | None = None     # learned positions (bert)
     type_embd: np.ndarray | None = None  # token type 0's row, added to every embedding
     embd_norm: np.ndarray | None = None
@@ -407,7 +407,7 @@ def _encoder_parts(ts: _Tensors) -> dict:
     return parts
 
 
-def build_plan(g: GGUFFile, hp: HParams, spec: ModelSpec, n_ctx: int) -> ForwardPlan:
+def build_layout(g: GGUFFile, hp: HParams, spec: ModelSpec, n_ctx: int) -> ForwardLayout:
     """The typed plan for _kernels.Weights; weights stay in the mmap (fused tensors as views)."""
     ts = _Tensors(g)
     rope = [_rope_factors(ts, r, hp, n_ctx) for r in spec.rope] + [Rope(0.0)] * (2 - len(spec.rope))
@@ -419,10 +419,10 @@ def build_plan(g: GGUFFile, hp: HParams, spec: ModelSpec, n_ctx: int) -> Forward
     layers = []
     for il, ls in enumerate(spec.layers):
         parts = {**_attention_parts(ts, il, hp, ls, spec), **_ffn_parts(ts, il, hp, ls, spec)}
-        layers.append(LayerPlan(**parts, qk_norm_full=ls.qk_norm_full, window=ls.window, rope_slot=ls.rope_slot))
+        layers.append(LayerLayout(**parts, qk_norm_full=ls.qk_norm_full, window=ls.window, rope_slot=ls.rope_slot))
     output_norm = None if spec.encoder else ts.vector("output_norm.weight")
     _refuse_unused(g, ts)
-    return ForwardPlan(
+    return ForwardLayout(
         n_layer=hp.n_layer, n_embd=hp.n_embd, n_head=hp.n_head, n_head_kv=hp.n_head_kv,
         head_dim=hp.head_dim, n_ff=hp.n_ff, n_vocab=hp.n_vocab, n_ctx=n_ctx, n_rot=hp.n_rot,
         rope_neox=spec.rope_neox, gelu=spec.gelu, attn_prescale=spec.attn_prescale, eps=hp.eps,
