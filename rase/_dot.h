@@ -157,40 +157,6 @@ static void kunpack_q3_k(const void *w, int64_t i, rase_kblock *b) {
             }
 }
 
-static void kunpack_q5_k(const void *w, int64_t i, rase_kblock *b) {
-    const block_q5_K *x = (const block_q5_K *)w + i;
-    b->d = rase_fp16_to_fp32(x->d);
-    b->dmin = rase_fp16_to_fp32(x->dmin);
-    for (int j = 0; j < 8; ++j) {
-        uint8_t sc, m;
-        rase_scale_min_k4(j, x->scales, &sc, &m);
-        b->sc[2 * j] = b->sc[2 * j + 1] = sc;
-        b->mn[2 * j] = b->mn[2 * j + 1] = m;
-    }
-    for (int j = 0; j < 4; ++j)
-        for (int l = 0; l < 32; ++l) {
-            b->q[64 * j + l] = (int8_t)((x->qs[32 * j + l] & 0xF) | (((x->qh[l] >> (2 * j)) & 1) << 4));
-            b->q[64 * j + 32 + l] = (int8_t)((x->qs[32 * j + l] >> 4) | (((x->qh[l] >> (2 * j + 1)) & 1) << 4));
-        }
-}
-
-static void kunpack_q6_k(const void *w, int64_t i, rase_kblock *b) {
-    const block_q6_K *x = (const block_q6_K *)w + i;
-    b->d = rase_fp16_to_fp32(x->d);
-    b->dmin = 0.0f;
-    for (int g = 0; g < 16; ++g) { b->sc[g] = x->scales[g]; b->mn[g] = 0; }
-    for (int half = 0; half < 2; ++half) {
-        const uint8_t *ql = x->ql + 64 * half, *qh = x->qh + 32 * half;
-        int8_t *q = b->q + 128 * half;
-        for (int l = 0; l < 32; ++l) {
-            q[l] = (int8_t)(((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32);
-            q[l + 32] = (int8_t)(((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32);
-            q[l + 64] = (int8_t)(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
-            q[l + 96] = (int8_t)(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
-        }
-    }
-}
-
 typedef void (*rase_kunpack_fn)(const void *w, int64_t i, rase_kblock *b);
 
 static inline float rase_kdot_ref(rase_kunpack_fn unpack, int64_t n, const void *w, const void *a) {
@@ -213,8 +179,6 @@ static inline float rase_kdot_ref(rase_kunpack_fn unpack, int64_t n, const void 
 
 static float vec_dot_q2_k_q8_k_ref(int64_t n, const void *w, const void *a) { return rase_kdot_ref(kunpack_q2_k, n, w, a); }
 static float vec_dot_q3_k_q8_k_ref(int64_t n, const void *w, const void *a) { return rase_kdot_ref(kunpack_q3_k, n, w, a); }
-static float vec_dot_q5_k_q8_k_ref(int64_t n, const void *w, const void *a) { return rase_kdot_ref(kunpack_q5_k, n, w, a); }
-static float vec_dot_q6_k_q8_k_ref(int64_t n, const void *w, const void *a) { return rase_kdot_ref(kunpack_q6_k, n, w, a); }
 
 // ---------------------------------------------------------------- AVX2
 #if RASE_HAVE_X86
@@ -370,7 +334,6 @@ RASE_TARGET_AVX2 static float vec_dot_bf16_f32_avx2(int64_t n, const void *w, co
 
 #define RASE_NT 8
 #define RASE_INLINE __attribute__((always_inline)) inline
-#define RASE_SUMM (*summ_)
 #define RASE_ACT(T, t, b) ((const T *)((const char *)a + (size_t)(t) * astride) + (b))
 
 // Instantiate NAME(n, w, a, astride, nt, out) for TARGET from NAME##_body specialised for
@@ -421,42 +384,6 @@ RASE_TARGET_AVX2 static RASE_INLINE void rase_kdotn(const rase_kblock_avx2 *kb, 
     }                                                                                         \
     RASE_DOTN(NAME)
 
-RASE_TARGET_AVX2 static RASE_INLINE void kunpack_q5_k_avx2(const block_q5_K *x, rase_kblock_avx2 *kb) {
-    for (int j = 0; j < 8; ++j) {
-        uint8_t sc, m;
-        rase_scale_min_k4(j, x->scales, &sc, &m);
-        kb->sc[2 * j] = kb->sc[2 * j + 1] = sc;
-        kb->mn[2 * j] = kb->mn[2 * j + 1] = m;
-    }
-    const __m256i qh = _mm256_loadu_si256((const __m256i *)x->qh);
-    for (int j = 0; j < 4; ++j) {
-        const __m256i raw = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * j));
-        kb->u[2 * j] = _mm256_or_si256(rase_avx2_bits(raw, 0, 0xF), _mm256_slli_epi16(rase_avx2_bits(qh, 2 * j, 1), 4));
-        kb->u[2 * j + 1] = _mm256_or_si256(rase_avx2_bits(raw, 4, 0xF), _mm256_slli_epi16(rase_avx2_bits(qh, 2 * j + 1, 1), 4));
-    }
-    kb->off = 0;
-    kb->dx = rase_h2f(x->d);
-    kb->dmin = rase_h2f(x->dmin);
-}
-
-RASE_TARGET_AVX2 static RASE_INLINE void kunpack_q6_k_avx2(const block_q6_K *x, rase_kblock_avx2 *kb) {
-    for (int g = 0; g < 16; ++g) { kb->sc[g] = x->scales[g]; kb->mn[g] = 0; }
-    for (int half = 0; half < 2; ++half) {
-        const uint8_t *ql = x->ql + 64 * half;
-        const __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
-        const __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
-        const __m256i h = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * half));
-        __m256i *u = kb->u + 4 * half;
-        u[0] = _mm256_or_si256(rase_avx2_bits(l0, 0, 0xF), _mm256_slli_epi16(rase_avx2_bits(h, 0, 3), 4));
-        u[1] = _mm256_or_si256(rase_avx2_bits(l1, 0, 0xF), _mm256_slli_epi16(rase_avx2_bits(h, 2, 3), 4));
-        u[2] = _mm256_or_si256(rase_avx2_bits(l0, 4, 0xF), _mm256_slli_epi16(rase_avx2_bits(h, 4, 3), 4));
-        u[3] = _mm256_or_si256(rase_avx2_bits(l1, 4, 0xF), _mm256_slli_epi16(rase_avx2_bits(h, 6, 3), 4));
-    }
-    kb->off = 32;
-    kb->dx = rase_h2f(x->d);
-    kb->dmin = 0.0f;
-}
-
 RASE_TARGET_AVX2 static RASE_INLINE void kunpack_q2_k_avx2(const block_q2_K *x, rase_kblock_avx2 *kb) {
     for (int g = 0; g < 16; ++g) { kb->sc[g] = x->scales[g] & 0xF; kb->mn[g] = x->scales[g] >> 4; }
     for (int half = 0; half < 2; ++half) {
@@ -486,156 +413,9 @@ RASE_TARGET_AVX2 static RASE_INLINE void kunpack_q3_k_avx2(const block_q3_K *x, 
 
 RASE_KDOT_BODY(dotn_q2_k_avx2, block_q2_K, kunpack_q2_k_avx2)
 RASE_KDOT_BODY(dotn_q3_k_avx2, block_q3_K, kunpack_q3_k_avx2)
-RASE_KDOT_BODY(dotn_q5_k_avx2, block_q5_K, kunpack_q5_k_avx2)
 
-// Q6_K in the rounding of ggml's AVX2 vec_dot: 8 int32 lanes per block (unsigned values times
-// scales), minus 32 * (scale . bsums) laid over the lanes pairwise, one FMA per block, hsum.
-RASE_TARGET_AVX2 static RASE_INLINE void dotn_q6_k_avx2_body(const int nt, int64_t n, const void *w, const void *a,
-                                                           size_t astride, float *out) {
-    const block_q6_K *x = (const block_q6_K *)w;
-    __m256 acc[RASE_NT];
-    for (int t = 0; t < nt; ++t) acc[t] = _mm256_setzero_ps();
-    rase_kblock_avx2 kb;
-    for (int64_t b = 0; b < n / 256; ++b) {
-        RASE_PREFETCH_AHEAD(&x[b], sizeof(block_q6_K));
-        kunpack_q6_k_avx2(&x[b], &kb);
-        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[b].scales));
-        for (int t = 0; t < nt; ++t) {
-            const block_q8_K *y = RASE_ACT(block_q8_K, t, b);
-            __m256i sumi = _mm256_setzero_si256();
-            for (int v = 0; v < 8; ++v)
-                sumi = _mm256_add_epi32(sumi, rase_avx2_kdot(kb.u[v], y->qs + 32 * v, kb.sc[2 * v], kb.sc[2 * v + 1]));
-            const __m256i off = _mm256_slli_epi32(
-                _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), sc16), 5);
-            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * kb.dx), _mm256_cvtepi32_ps(_mm256_sub_epi32(sumi, off)), acc[t]);
-        }
-    }
-    for (int t = 0; t < nt; ++t) out[t] = rase_avx2_hsum(acc[t]);
-}
-RASE_DOTN(dotn_q6_k_avx2)
-
-// -- AVX-512 (BW, VNNI): two 32-element vectors of a K block per zmm; the integer sums are
-// the same exact integers as the AVX2 bodies, so the float steps after them give the same bits.
+// -- AVX-512: the F16 row dot and GEMM (the K-quants with AVX-512 kernels run repacked)
 #define RASE_DOTN512(NAME) RASE_DOTN_FOR(NAME, RASE_TARGET_AVX512)
-
-// zmm of 32 i16: lanes 0-15 scale s16[a], 16-31 s16[b] (or per 8: a, a+1, a+2, a+3 with quad)
-RASE_TARGET_AVX512 static RASE_INLINE __m512i rase_k512_scales(__m256i s16, int a, int quad) {
-    int16_t idx[32];
-    for (int i = 0; i < 32; ++i) idx[i] = (int16_t)(quad ? a + i / 8 : a + i / 16);
-    return _mm512_permutexvar_epi16(_mm512_loadu_si512((const void *)idx), _mm512_castsi256_si512(s16));
-}
-
-// u (64 x u8, two 32-vectors) . y (64 x i8) with per-16-element scales sc: 16 i32 lanes added to acc
-RASE_TARGET_AVX512 static RASE_INLINE __m512i rase_k512_dot(__m512i acc, __m512i u, const int8_t *y, __m512i sc) {
-    return _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(u, _mm512_loadu_si512((const void *)y)), sc);
-}
-
-// The 12 packed bytes of a Q4_K/Q5_K block as 16 x u8 [scale 0..7, min 0..7] (ggml's kmask
-// shuffle: the same values rase_scale_min_k4 gives one at a time).
-static inline void rase_k4_scales_mins(const uint8_t *q, uint8_t out[16]) {
-    uint32_t u[4];
-    memcpy(u, q, 12);
-    const uint32_t km1 = 0x3f3f3f3f, km2 = 0x0f0f0f0f, km3 = 0x03030303;
-    u[3] = ((u[2] >> 4) & km2) | (((u[1] >> 6) & km3) << 4);
-    const uint32_t mins_lo = u[1] & km1;
-    u[1] = (u[2] & km2) | (((u[0] >> 6) & km3) << 4);
-    u[2] = mins_lo;
-    u[0] &= km1;
-    memcpy(out, u, 16);
-}
-
-// i16 lanes of [scale 0..7, min 0..7]: pair j's scales (sub-blocks 2j | 2j + 1, 16 lanes each)
-// and the mins for the 16 bsums (min g / 2)
-static const int16_t RASE_K4_PAIR_IDX[4][32] = {
-    {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1},
-    {2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3},
-    {4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5},
-    {6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7}};
-static const int16_t RASE_K4_MIN_IDX[16] = {8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15};
-
-// A Q5_K block unpacked to 4 zmm pairs u (its fifth bits from qh2: qh in both halves), the pair
-// scales scv and the mins of the 16 bsums
-RASE_TARGET_AVX512 static RASE_INLINE __m256i rase_q5_k_unpack_512(const block_q5_K *x, __m512i qh2, __m512i u[4],
-                                                                  __m512i scv[4]) {
-    const __m512i m4 = _mm512_set1_epi8(0xF), one = _mm512_set1_epi8(1);
-    uint8_t sm8[16];
-    rase_k4_scales_mins(x->scales, sm8);
-    const __m512i sm = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)sm8)));
-    for (int j = 0; j < 4; ++j) {
-        const __m256i raw = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * j));
-        u[j] = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(raw), _mm256_srli_epi16(raw, 4), 1), m4);
-        // bit 2j | 2j + 1 of qh as bit 4
-        const __m512i sh = _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * j)), _mm256_set1_epi16((short)(2 * j + 1)), 1);
-        u[j] = _mm512_or_si512(u[j], _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh2, sh), one), 4));
-        scv[j] = _mm512_permutexvar_epi16(_mm512_loadu_si512((const void *)RASE_K4_PAIR_IDX[j]), sm);
-    }
-    const __m512i min_idx = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)RASE_K4_MIN_IDX));
-    return _mm512_castsi512_si256(_mm512_permutexvar_epi16(min_idx, sm));
-}
-
-// Q5_K, the rounding of dotn_q5_k_avx2 (rase_kdotn with off = 0)
-RASE_TARGET_AVX512 static RASE_INLINE void dotn_q5_k_512_body(const int nt, int64_t n, const void *w, const void *a,
-                                                            size_t astride, float *out) {
-    const block_q5_K *x = (const block_q5_K *)w;
-    float acc[RASE_NT];
-    for (int t = 0; t < nt; ++t) acc[t] = 0.0f;
-    for (int64_t b = 0; b < n / 256; ++b) {
-        RASE_PREFETCH_AHEAD(&x[b], sizeof(block_q5_K));
-        const __m256i qh = _mm256_loadu_si256((const __m256i *)x[b].qh);
-        const __m512i qh2 = _mm512_inserti64x4(_mm512_castsi256_si512(qh), qh, 1);
-        __m512i u[4], scv[4];
-        const __m256i mn16 = rase_q5_k_unpack_512(&x[b], qh2, u, scv);
-        const float dx = rase_h2f(x[b].d), dmin = rase_h2f(x[b].dmin);
-        for (int t = 0; t < nt; ++t) {
-            const block_q8_K *y = RASE_ACT(block_q8_K, t, b);
-            __m512i sumi = _mm512_setzero_si512();
-            for (int j = 0; j < 4; ++j) sumi = rase_k512_dot(sumi, u[j], y->qs + 64 * j, scv[j]);
-            const int S = _mm512_reduce_add_epi32(sumi);
-            const int M = rase_avx2_hsum_i32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), mn16));
-            acc[t] += y->d * (dx * (float)S - dmin * (float)M);
-        }
-    }
-    for (int t = 0; t < nt; ++t) out[t] = acc[t];
-}
-RASE_DOTN512(dotn_q5_k_512)
-
-// Q6_K, the rounding of dotn_q6_k_avx2: its 8 int32 lanes are the two halves of the zmm added
-RASE_TARGET_AVX512 static RASE_INLINE void dotn_q6_k_512_body(const int nt, int64_t n, const void *w, const void *a,
-                                                            size_t astride, float *out) {
-    const block_q6_K *x = (const block_q6_K *)w;
-    __m256 acc[RASE_NT];
-    for (int t = 0; t < nt; ++t) acc[t] = _mm256_setzero_ps();
-    const __m512i m4 = _mm512_set1_epi8(0xF), m3 = _mm512_set1_epi8(3);
-    for (int64_t b = 0; b < n / 256; ++b) {
-        RASE_PREFETCH_AHEAD(&x[b], sizeof(block_q6_K));
-        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[b].scales));
-        __m512i u[4], scv[4];
-        for (int half = 0; half < 2; ++half) {  // vectors 4 half + 0..3, as kunpack_q6_k_avx2
-            const __m512i l = _mm512_loadu_si512((const void *)(x[b].ql + 64 * half));   // l0 | l1
-            const __m256i h = _mm256_loadu_si256((const __m256i *)(x[b].qh + 32 * half));
-            const __m512i hh = _mm512_inserti64x4(_mm512_castsi256_si512(h), h, 1);
-            // pair (v0, v1): low nibbles of l0 | l1 with qh bits 0-1 | 2-3; (v2, v3): high, bits 4-5 | 6-7
-            const __m512i sh01 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_setzero_si256()), _mm256_set1_epi16(2), 1);
-            const __m512i h01 = _mm512_and_si512(_mm512_srlv_epi16(hh, sh01), m3);
-            const __m512i h23 = _mm512_and_si512(_mm512_srlv_epi16(hh, _mm512_add_epi16(sh01, _mm512_set1_epi16(4))), m3);
-            u[2 * half] = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_slli_epi16(h01, 4));
-            u[2 * half + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4), _mm512_slli_epi16(h23, 4));
-            scv[2 * half] = rase_k512_scales(sc16, 8 * half, 1);
-            scv[2 * half + 1] = rase_k512_scales(sc16, 8 * half + 4, 1);
-        }
-        const float dx = rase_h2f(x[b].d);
-        for (int t = 0; t < nt; ++t) {
-            const block_q8_K *y = RASE_ACT(block_q8_K, t, b);
-            __m512i sumi = _mm512_setzero_si512();
-            for (int v = 0; v < 4; ++v) sumi = rase_k512_dot(sumi, u[v], y->qs + 64 * v, scv[v]);
-            const __m256i s8 = _mm256_add_epi32(_mm512_castsi512_si256(sumi), _mm512_extracti64x4_epi64(sumi, 1));
-            const __m256i off = _mm256_slli_epi32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), sc16), 5);
-            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * dx), _mm256_cvtepi32_ps(_mm256_sub_epi32(s8, off)), acc[t]);
-        }
-    }
-    for (int t = 0; t < nt; ++t) out[t] = rase_avx2_hsum(acc[t]);
-}
-RASE_DOTN512(dotn_q6_k_512)
 
 // F16 on AVX-512: zmm 0 holds ggml's accumulators 0 | 1, zmm 1 holds 2 | 3, so each lane runs the
 // chain of vec_dot_f16_f32_avx2 (the same bits); one conversion of the weights serves every token.
@@ -914,8 +694,6 @@ RASE_REF_DOTN(dotn_f16_ref, vec_dot_f16_f32_ref)
 RASE_REF_DOTN(dotn_bf16_ref, vec_dot_bf16_f32_ref)
 RASE_REF_DOTN(dotn_q2_k_ref, vec_dot_q2_k_q8_k_ref)
 RASE_REF_DOTN(dotn_q3_k_ref, vec_dot_q3_k_q8_k_ref)
-RASE_REF_DOTN(dotn_q5_k_ref, vec_dot_q5_k_q8_k_ref)
-RASE_REF_DOTN(dotn_q6_k_ref, vec_dot_q6_k_q8_k_ref)
 
 // ---------------------------------------------------------------- activation quantizers, by format
 

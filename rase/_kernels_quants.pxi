@@ -140,11 +140,9 @@ def matmul(int qtype, const uint8_t[:, ::1] w, const float[:, ::1] x, isa=None):
     return out
 
 
-def vec_dot(int qtype, const uint8_t[::1] w, const float[:, ::1] x, isa=None, bint plain=False):
+def vec_dot(int qtype, const uint8_t[::1] w, const float[:, ::1] x, isa=None):
     """w (one row of x.shape[1] elements of type qtype) . x[t] for each of up to RASE_NT rows of
-    x, each quantized to the activation format the type pairs with (exactly as the forward).
-    plain: the row-by-row kernel (_dot.h) even for a type the forward runs repacked, so tests can
-    hold a repacked kernel to the bits of the row kernel it replaced."""
+    x, each quantized to the activation format the type pairs with (exactly as the forward)."""
     _check_type(qtype)
     cdef int64_t n = x.shape[1]
     cdef int nt = x.shape[0], t
@@ -157,7 +155,7 @@ def vec_dot(int qtype, const uint8_t[::1] w, const float[:, ::1] x, isa=None, bi
         raise ValueError(f"1..{RASE_NT} activation rows, got {nt}")
     if w.shape[0] != (n // blck) * size:
         raise ValueError(f"{n} elements need {(n // blck) * size} bytes, got {w.shape[0]}")
-    if rase_traits(qtype).r16_blk and not plain:  # one row of a repacked type: a group of 1
+    if rase_traits(qtype).r16_blk:  # one row of a repacked type: a group of 1
         return [float(v) for v in matmul(qtype, _np.asarray(w).reshape(1, -1), x, isa)[:, 0]]
     cdef int path = rase_isa if isa is None else _isa_id(isa)
     cdef size_t row = rase_act_row_stride(act, n)

@@ -13,10 +13,10 @@
 // Numerics (llama.cpp's x86 one-token Q4_K, ggml_gemv_q4_K_8x8_q8_K, the t1 fixtures' bits): per row
 // and 256-block b, the exact integers S = sum_j sc_j (w_j . y_j) over the 8 sub-blocks of 32 and
 // M = sum_j mn_j (bsum_2j + bsum_2j+1); acc = fma((float)S, dx * dy, acc), accm = fma((float)M,
-// dmin * dy, accm), block by block; the result is acc - accm. Q5_K keeps the order of its row
-// kernels (_dot.h's rase_kdot_ref, every ISA): acc = acc + dy * (dx * S - dmin * M) from acc = 0.
+// dmin * dy, accm), block by block; the result is acc - accm. Q5_K keeps the order its row kernels
+// had before it was repacked (rase_kdot_ref's): acc = acc + dy * (dx * S - dmin * M) from acc = 0.
 // Integers in any order are the same integers, so the scalar reference, AVX2 and AVX-512 VNNI
-// kernels give the same bits (and Q5_K the bits it had before it was repacked).
+// kernels give the same bits (tests/test_kernels.py states both orders in numpy).
 #ifndef RASE_REPACK_K_H
 #define RASE_REPACK_K_H
 
@@ -160,7 +160,7 @@ static void r16_q5_k_ref(int64_t n, const uint8_t *w, const void *a, size_t astr
 // halves of the lane gives sc * (4 products) exactly (at most 2 * 15 * 127 per pair), added into S.
 
 // 8 rows' [scale 0..3], [scale 4..7], [min 0..3], [min 4..7] bytes from their 3 packed words
-// (ggml's kmask shuffle on 8 rows at once, rase_k4_scales_mins per lane)
+// (ggml's kmask shuffle on 8 rows at once: rase_scale_min_k4's values, per lane)
 #define RASE_K4_LANES(V, SI, u0, u1, u2, sc4, sc8, mn4, mn8, km1, km2, km3)                        \
     do {                                                                                      \
         sc4 = V##and_##SI(u0, km1);                                                                \

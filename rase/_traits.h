@@ -51,11 +51,9 @@ static const rase_type_traits rase_type_traits_table[RASE_GGML_TYPE_COUNT] = {
                         .r16_blk = sizeof(r16_q4_k) / 8, .r16_repack = r16_repack_q4_k, .r16_unpack = r16_unpack_q4_k,
                         .r16 = RASE_ISA_ROW(r16_q4_k_ref, r16_q4_k_avx2, r16_q4_k_vnni), .r16_tile = RASE_R16_TILE},
     [RASE_TYPE_Q5_K] = {"Q5_K", 256, 176, ACT_Q8_K, RASE_ISA_ROW(dequant_row_q5_k_ref, dequant_row_q5_k_avx2, 0),
-                        .dotn = RASE_ISA_ROW(dotn_q5_k_ref, dotn_q5_k_avx2, dotn_q5_k_512),
                         .r16_blk = sizeof(r16_q5_k) / 8, .r16_repack = r16_repack_q5_k, .r16_unpack = r16_unpack_q5_k,
                         .r16 = RASE_ISA_ROW(r16_q5_k_ref, r16_q5_k_avx2, r16_q5_k_vnni), .r16_tile = RASE_R16_TILE},
     [RASE_TYPE_Q6_K] = {"Q6_K", 256, 210, ACT_Q8_K, RASE_ISA_ROW(dequant_row_q6_k_ref, dequant_row_q6_k_avx2, 0),
-                        .dotn = RASE_ISA_ROW(dotn_q6_k_ref, dotn_q6_k_avx2, dotn_q6_k_512),
                         .r16_blk = sizeof(r16_q6_k) / 8, .r16_repack = rase_r16_repack_q6_k,
                         .r16_unpack = rase_r16_unpack_row_q6_k,
                         .r16 = RASE_ISA_ROW(r16_q6_k_ref, r16_q6_k_avx2, r16_q6_k_vnni), .r16_tile = RASE_R16_TILE,
@@ -73,7 +71,9 @@ static inline rase_dequant_fn rase_dequant_for(int type, int isa) { return RASE_
 static inline rase_dotn_fn rase_dotn_for(int type, int isa) { return RASE_FOR_ISA(rase_traits(type)->dotn, isa); }
 static inline rase_r16_fn rase_r16_for(int type, int isa) { return RASE_FOR_ISA(rase_traits(type)->r16, isa); }
 
-// the GEMM for T tokens of a plain (rows x n) matrix of `type`, or NULL (then dotn row by row)
+// the GEMM for T tokens of a plain (rows x n) matrix of `type`, or NULL (then dotn row by row).
+// A kernel may be chosen by the number of tokens (the F16 GEMM from rows_min); the invariant is
+// that every choice gives the same bits (tests/test_kernels.py)
 static inline rase_rows_fn rase_rows_for(int type, int isa, int T, int64_t n) {
     const rase_type_traits *tr = rase_traits(type);
     return T >= tr->rows_min && T > 1 && n % 32 == 0 ? tr->rows[isa] : 0;

@@ -23,10 +23,7 @@ enum rase_type {
 #  define RASE_X86_FN(f) 0
 #endif
 
-#define QK4_0 32
-#define QK8_0 32
-#define QK_K 256
-#define K_SCALE_SIZE 12
+#define QK_K 256  // elements of a K-quant super-block
 
 // ---------------------------------------------------------------- weight blocks (ggml-common.h)
 

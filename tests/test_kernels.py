@@ -305,19 +305,59 @@ def test_the_repacked_types_are_the_32_element_block_types_and_q4_k_q5_k_q6_k():
 @pytest.mark.parametrize("qtype", [QuantType.Q5_K, QuantType.Q6_K], ids=lambda t: t.name)
 @pytest.mark.parametrize("n", [256, 768])
 def test_repacking_moved_no_bit_of_the_row_kernels(qtype, n):
-    """Q5_K and Q6_K ran row by row before they were repacked; every ISA's 16-row kernel (the
-    scalar reference included) gives the bits those row kernels give on the SIMD paths, for
-    every row of a group and every tile of tokens, the GEMM panel's (from 12 tokens) too."""
+    """Q5_K and Q6_K ran row by row before they were repacked, in the orders spelled out below
+    (Q5_K: rase_kdot_ref's; Q6_K: ggml's AVX2 vec_dot, llama.cpp's one-token bits); every ISA's
+    16-row kernel (the scalar reference included) gives those bits, for every row of a group and
+    every tile of tokens, the GEMM panel's (from 12 tokens) too."""
     raw, _ = _matrix(qtype, 19, n, seed=n + int(qtype))
     x = (np.random.default_rng(n).standard_normal((16, n)) * 3).astype(np.float32)
-    simd = [isa for isa in _kernels.isa_supported() if isa != "scalar"]
-    want = np.array([[_kernels.vec_dot(int(qtype), raw[r], x[t:t + 1], simd[0], plain=True)[0] for r in range(19)]
+    spec = _q5_k_by_definition if qtype == QuantType.Q5_K else _q6_k_by_definition
+    want = np.array([[spec(raw[r], _kernels.quantize_activation(int(qtype), x[t])) for r in range(19)]
                      for t in range(16)], np.float32)
-    for isa in simd[1:]:  # the row kernels agree among themselves
-        assert _kernels.vec_dot(int(qtype), raw[5], x[:8], isa, plain=True) == list(want[:8, 5]), isa
     for isa in _kernels.isa_supported():
         for T in (1, 2, 3, 8, 13, 16):
             assert _kernels.matmul(int(qtype), raw, x[:T], isa).tobytes() == want[:T].tobytes(), (isa, T)
+
+
+def _fma_f32(a, b, c) -> np.float32:
+    """fma(a, b, c) of float32 values: the exact a * b + c, rounded once to float32 (to nearest,
+    ties to even): the single rounding numpy's float32 arithmetic cannot give."""
+    from fractions import Fraction
+
+    exact = Fraction(float(a)) * Fraction(float(b)) + Fraction(float(c))
+    near = np.float32(float(exact))  # within one float32 step of the answer
+    steps = [np.nextafter(near, np.float32(-np.inf)), near, np.nextafter(near, np.float32(np.inf))]
+    return min(steps, key=lambda v: (abs(Fraction(float(v)) - exact), int(np.array(v).view(np.int32)) & 1))
+
+
+def _q6_k_by_definition(row: np.ndarray, act: bytes) -> np.float32:
+    """Q6_K as ggml's AVX2 vec_dot rounds it, in numpy, independently of the C: per 256-block, 8
+    integer lanes, lane L = sum over the 8 vectors v of sc[2v + L / 4] x (the 4 products of
+    elements 32v + 4L .. + 3, values 0..63) - 32 (sc[2L] bsum[2L] + sc[2L + 1] bsum[2L + 1]);
+    acc_L = fma(dy * dx, lane_L, acc_L) block by block; then ggml's 8-lane tree."""
+    blocks = row.reshape(-1, 210)  # block_q6_K: ql[128], qh[64], i8 scales[16], f16 d
+    acts = np.frombuffer(act, np.uint8).reshape(len(blocks), 292)
+    acc = [np.float32(0)] * 8
+    for x, a in zip(blocks, acts):
+        ql, qh = x[0:128].astype(np.int64), x[128:192].astype(np.int64)
+        sc = x[192:208].view(np.int8).astype(np.int64)
+        dx, dy = x[208:210].view(np.float16).astype(np.float32)[0], a[0:4].view(np.float32)[0]
+        y, bsums = a[4:260].view(np.int8).astype(np.int64), a[260:292].view(np.int16).astype(np.int64)
+        u = np.zeros(256, np.int64)  # ggml's dequantize_row_q6_K order, before the -32
+        for h in range(2):
+            lo, hi = ql[64 * h:64 * h + 64], qh[32 * h:32 * h + 32]
+            u[128 * h:128 * h + 32] = (lo[:32] & 0xF) | ((hi & 3) << 4)
+            u[128 * h + 32:128 * h + 64] = (lo[32:] & 0xF) | (((hi >> 2) & 3) << 4)
+            u[128 * h + 64:128 * h + 96] = (lo[:32] >> 4) | (((hi >> 4) & 3) << 4)
+            u[128 * h + 96:128 * h + 128] = (lo[32:] >> 4) | (((hi >> 6) & 3) << 4)
+        scale = np.float32(dy * dx)
+        for L in range(8):
+            lane = sum(int(sc[2 * v + L // 4]) * int(u[32 * v + 4 * L:32 * v + 4 * L + 4] @ y[32 * v + 4 * L:32 * v + 4 * L + 4])
+                       for v in range(8))
+            lane -= 32 * int(sc[2 * L] * bsums[2 * L] + sc[2 * L + 1] * bsums[2 * L + 1])
+            acc[L] = _fma_f32(scale, np.float32(lane), acc[L])
+    f = np.float32
+    return f(f(f(acc[4] + acc[0]) + f(acc[6] + acc[2])) + f(f(acc[5] + acc[1]) + f(acc[7] + acc[3])))
 
 
 def _k4_scales_mins(q: np.ndarray) -> tuple[list[int], list[int]]:

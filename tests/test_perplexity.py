@@ -95,3 +95,41 @@ def test_the_cli_and_its_refusals(smollm2_path, tmp_path):
     with pytest.raises(InvalidRequest):
         perplexity(worker, None, TEXT, 63)
     worker.close()
+
+
+def test_perplexity_chunks_batch_with_generation_and_change_no_bit(smollm2_path):
+    """The chunks are prompt-only requests of the model's worker: run while two chats stream on
+    the same worker, they share its steps, and every chunk's -log p values, and so the PPL, are
+    the bits they have alone (the chats' tokens too)."""
+    import threading
+
+    from rase.sampling import GenerationConfig
+    from rase.textstate import TextState
+
+    plan = load_plan(smollm2_path, n_ctx=256)
+    tok = LocalTokenizer.from_gguf(plan.gguf)
+    worker = ModelWorker(plan, max_batch=2)
+    try:
+        alone = perplexity(worker, tok, TEXT, 128)
+        ids = tok.encode("Once upon a time", add_special_tokens=True, parse_special=False)
+        chat = lambda: worker.submit(ids, GenerationConfig(max_tokens=48, temperature=0), TextState.for_tokenizer(tok))
+        chats_alone = [chat().result().text for _ in range(2)]
+        shared, next_step = [], worker.scheduler.next_step
+
+        def recorded():  # steps holding a chat's decode row and a chunk's logits rows
+            step = next_step()
+            if step is not None and step.n_decode and any(r.collect is not None for r, _, _ in step.reads):
+                shared.append(step)
+            return step
+
+        worker.scheduler.next_step = recorded
+        handles = [chat() for _ in range(2)]
+        both: list = []
+        t = threading.Thread(target=lambda: both.append(perplexity(worker, tok, TEXT, 128)))
+        t.start()
+        texts = [h.result().text for h in handles]
+        t.join()
+        assert both[0] == alone and texts == chats_alone
+        assert shared  # the chunks rode in the chats' steps
+    finally:
+        worker.close()

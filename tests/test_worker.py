@@ -1,5 +1,5 @@
 """The serving engine end to end on a real model: requests served together equal the same
-requests served alone (the single-stream loop, textgen.run_text), however they are batched,
+requests served alone (the single-stream loop, tests/single_stream.py), however they are batched,
 chunked, cached or cancelled, and every KV block comes back."""
 from __future__ import annotations
 
