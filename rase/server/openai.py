@@ -30,6 +30,13 @@ from .schemas import MODEL_ID_PATTERN, ChatRequest, CompletionRequest, Detokeniz
 def router(engine, metrics) -> APIRouter:
     """/v1/models, /v1/chat/completions, /v1/completions, /v1/embeddings, /tokenize, /detokenize."""
     api = APIRouter()
+    _model_routes(api, engine)
+    _generation_routes(api, engine, metrics)
+    return api
+
+
+def _model_routes(api: APIRouter, engine) -> None:
+    """What reads a model without generating: its cards, its vocabulary, its embeddings."""
 
     @api.get("/v1/models")
     async def models():
@@ -72,6 +79,10 @@ def router(engine, metrics) -> APIRouter:
         return {"object": "list", "data": data, "model": req.model,
                 "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens}}
 
+
+def _generation_routes(api: APIRouter, engine, metrics) -> None:
+    """Chat and text completions, whole or streamed as server-sent events."""
+
     @api.post("/v1/chat/completions")
     async def chat(req: ChatRequest):
         kw = req.generation_kwargs()
@@ -110,8 +121,6 @@ def router(engine, metrics) -> APIRouter:
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
         return StreamingResponse(_sse(handles, reply, include_usage, lambda outs: metrics.finished(req.model, outs)),
                                  media_type="text/event-stream")
-
-    return api
 
 
 def _piece(b: bytes):
