@@ -13,9 +13,9 @@
 // so one load serves all 8 slices. Scales stay f16 as in the file (converted as they are used),
 // so a repacked matrix is never larger than the plain one.
 //
-// Numerics: Q4_0 and Q5_0 have block-sum numerics (_repack_bs.h). Q8_0, Q4_1, Q5_1 (_repack_q.h) have llama.cpp's
-// one-token (vec_dot) order, the same in the scalar reference and every SIMD kernel, for every
-// tile shape. Per row, slice s has its own f32 accumulator (ggml's 8-lane accumulator, lane s):
+// Numerics: Q4_0 and Q5_0 have block-sum numerics (_repack_bs.h). Q8_0, Q4_1 and Q5_1
+// (_repack_q.h) have llama.cpp's one-token (vec_dot) order, the same in the scalar reference and
+// every SIMD kernel, for every tile shape. Per row, slice s has its own f32 accumulator (ggml's 8-lane accumulator, lane s):
 // per 32-block b, acc_s = fma(d_w * d_y, (float)isum_{b,s}, acc_s) with isum the exact integer
 // sum of the slice's 4 products; the _1 types also add summ = summ + m_w * s_y (multiply, then
 // add). The result is ggml's horizontal sum,
