@@ -7,6 +7,16 @@
 
 // ---------------------------------------------------------------- scalar references
 
+// MXFP4: the E2M1 values doubled, as ggml's kvalues_mxfp4, and the E8M0 exponent halved to match
+// (ggml_e8m0_to_fp32_half: 2^(e - 128), the two smallest as denormals)
+static const int8_t rase_kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+static inline float rase_e8m0_half(uint8_t e) {
+    const uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
 static void dequant_row_f32_ref(const void *src, float *y, int64_t n) { memcpy(y, src, (size_t)n * 4); }
 
 static void dequant_row_f16_ref(const void *src, float *y, int64_t n) {
@@ -91,6 +101,17 @@ static void dequant_row_q2_k_ref(const void *src, float *y, int64_t n) {
                     for (int l = 0; l < 16; ++l) y[l] = dl * (float)((q[l + 16 * part] >> shift) & 3) - ml;
                 }
             }
+        }
+    }
+}
+
+static void dequant_row_mxfp4_ref(const void *src, float *y, int64_t n) {
+    const block_mxfp4 *x = (const block_mxfp4 *)src;
+    for (int64_t i = 0; i < n / 32; ++i, y += 32) {
+        const float d = rase_e8m0_half(x[i].e);
+        for (int j = 0; j < 16; ++j) {
+            y[j] = (float)rase_kvalues_mxfp4[x[i].qs[j] & 0x0F] * d;
+            y[j + 16] = (float)rase_kvalues_mxfp4[x[i].qs[j] >> 4] * d;
         }
     }
 }
@@ -260,6 +281,15 @@ RASE_TARGET_AVX2 static void dequant_row_q8_0_avx2(const void *src, float *y, in
     for (int64_t i = 0; i < n / 32; ++i, y += 32) {
         const float d = rase_fp16_to_fp32(x[i].d);
         rase_avx2_store_i8x32(y, _mm256_loadu_si256((const __m256i *)x[i].qs), d, d, 0.0f, 0.0f);
+    }
+}
+
+RASE_TARGET_AVX2 static void dequant_row_mxfp4_avx2(const void *src, float *y, int64_t n) {
+    const block_mxfp4 *x = (const block_mxfp4 *)src;
+    const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)rase_kvalues_mxfp4));
+    for (int64_t i = 0; i < n / 32; ++i, y += 32) {
+        const float d = rase_e8m0_half(x[i].e);
+        rase_avx2_store_i8x32(y, _mm256_shuffle_epi8(lut, rase_avx2_nibbles16(x[i].qs)), d, d, 0.0f, 0.0f);
     }
 }
 

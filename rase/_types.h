@@ -13,7 +13,7 @@
 enum rase_type {
     RASE_TYPE_F32 = 0, RASE_TYPE_F16 = 1, RASE_TYPE_Q4_0 = 2, RASE_TYPE_Q4_1 = 3, RASE_TYPE_Q5_0 = 6,
     RASE_TYPE_Q5_1 = 7, RASE_TYPE_Q8_0 = 8, RASE_TYPE_Q2_K = 10, RASE_TYPE_Q3_K = 11, RASE_TYPE_Q4_K = 12,
-    RASE_TYPE_Q5_K = 13, RASE_TYPE_Q6_K = 14, RASE_TYPE_BF16 = 30,
+    RASE_TYPE_Q5_K = 13, RASE_TYPE_Q6_K = 14, RASE_TYPE_BF16 = 30, RASE_TYPE_MXFP4 = 39,
     RASE_GGML_TYPE_COUNT = 40,  // the table's length (ggml's ids stay below it)
 };
 
@@ -37,6 +37,8 @@ typedef struct { uint8_t hmask[32]; uint8_t qs[64]; uint8_t scales[12]; uint16_t
 typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[128]; } block_q4_K;
 typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qh[32]; uint8_t qs[128]; } block_q5_K;
 typedef struct { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; uint16_t d; } block_q6_K;
+// OCP MX FP4: an E8M0 shared exponent, 32 E2M1 values (low nibbles: elements 0-15, high: 16-31)
+typedef struct { uint8_t e; uint8_t qs[16]; } block_mxfp4;
 _Static_assert(sizeof(block_q4_0) == 18, "block_q4_0");
 _Static_assert(sizeof(block_q4_1) == 20, "block_q4_1");
 _Static_assert(sizeof(block_q5_0) == 22, "block_q5_0");
@@ -47,6 +49,7 @@ _Static_assert(sizeof(block_q3_K) == 110, "block_q3_K");
 _Static_assert(sizeof(block_q4_K) == 144, "block_q4_K");
 _Static_assert(sizeof(block_q5_K) == 176, "block_q5_K");
 _Static_assert(sizeof(block_q6_K) == 210, "block_q6_K");
+_Static_assert(sizeof(block_mxfp4) == 17, "block_mxfp4");
 
 // ---------------------------------------------------------------- activation blocks
 // q8_0/q8_1 keep ggml's values (d and s rounded to f16) but store them as f32, so kernels do not

@@ -25,6 +25,7 @@ class QuantType(enum.IntEnum):
     Q5_K = 13
     Q6_K = 14
     BF16 = 30
+    MXFP4 = 39
 
 
 class QuantBlock(NamedTuple):
@@ -45,7 +46,7 @@ KNOWN_UNSUPPORTED: dict[int, str] = {
     4: "Q4_2 (removed from ggml)", 5: "Q4_3 (removed from ggml)", 9: "Q8_1", 15: "Q8_K",
     16: "IQ2_XXS", 17: "IQ2_XS", 18: "IQ3_XXS", 19: "IQ1_S", 20: "IQ4_NL", 21: "IQ3_S",
     22: "IQ2_S", 23: "IQ4_XS", 24: "I8", 25: "I16", 26: "I32", 27: "I64", 28: "F64",
-    29: "IQ1_M", 34: "TQ1_0", 35: "TQ2_0", 39: "MXFP4",
+    29: "IQ1_M", 34: "TQ1_0", 35: "TQ2_0",
 }
 
 

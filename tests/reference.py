@@ -90,7 +90,7 @@ def f16(x: np.ndarray) -> np.ndarray:
 
 # ggml pairs each weight type with an 8-bit activation format (vec_dot_type): the spec
 # quantizes a matmul's input the same way, then multiplies in float64.
-ACT_FORMAT = {2: "q8_0", 6: "q8_0", 8: "q8_0", 3: "q8_1", 7: "q8_1",
+ACT_FORMAT = {2: "q8_0", 6: "q8_0", 8: "q8_0", 39: "q8_0", 3: "q8_1", 7: "q8_1",
               10: "q8_K", 11: "q8_K", 12: "q8_K", 13: "q8_K", 14: "q8_K"}
 
 

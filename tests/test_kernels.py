@@ -299,7 +299,7 @@ def _matrix(qtype: QuantType, rows: int, n: int, seed: int):
 
 def test_the_repacked_types_are_the_32_element_block_types_and_q4_k_q5_k_q6_k():
     assert sorted(REPACKED) == [QuantType.Q4_0, QuantType.Q4_1, QuantType.Q5_0, QuantType.Q5_1, QuantType.Q8_0,
-                                QuantType.Q4_K, QuantType.Q5_K, QuantType.Q6_K]
+                                QuantType.Q4_K, QuantType.Q5_K, QuantType.Q6_K, QuantType.MXFP4]
 
 
 @pytest.mark.parametrize("qtype", [QuantType.Q5_K, QuantType.Q6_K], ids=lambda t: t.name)
@@ -488,3 +488,30 @@ def test_the_prefetch_distance_changes_no_bit(qtype):
                 assert got[0] == got[1] == got[2], (isa, T)
     finally:
         _kernels.set_prefetch(before)
+
+
+@pytest.mark.parametrize("n_ff", [512, 544], ids=["paired-blocks", "unpaired-last-block"])
+def test_mxfp4_logits_equal_llama_cpps_one_token_logits(tmp_path, n_ff):
+    """A tiny llama file whose matrices are MXFP4 (gguf's quantizer), run token by token by
+    llama.cpp (llama-cpp-python, its plain CPU kernels) and by rase on every SIMD ISA (whose other
+    kernels carry llama.cpp's x86 numerics; MXFP4's scalar reference gives its SIMD bits, above):
+    the same logits, bit for bit. n_ff 544: ffn_down rows of 17 blocks, so ggml's unpaired last
+    block is taken too."""
+    from rase.decoder import load_gguf_decoder
+    from tests import llamacpp_ref
+    from tests.tinymodels import write_tiny_model
+
+    path = write_tiny_model(tmp_path / "mxfp4.gguf", "llama", QuantType.MXFP4, hp=dict(n_ff=n_ff))
+    tokens = [1, 5, 9, 33, 70, 12, 101, 7]
+    llm = llamacpp_ref.llama(path, n_ctx=64, n_batch=1, n_ubatch=1, logits_all=True, n_threads=1)
+    for t in tokens:
+        llm.eval([t])
+    theirs = np.array([llm.scores[i] for i in range(len(tokens))], np.float32)
+    previous = _kernels.get_isa()
+    try:
+        for isa in [i for i in _kernels.isa_supported() if i != "scalar"]:
+            _kernels.set_isa(isa)
+            ours = load_gguf_decoder(None, path).prefill(tokens, all_logits=True)
+            assert ours.tobytes() == theirs.tobytes(), isa
+    finally:
+        _kernels.set_isa(previous)

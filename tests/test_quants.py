@@ -16,8 +16,10 @@ ISAS = _kernels.isa_supported()
 F16_FIELDS = {
     QuantType.Q4_0: [0], QuantType.Q4_1: [0, 2], QuantType.Q5_0: [0], QuantType.Q5_1: [0, 2],
     QuantType.Q8_0: [0], QuantType.Q2_K: [80, 82], QuantType.Q3_K: [108],
-    QuantType.Q4_K: [0, 2], QuantType.Q5_K: [0, 2], QuantType.Q6_K: [208],
+    QuantType.Q4_K: [0, 2], QuantType.Q5_K: [0, 2], QuantType.Q6_K: [208], QuantType.MXFP4: [],
 }
+# byte offsets of E8M0 exponents: kept where the values stay finite, the two denormal codes included
+E8M0_FIELDS = {QuantType.MXFP4: [0]}
 
 
 def random_blocks(qtype: QuantType, n_blocks: int, seed: int) -> bytes:
@@ -36,6 +38,8 @@ def random_blocks(qtype: QuantType, n_blocks: int, seed: int) -> bytes:
         h = rng.integers(0, 1 << 16, n_blocks, dtype=np.uint16)
         h[(h & 0x7C00) == 0x7C00] &= ~np.uint16(0x4000)
         raw[:, off:off + 2] = h.view(np.uint8).reshape(n_blocks, 2)
+    for off in E8M0_FIELDS.get(qtype, []):
+        raw[:, off] = rng.choice(np.r_[0, 1, 2, 100:150], n_blocks).astype(np.uint8)
     return raw.tobytes()
 
 
