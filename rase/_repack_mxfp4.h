@@ -9,8 +9,9 @@
 // in the second: acc[b % 2][s] = fma(f32(d_y) * e8m0_half(e), (float)isum_{b,s}, acc[b % 2][s]) with
 // isum the exact integer sum of the slice's 4 products (weights: kvalues_mxfp4, -12..12); then
 // ggml's horizontal sum of acc[0] + acc[1] (lane by lane); a last unpaired block (n / 32 odd) adds
-// fma(its scale, (float)(its whole integer sum), sum), the contraction the compiler makes of ggml's
-// scalar tail. The scalar reference, AVX2 and AVX-512 kernels compute the same integers.
+// fma(its scale, (float)(its whole integer sum), sum): ggml's scalar tail as the portable build
+// contracts it (a native build may round it unfused; no gpt-oss matrix has an odd block count).
+// The scalar reference, AVX2 and AVX-512 kernels compute the same integers and floats.
 #ifndef RASE_REPACK_MXFP4_H
 #define RASE_REPACK_MXFP4_H
 
