@@ -157,52 +157,67 @@ RASE_TARGET_AVX512 static RASE_INLINE __m512 rase_e8m0_half_512(const uint8_t *e
     return _mm512_castsi512_ps(_mm512_mask_blend_epi32(small, norm, den));
 }
 
-// the 8 slices' integer sums of block bk (16 rows) and one token's activation block
-RASE_TARGET_AVX512 static RASE_INLINE void rase_mxfp4_isums_512(const r16_mxfp4 *bk, const act_q8_0 *ya, __m512i out[8]) {
+// the 8 unsigned weight slices of block bk (16 rows): kvalues + 128
+RASE_TARGET_AVX512 static RASE_INLINE void rase_mxfp4_unpack_512(const r16_mxfp4 *bk, __m512i u[8]) {
     const __m512i lut = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)RASE_MXFP4_U));
     const __m512i m4 = _mm512_set1_epi8(0xF);
     for (int s = 0; s < 8; ++s) {
         const __m512i raw = _mm512_loadu_si512((const void *)bk->q[s & 3]);
-        const __m512i u = _mm512_shuffle_epi8(lut, _mm512_and_si512(s < 4 ? raw : _mm512_srli_epi16(raw, 4), m4));
-        out[s] = _mm512_dpbusd_epi32(_mm512_set1_epi32(ya->m128[s]), u, _mm512_set1_epi32(rase_ld32(ya->qs + 4 * s)));
+        u[s] = _mm512_shuffle_epi8(lut, _mm512_and_si512(s < 4 ? raw : _mm512_srli_epi16(raw, 4), m4));
     }
 }
 
-RASE_TARGET_AVX512 static RASE_INLINE void rase_r16_mxfp4_512_token(int64_t n, const r16_mxfp4 *blk, const void *a, int t,
-                                                                  size_t astride, float *y, int nr) {
+// slice s's exact integer sum for one token: from its -128 x slice-sum start (act_q8_0.m128)
+RASE_TARGET_AVX512 static RASE_INLINE __m512i rase_mxfp4_isum_512(__m512i u, const act_q8_0 *ya, int s) {
+    return _mm512_dpbusd_epi32(_mm512_set1_epi32(ya->m128[s]), u, _mm512_set1_epi32(rase_ld32(ya->qs + 4 * s)));
+}
+
+// nt (1 or 2) tokens over the whole row: each block's weights unpacked once for the tile
+RASE_TARGET_AVX512 static RASE_INLINE void rase_r16_mxfp4_512(const int nt, int64_t n, const r16_mxfp4 *blk, const void *a,
+                                                            size_t astride, float *y, int64_t ys, int nr) {
     const int64_t nb = n / 32, paired = nb - nb % 2;
-    __m512 acc0[8], acc1[8];
-    for (int s = 0; s < 8; ++s) acc0[s] = acc1[s] = _mm512_setzero_ps();
+    __m512 acc[2][2][8];  // [token][block parity][slice]
+    for (int t = 0; t < nt; ++t)
+        for (int s = 0; s < 8; ++s) acc[t][0][s] = acc[t][1][s] = _mm512_setzero_ps();
     for (int64_t b = 0; b < paired; b += 2) {
-        const act_q8_0 *y0 = RASE_ACT(act_q8_0, t, b), *y1 = RASE_ACT(act_q8_0, t, b + 1);
         RASE_PREFETCH_AHEAD(&blk[b], 2 * sizeof(r16_mxfp4));
-        const __m512 sc0 = _mm512_mul_ps(_mm512_set1_ps(y0->d), rase_e8m0_half_512(blk[b].e));
-        const __m512 sc1 = _mm512_mul_ps(_mm512_set1_ps(y1->d), rase_e8m0_half_512(blk[b + 1].e));
-        __m512i i0[8], i1[8];
-        rase_mxfp4_isums_512(&blk[b], y0, i0);
-        for (int s = 0; s < 8; ++s) acc0[s] = _mm512_fmadd_ps(sc0, _mm512_cvtepi32_ps(i0[s]), acc0[s]);
-        rase_mxfp4_isums_512(&blk[b + 1], y1, i1);
-        for (int s = 0; s < 8; ++s) acc1[s] = _mm512_fmadd_ps(sc1, _mm512_cvtepi32_ps(i1[s]), acc1[s]);
+        for (int p = 0; p < 2; ++p) {
+            __m512i u[8];
+            rase_mxfp4_unpack_512(&blk[b + p], u);
+            const __m512 e = rase_e8m0_half_512(blk[b + p].e);
+            for (int t = 0; t < nt; ++t) {
+                const act_q8_0 *ya = RASE_ACT(act_q8_0, t, b + p);
+                const __m512 sc = _mm512_mul_ps(_mm512_set1_ps(ya->d), e);
+                for (int s = 0; s < 8; ++s)
+                    acc[t][p][s] = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(rase_mxfp4_isum_512(u[s], ya, s)), acc[t][p][s]);
+            }
+        }
     }
-    __m512 l[8];
-    for (int s = 0; s < 8; ++s) l[s] = _mm512_add_ps(acc0[s], acc1[s]);
-    __m512 sum = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(l[4], l[0]), _mm512_add_ps(l[6], l[2])),
-                               _mm512_add_ps(_mm512_add_ps(l[5], l[1]), _mm512_add_ps(l[7], l[3])));
-    if (paired < nb) {
-        const act_q8_0 *ya = RASE_ACT(act_q8_0, t, paired);
-        __m512i i0[8];
-        rase_mxfp4_isums_512(&blk[paired], ya, i0);
-        __m512i tail = i0[0];
-        for (int s = 1; s < 8; ++s) tail = _mm512_add_epi32(tail, i0[s]);
-        sum = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(ya->d), rase_e8m0_half_512(blk[paired].e)),
-                              _mm512_cvtepi32_ps(tail), sum);
+    for (int t = 0; t < nt; ++t) {
+        __m512 l[8];
+        for (int s = 0; s < 8; ++s) l[s] = _mm512_add_ps(acc[t][0][s], acc[t][1][s]);
+        __m512 sum = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(l[4], l[0]), _mm512_add_ps(l[6], l[2])),
+                                   _mm512_add_ps(_mm512_add_ps(l[5], l[1]), _mm512_add_ps(l[7], l[3])));
+        if (paired < nb) {  // the unpaired last block: its whole integer sum, after the sum
+            const act_q8_0 *ya = RASE_ACT(act_q8_0, t, paired);
+            __m512i u[8];
+            rase_mxfp4_unpack_512(&blk[paired], u);
+            __m512i tail = rase_mxfp4_isum_512(u[0], ya, 0);
+            for (int s = 1; s < 8; ++s) tail = _mm512_add_epi32(tail, rase_mxfp4_isum_512(u[s], ya, s));
+            sum = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(ya->d), rase_e8m0_half_512(blk[paired].e)),
+                                  _mm512_cvtepi32_ps(tail), sum);
+        }
+        _mm512_mask_storeu_ps(y + t * ys, (__mmask16)((1u << nr) - 1), sum);
     }
-    _mm512_mask_storeu_ps(y, (__mmask16)((1u << nr) - 1), sum);
 }
 
 RASE_TARGET_AVX512 static void r16_mxfp4_vnni(int64_t n, const uint8_t *w, const void *a, size_t astride, int nt,
                                               float *y, int64_t ys, int nr) {
-    for (int t = 0; t < nt; ++t) rase_r16_mxfp4_512_token(n, (const r16_mxfp4 *)w, a, t, astride, y + t * ys, nr);
+    for (int t0 = 0; t0 < nt; t0 += 2) {  // pairs of tokens share each block's unpacked weights
+        const void *at = (const char *)a + (size_t)t0 * astride;
+        if (nt - t0 >= 2) rase_r16_mxfp4_512(2, n, (const r16_mxfp4 *)w, at, astride, y + t0 * ys, ys, nr);
+        else rase_r16_mxfp4_512(1, n, (const r16_mxfp4 *)w, at, astride, y + t0 * ys, ys, nr);
+    }
 }
 #endif
 
