@@ -44,10 +44,15 @@ static void r16_unpack_mxfp4(const uint8_t *pg, int64_t n, int r, uint8_t *dst) 
     }
 }
 
-// the weight of element 4s + i of row r in block o (slice s < 4: low nibbles of plane s, else high of s - 4)
-static inline int rase_mxfp4_weight(const r16_mxfp4 *o, int s, int r, int i) {
-    const uint8_t b = o->q[s & 3][4 * r + i];
-    return rase_kvalues_mxfp4[s < 4 ? b & 0xF : b >> 4];
+// slice s's exact integer sum for row r of block o (slice s < 4: low nibbles of plane s, else high
+// of s - 4) and the activation block ya
+static inline int rase_mxfp4_isum(const r16_mxfp4 *o, int s, int r, const act_q8_0 *ya) {
+    int isum = 0;
+    for (int i = 0; i < 4; ++i) {
+        const uint8_t b = o->q[s & 3][4 * r + i];
+        isum += rase_kvalues_mxfp4[s < 4 ? b & 0xF : b >> 4] * ya->qs[4 * s + i];
+    }
+    return isum;
 }
 
 static void r16_mxfp4_ref(int64_t n, const uint8_t *w, const void *a, size_t astride, int nt, float *y, int64_t ys,
@@ -62,11 +67,8 @@ static void r16_mxfp4_ref(int64_t n, const uint8_t *w, const void *a, size_t ast
                 if (b + 1 == nb && nb % 2) break;  // the unpaired last block: after the sum
                 const act_q8_0 *ya = RASE_ACT(act_q8_0, t, b);
                 const float scale = ya->d * rase_e8m0_half(blk[b].e[r]);
-                for (int s = 0; s < 8; ++s) {
-                    int isum = 0;
-                    for (int i = 0; i < 4; ++i) isum += rase_mxfp4_weight(&blk[b], s, r, i) * ya->qs[4 * s + i];
-                    acc[b % 2][s] = __builtin_fmaf(scale, (float)isum, acc[b % 2][s]);
-                }
+                for (int s = 0; s < 8; ++s)
+                    acc[b % 2][s] = __builtin_fmaf(scale, (float)rase_mxfp4_isum(&blk[b], s, r, ya), acc[b % 2][s]);
             }
             float lanes[8];
             for (int s = 0; s < 8; ++s) lanes[s] = acc[0][s] + acc[1][s];
@@ -74,8 +76,7 @@ static void r16_mxfp4_ref(int64_t n, const uint8_t *w, const void *a, size_t ast
             if (b < nb) {
                 const act_q8_0 *ya = RASE_ACT(act_q8_0, t, b);
                 int isum = 0;
-                for (int s = 0; s < 8; ++s)
-                    for (int i = 0; i < 4; ++i) isum += rase_mxfp4_weight(&blk[b], s, r, i) * ya->qs[4 * s + i];
+                for (int s = 0; s < 8; ++s) isum += rase_mxfp4_isum(&blk[b], s, r, ya);
                 sum = __builtin_fmaf(ya->d * rase_e8m0_half(blk[b].e[r]), (float)isum, sum);
             }
             y[t * ys + r] = sum;

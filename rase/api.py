@@ -458,7 +458,7 @@ def generate_llama_gguf(weights, tokenizer, prompt, max_tokens=256, temperature=
     cfg = GenerationConfig(max_tokens=max_tokens, temperature=temperature, top_k=top_k, seed=seed,
                            stop_tokens=tuple(stop_tokens))
     cfg = dataclasses.replace(cfg, stop_tokens=stop_tokens_with_eos(cfg, plan.eos_token))
-    worker = ModelWorker(plan, max_batch=1, name="generate")
+    worker = ModelWorker(plan, max_batch=1, prefix_cache=False, name="generate")  # one context's KV, no more
     try:
         return worker.submit(ids, cfg, TextState.for_tokenizer(tok)).result().text
     finally:

@@ -29,8 +29,9 @@ LOGIT_READS_MB = 128       # logits rows prompt-only requests may read in one st
 PREFIX_CACHE_MB = 256      # default pool room for cached prefixes, beyond max_batch full contexts
 
 
-def pool_blocks(plan: ModelPlan, max_batch: int, kv_cache_mb: float | None) -> int:
-    """KV pool size: kv_cache_mb if given, else max_batch full contexts + PREFIX_CACHE_MB."""
+def pool_blocks(plan: ModelPlan, max_batch: int, kv_cache_mb: float | None, prefix_cache: bool = True) -> int:
+    """KV pool size: kv_cache_mb if given, else max_batch full contexts, plus PREFIX_CACHE_MB of
+    room for cached prefixes when there is a prefix cache to keep them."""
     per_block = plan.kv_bytes_per_token * _kernels.KV_BLOCK
     if kv_cache_mb is not None:
         n = int(kv_cache_mb * (1 << 20) // per_block)
@@ -38,7 +39,8 @@ def pool_blocks(plan: ModelPlan, max_batch: int, kv_cache_mb: float | None) -> i
             raise InvalidRequest(f"kv_cache_mb={kv_cache_mb} holds no KV block "
                                           f"({per_block} bytes each for this model)")
         return n
-    return blocks_for(max_batch * plan.n_ctx, _kernels.KV_BLOCK) + PREFIX_CACHE_MB * (1 << 20) // per_block
+    room = PREFIX_CACHE_MB * (1 << 20) // per_block if prefix_cache else 0
+    return blocks_for(max_batch * plan.n_ctx, _kernels.KV_BLOCK) + room
 
 
 class ModelWorker:
@@ -52,7 +54,7 @@ class ModelWorker:
         self.plan = plan
         self.causal = plan.weights.causal
         # an encoder: every input whole in one step (up to a full context), no KV pool
-        n_blocks = pool_blocks(plan, max_batch, kv_cache_mb) if self.causal else 1
+        n_blocks = pool_blocks(plan, max_batch, kv_cache_mb, prefix_cache) if self.causal else 1
         self.max_chunk = MAX_CHUNK if self.causal else plan.n_ctx
         self.fwd = _kernels.Forward(plan.weights, n_blocks, max_batch + self.max_chunk,
                                     n_threads or default_threads())
