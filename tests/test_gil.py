@@ -62,25 +62,38 @@ def test_generation_survives_an_oversubscribed_machine(smollm2_path):
         return time.perf_counter() - start
 
     run()
-    quiet = run()
+    quiet = min(run() for _ in range(3))
     # the neighbours are other 2-thread forward loops: barrier waits on both sides
     hog = ("import sys; sys.path.insert(0, %r)\n"
            "from rase.decoder import load_gguf_decoder\n"
            "d = load_gguf_decoder(None, %r, n_threads=2)\n"
+           "d.prefill([1, 2, 3, 4, 5, 6, 7, 8]); print('ready', flush=True)\n"
            "while True: d.prefill([1, 2, 3, 4, 5, 6, 7, 8])\n") % (str(QWEN3_TINY.parent.parent.parent),
                                                                  str(QWEN3_TINY / "qwen3-tiny-q8_0.gguf"))
-    hogs = [subprocess.Popen([sys.executable, "-c", hog]) for _ in range(2)]
-    try:
-        time.sleep(0.2)
-        busy = run()
-    finally:
-        for h in hogs:
-            h.kill()
-            h.wait()
-    print(f"quiet {quiet:.3f}s, with 2 busy processes {busy:.3f}s")
-    # fair share is ~3x (6 runnable threads on 2 cores); measured here: ~9x with yielding
-    # barriers, ~85x when they spin without end
-    assert busy < 25 * quiet + 0.5
+
+    def median_with_neighbours() -> float:
+        hogs = [subprocess.Popen([sys.executable, "-c", hog], stdout=subprocess.PIPE, text=True)
+                for _ in range(2)]
+        try:
+            assert [h.stdout.readline() for h in hogs] == ["ready\n"] * 2
+            return sorted(run() for _ in range(5))[2]
+        finally:
+            for h in hogs:
+                h.kill()
+                h.wait()
+                h.stdout.close()
+
+    # fair share is ~3x (6 runnable threads on 2 cores). Medians of 5 measured on a 2-core Zen 5:
+    # 1.3-4.2x with yielding barriers, but ~1 set in 10 lands in a host-scheduler regime at
+    # ~35x that lasts seconds; 9.5-16x every time when barriers spin without end. So up to
+    # three fresh sets of neighbours, and the bar between the two.
+    medians = []
+    for _ in range(3):
+        medians.append(median_with_neighbours() / quiet)
+        if medians[-1] < 7:
+            break
+    print(f"quiet {quiet:.3f}s; medians with 2 busy processes " + " ".join(f"{m:.1f}x" for m in medians))
+    assert medians[-1] < 7
 
 
 def test_ticker_keeps_its_rate_while_four_requests_are_served_together(smollm2_path, tmp_path):
