@@ -116,10 +116,10 @@ RASE_ATTN_TARGET static inline __attribute__((always_inline)) void RASE_ATTN(_pv
 // Softmax, then the P.V partial sums of slots [k0, k1) (multiples of 4) into part + h * qstride
 // (32 x hd floats a query): the scores of keys [j0, j1) come from src[h] (the query's own
 // scratch, or a buffer another thread filled); scratch + h * qstride holds them padded to 32
-// with -inf, then p.
+// with -inf, then p. sinks: (G,) sink logits (rase_sink_term) or NULL.
 RASE_ATTN_TARGET static inline __attribute__((always_inline)) void RASE_ATTN(_finish)(
         const int G, const float *const *src, const rase_kv_view *kv, int j0, int j1, int hd, int k0, int k1,
-        float softcap, float *scratch, int64_t qstride, float *part) {
+        float softcap, const float *sinks, float *scratch, int64_t qstride, float *part) {
     const int n = (j1 + 31) & ~31;
     float mx[RASE_ATTN_G];
     for (int h = 0; h < G; ++h) {
@@ -139,12 +139,15 @@ RASE_ATTN_TARGET static inline __attribute__((always_inline)) void RASE_ATTN(_fi
         for (int h = 0; h < G; ++h) mx[h] = rase_softcap(scratch + h * qstride, j0, j1, softcap);
     for (int h = 0; h < G; ++h) {
         float *s = scratch + h * qstride;
+        const float sink = sinks ? sinks[h] : -INFINITY;
+        mx[h] = mx[h] > sink ? mx[h] : sink;
         double sum = 0.0;
         for (int j = 0; j < n; j += 8) {
             const __m256 e = rase_avx2_expf(_mm256_sub_ps(_mm256_loadu_ps(s + j), _mm256_set1_ps(mx[h])));
             _mm256_storeu_ps(s + j, e);
             sum += (double)rase_avx2_hsum(e);
         }
+        sum += rase_sink_term(sink, mx[h]);
         const __m256 inv = _mm256_set1_ps((float)(1.0 / sum));
         for (int j = 0; j < n; j += 8)  // p rounded to f16, kept as f32 values
             _mm256_storeu_ps(s + j, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_mul_ps(_mm256_loadu_ps(s + j), inv), 0)));
@@ -197,7 +200,7 @@ RASE_ATTN_TARGET static inline __attribute__((always_inline)) void RASE_ATTN(_re
 // into scratch, then the scores and the finish above, all head elements.
 RASE_ATTN_TARGET static inline __attribute__((always_inline)) void RASE_ATTN(_g)(
         const int G, const float *const *q, const rase_kv_view *kv, int j0, int j1, int hd, float scale,
-        float softcap, float *scratch, int64_t qstride, float *const *out) {
+        float softcap, const float *sinks, float *scratch, int64_t qstride, float *const *out) {
     const int64_t qoff = rase_attend_qoff(j1, hd);
     float *s[RASE_ATTN_G], *qf[RASE_ATTN_G];
     for (int h = 0; h < G; ++h) {
@@ -207,20 +210,22 @@ RASE_ATTN_TARGET static inline __attribute__((always_inline)) void RASE_ATTN(_g)
     }
     RASE_ATTN(_scores)(G, (const float *const *)qf, kv, j0, j1, hd, scale, s);
     float *part = scratch + rase_attend_partoff(j1);
-    RASE_ATTN(_finish)(G, (const float *const *)s, kv, j0, j1, hd, 0, 32, softcap, scratch, qstride, part);
+    RASE_ATTN(_finish)(G, (const float *const *)s, kv, j0, j1, hd, 0, 32, softcap, sinks, scratch, qstride, part);
     RASE_ATTN(_reduce)(G, part, qstride, hd, 0, hd, out);
 }
 
 // the entry: g (1..RASE_ATTN_G) queries, g a constant in each instance (the per-query loops unroll)
 RASE_ATTN_TARGET static void RASE_ATTN()(int g, const float *const *q, const rase_kv_view *kv, int j0, int j1, int hd,
-                                        float scale, float cap, float *scratch, int64_t qstride, float *const *out) {
-    RASE_CONST_NT(RASE_ATTN_G, g, RASE_ATTN(_g), q, kv, j0, j1, hd, scale, cap, scratch, qstride, out);
+                                        float scale, float cap, const float *sinks, float *scratch, int64_t qstride,
+                                        float *const *out) {
+    RASE_CONST_NT(RASE_ATTN_G, g, RASE_ATTN(_g), q, kv, j0, j1, hd, scale, cap, sinks, scratch, qstride, out);
 }
 
 // the three phases of one group's attention, split over threads (rase_attend_split)
 RASE_ATTN_TARGET static void RASE_ATTN(_split)(int phase, int g, const float *const *q, const rase_kv_view *kv, int j0,
-                                              int j1, int hd, float scale, float cap, int lo, int hi, int parts,
-                                              float *shared, float *scratch, int64_t qstride, float *const *out) {
+                                              int j1, int hd, float scale, float cap, const float *sinks, int lo,
+                                              int hi, int parts, float *shared, float *scratch, int64_t qstride,
+                                              float *const *out) {
     float *qf[RASE_ATTN_G], *sh[RASE_ATTN_G];
     float *part = shared + rase_attend_partoff(j1);
     for (int h = 0; h < g; ++h) {
@@ -237,7 +242,7 @@ RASE_ATTN_TARGET static void RASE_ATTN(_split)(int phase, int g, const float *co
                 _mm256_storeu_ps(qf[h] + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(q[h] + i), 0)));
         RASE_CONST_NT(RASE_ATTN_G, g, RASE_ATTN(_scores), cq, kv, ja, jb, hd, scale, sh);
     } else if (phase == 1) {
-        RASE_CONST_NT(RASE_ATTN_G, g, RASE_ATTN(_finish), cs, kv, j0, j1, hd, k0, k1, cap, scratch, qstride, part);
+        RASE_CONST_NT(RASE_ATTN_G, g, RASE_ATTN(_finish), cs, kv, j0, j1, hd, k0, k1, cap, sinks, scratch, qstride, part);
     } else {
         RASE_CONST_NT(RASE_ATTN_G, g, RASE_ATTN(_reduce), part, qstride, hd, d0, d1, out);
     }

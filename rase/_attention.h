@@ -9,6 +9,7 @@
 #define RASE_ATTENTION_H
 
 #include "_kv.h"
+
 #if RASE_HAVE_X86  // the grouped kernel once per width (_attend_g.h)
 #  define RASE_ATTN_WIDE 0
 #  define RASE_ATTN_TARGET RASE_TARGET_AVX2
@@ -27,7 +28,7 @@
 #endif
 
 static void attend_ref(const float *q, const rase_kv_view *kv, int j0, int j1, int hd, float scale,
-                       float softcap, float *scratch, float *out) {
+                       float softcap, float sink, float *scratch, float *out) {
     float *s = scratch, mx = -INFINITY;
     for (int j = j0; j < j1; ++j) {
         const uint16_t *k = kv->k + rase_kv_off(kv, j);
@@ -37,8 +38,10 @@ static void attend_ref(const float *q, const rase_kv_view *kv, int j0, int j1, i
         if (s[j] > mx) mx = s[j];
     }
     if (softcap > 0.0f) mx = rase_softcap(s, j0, j1, softcap);
+    mx = mx > sink ? mx : sink;
     double sum = 0.0;
     for (int j = j0; j < j1; ++j) { s[j] = expf(s[j] - mx); sum += s[j]; }
+    sum += rase_sink_term(sink, mx);
     const float inv = (float)(1.0 / sum);
     for (int i = 0; i < hd; ++i) out[i] = 0.0f;
     for (int j = j0; j < j1; ++j) {
@@ -77,7 +80,7 @@ static float rase_expf_ref(float x) {
 // slot (position mod 32), reduced per element as (s + s16) + (s8 + s24) for s < 8, then as the
 // score lanes. scratch: n + 33 * hd floats (rase_attend_scratch).
 static void attend_ggml_ref(const float *q, const rase_kv_view *kv, int j0, int j1, int hd, float scale,
-                            float softcap, float *scratch, float *out) {
+                            float softcap, float sink, float *scratch, float *out) {
     const int n = (j1 + 31) & ~31;
     float *s = scratch, *qf = s + n, *part = qf + hd, mx = -INFINITY;
     for (int i = 0; i < hd; ++i) qf[i] = rase_fp16_to_fp32(rase_fp32_to_fp16(q[i]));
@@ -95,12 +98,14 @@ static void attend_ggml_ref(const float *q, const rase_kv_view *kv, int j0, int 
         if (s[j] > mx) mx = s[j];
     }
     if (softcap > 0.0f) mx = rase_softcap(s, j0, j1, softcap);
+    mx = mx > sink ? mx : sink;
     double sum = 0.0;
     for (int j = 0; j < n; j += 8) {
         float e[8];
         for (int l = 0; l < 8; ++l) e[l] = s[j + l] = rase_expf_ref(s[j + l] - mx);
         sum += (double)(((e[0] + e[4]) + (e[2] + e[6])) + ((e[1] + e[5]) + (e[3] + e[7])));
     }
+    sum += rase_sink_term(sink, mx);
     const float inv = (float)(1.0 / sum);
     for (int j = 0; j < n; ++j) s[j] = rase_fp16_to_fp32(rase_fp32_to_fp16(s[j] * inv));
     for (int k = 0; k < 32; ++k)
@@ -120,14 +125,17 @@ static void attend_ggml_ref(const float *q, const rase_kv_view *kv, int j0, int 
 
 // g (1..RASE_ATTN_G) query heads q[h] -> out[h] over one KV head; scratch: g * qstride floats,
 // qstride >= rase_attend_scratch(n_ctx, hd). Each query's result does not depend on g.
-// softcap > 0: scores capped (rase_softcap) before the softmax.
+// softcap > 0: scores capped (rase_softcap) before the softmax. sinks: (g,) the queries' sink
+// logits, or NULL.
 static void rase_attend(int g, const float *const *q, const rase_kv_view *kv, int j0, int j1, int hd,
-                        float scale, float softcap, float *scratch, int64_t qstride, float *const *out, int isa) {
+                        float scale, float softcap, const float *sinks, float *scratch, int64_t qstride,
+                        float *const *out, int isa) {
 #if RASE_HAVE_X86
-    if (isa >= RASE_ISA_AVX512 && hd % 32 == 0) { attend_512(g, q, kv, j0, j1, hd, scale, softcap, scratch, qstride, out); return; }
-    if (isa >= RASE_ISA_AVX2 && hd % 32 == 0) { attend_avx2(g, q, kv, j0, j1, hd, scale, softcap, scratch, qstride, out); return; }
+    if (isa >= RASE_ISA_AVX512 && hd % 32 == 0) { attend_512(g, q, kv, j0, j1, hd, scale, softcap, sinks, scratch, qstride, out); return; }
+    if (isa >= RASE_ISA_AVX2 && hd % 32 == 0) { attend_avx2(g, q, kv, j0, j1, hd, scale, softcap, sinks, scratch, qstride, out); return; }
 #endif
-    for (int h = 0; h < g; ++h) attend_ref(q[h], kv, j0, j1, hd, scale, softcap, scratch, out[h]);
+    for (int h = 0; h < g; ++h)
+        attend_ref(q[h], kv, j0, j1, hd, scale, softcap, sinks ? sinks[h] : -INFINITY, scratch, out[h]);
 }
 
 // 1 when rase_attend_split can serve this ISA and head size (the SIMD paths)
@@ -140,13 +148,13 @@ static int rase_attend_splits(int hd, int isa) { return RASE_HAVE_X86 && isa >= 
 // reduces its share of head elements into out. A barrier between phases. scratch: the
 // thread's own, as rase_attend's.
 static void rase_attend_split(int phase, int g, const float *const *q, const rase_kv_view *kv, int j0, int j1,
-                              int hd, float scale, float softcap, int lo, int hi, int parts, float *shared,
-                              float *scratch, int64_t qstride, float *const *out, int isa) {
+                              int hd, float scale, float softcap, const float *sinks, int lo, int hi, int parts,
+                              float *shared, float *scratch, int64_t qstride, float *const *out, int isa) {
 #if RASE_HAVE_X86
-    if (isa >= RASE_ISA_AVX512) attend_512_split(phase, g, q, kv, j0, j1, hd, scale, softcap, lo, hi, parts, shared, scratch, qstride, out);
-    else attend_avx2_split(phase, g, q, kv, j0, j1, hd, scale, softcap, lo, hi, parts, shared, scratch, qstride, out);
+    if (isa >= RASE_ISA_AVX512) attend_512_split(phase, g, q, kv, j0, j1, hd, scale, softcap, sinks, lo, hi, parts, shared, scratch, qstride, out);
+    else attend_avx2_split(phase, g, q, kv, j0, j1, hd, scale, softcap, sinks, lo, hi, parts, shared, scratch, qstride, out);
 #else
-    (void)phase, (void)g, (void)q, (void)kv, (void)j0, (void)j1, (void)hd, (void)scale, (void)softcap, (void)lo;
+    (void)phase, (void)g, (void)q, (void)kv, (void)j0, (void)j1, (void)hd, (void)scale, (void)softcap, (void)sinks, (void)lo;
     (void)hi, (void)parts, (void)shared, (void)scratch, (void)qstride, (void)out, (void)isa;
 #endif
 }

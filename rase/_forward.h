@@ -127,7 +127,7 @@ static void rase_attend_heads(rase_model *m, const rase_layer *L, int il, const 
     float *outs[RASE_ATTN_G];
     rase_head_rows(m, t, h0, g, qs, outs);
     rase_attend(g, qs, &view, j0, j1, hd, hp->attn_prescale ? 1.0f : hp->attn_scale, hp->attn_softcap,
-                s->scores + (size_t)ith * RASE_ATTN_G * s->attn_stride, s->attn_stride, outs, m->isa);
+                L->sinks ? L->sinks + h0 : NULL, s->scores + (size_t)ith * RASE_ATTN_G * s->attn_stride, s->attn_stride, outs, m->isa);
 }
 
 #define RASE_ATTN_SPLIT_MIN 512  // keys from which decode splits a KV head's group over threads
@@ -171,7 +171,8 @@ static int rase_attention_split(rase_model *m, const rase_layer *L, int il, cons
             float *outs[RASE_ATTN_G];
             rase_head_rows(m, t, h0, g, qs, outs);
             const int64_t first = it * nth / I;  // the first thread that holds this item
-            rase_attend_split(phase, g, qs, &view, j0, j1, hd, scale, hp->attn_softcap, (int)lo, (int)hi, nth,
+            rase_attend_split(phase, g, qs, &view, j0, j1, hd, scale, hp->attn_softcap, L->sinks ? L->sinks + h0 : NULL,
+                              (int)lo, (int)hi, nth,
                               s->shared + (size_t)first * RASE_ATTN_G * s->attn_stride, own, s->attn_stride, outs, m->isa);
         }
         if (phase < 2) rase_barrier_wait(&m->barrier);

@@ -98,6 +98,7 @@ cdef extern from "_sample.h" nogil:
 
 cdef extern from "_forward.h" nogil:
     int RASE_KV_BLOCK
+    int RASE_GATING_SOFTMAX, RASE_GATING_SOFTMAX_WEIGHT
     ctypedef struct rase_mat:
         const uint8_t *data
         int type
@@ -122,11 +123,16 @@ cdef extern from "_forward.h" nogil:
         const float *bgate
         const float *bup
         const float *bdown
+        const float *sinks
         int qk_norm_full, window, rope_slot, moe
         rase_mat gate_inp
         const rase_mat *exp_gate
         const rase_mat *exp_up
         const rase_mat *exp_down
+        const float *gate_inp_b
+        const float *exp_bgate
+        const float *exp_bup
+        const float *exp_bdown
     ctypedef struct rase_rope_params:
         float base, freq_scale, ext_factor, attn_factor
         float corr_dims[2]
@@ -136,7 +142,8 @@ cdef extern from "_forward.h" nogil:
         int rope_neox, gelu, attn_prescale
         float eps, embd_scale, attn_scale, attn_softcap, final_softcap, residual_scale, logit_mul
         int layer_norm, norm_after_add, causal
-        int n_expert, n_expert_used, n_ff_exp, expert_norm
+        int n_expert, n_expert_used, n_ff_exp, expert_norm, expert_gating
+        float swiglu_limit, swiglu_alpha
         rase_rope_params rope[2]
     ctypedef struct rase_weights:
         rase_hparams hp
@@ -198,14 +205,16 @@ cdef extern from "_attention.h" nogil:
     int RASE_ATTN_G
     int64_t rase_attend_scratch(int64_t n_ctx, int hd)
     void rase_attend(int g, const float *const *q, const rase_kv_view *kv, int j0, int j1, int hd,
-                     float scale, float softcap, float *scratch, int64_t qstride, float *const *out, int isa)
+                     float scale, float softcap, const float *sinks, float *scratch, int64_t qstride,
+                     float *const *out, int isa)
     void attend_ggml_ref(const float *q, const rase_kv_view *kv, int j0, int j1, int hd, float scale,
-                         float softcap, float *scratch, float *out)
+                         float softcap, float sink, float *scratch, float *out)
     void rase_attend_f32(const float *q, const float *k, const float *v, int64_t ks, int n, int hd, float scale,
                          float *s, float *out, int isa)
 
 cdef extern from "_forward.h" nogil:
     void rase_gate(float *g, const float *u, int64_t n, const uint16_t *gelu_table, int isa)
+    void rase_swiglu_oai(float *g, const float *u, int64_t n, float alpha, float limit)
     void rase_rope(float *x, const float *cs, int n_rot, int neox, int isa)
     void rase_rope_init(rase_rope_params *r, int n_rot, float base, float freq_scale, int yarn, float attn_factor,
                         int n_ctx_orig, const float *factors)

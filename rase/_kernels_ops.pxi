@@ -33,13 +33,13 @@ def attention_f32(const float[::1] q, const float[:, ::1] k, const float[:, ::1]
 
 
 def attention(const float[:, ::1] q, const uint16_t[:, ::1] k, const uint16_t[:, ::1] v, float scale,
-              int j0=0, isa=None, float softcap=0.0, blocks=None):
+              int j0=0, isa=None, float softcap=0.0, blocks=None, sinks=None):
     """softmax(scale * q[h] . k[j]) . v over rows j0..len(k)-1 for each of 1..ATTN_G query
     heads q (g, hd) sharing one KV head; k, v are f16 bit patterns (n, hd), as in the KV pool
     (in consecutive blocks, or sequence block b in pool block blocks[b]). softcap > 0: scores
-    s -> softcap * tanh(s / softcap) before the softmax. isa "ggml-ref": attend_ggml_ref, the
-    scalar reference of the SIMD paths' numerics, query by query. The kernel the forward uses;
-    returns (g, hd)."""
+    s -> softcap * tanh(s / softcap) before the softmax. sinks (g,): each query's sink logit in
+    the softmax denominator (gpt-oss). isa "ggml-ref": attend_ggml_ref, the scalar reference of
+    the SIMD paths' numerics, query by query. The kernel the forward uses; returns (g, hd)."""
     cdef int n = k.shape[0], hd = q.shape[1], g = q.shape[0], h
     if n < 1 or k.shape[1] != hd or v.shape[0] != n or v.shape[1] != hd or not 0 <= j0 < n:
         raise ValueError("q (g, hd), k and v (n, hd), 0 <= j0 < n required")
@@ -54,6 +54,11 @@ def attention(const float[:, ::1] q, const uint16_t[:, ::1] k, const uint16_t[:,
     cdef float[::1] sv = scratch
     cdef float[:, ::1] ov = out
     cdef const int32_t[::1] tv = table
+    sink_arr = _np.full(g, -_np.inf, _np.float32) if sinks is None else _np.ascontiguousarray(sinks, _np.float32)
+    if sink_arr.shape != (g,):
+        raise ValueError(f"sinks: ({g},) expected")
+    cdef const float[::1] skv = sink_arr
+    cdef const float *sk = NULL if sinks is None else &skv[0]
     cdef const uint16_t[:, ::1] kv_ = kp
     cdef const uint16_t[:, ::1] vv = vp
     cdef rase_kv_view view
@@ -67,9 +72,9 @@ def attention(const float[:, ::1] q, const uint16_t[:, ::1] k, const uint16_t[:,
     with nogil:
         if ref:
             for h in range(g):
-                attend_ggml_ref(qs[h], &view, j0, n, hd, scale, softcap, &sv[0], outs[h])
+                attend_ggml_ref(qs[h], &view, j0, n, hd, scale, softcap, skv[h], &sv[0], outs[h])
         else:
-            rase_attend(g, qs, &view, j0, n, hd, scale, softcap, &sv[0], qstride, outs, path)
+            rase_attend(g, qs, &view, j0, n, hd, scale, softcap, sk, &sv[0], qstride, outs, path)
     return out
 
 
@@ -90,6 +95,17 @@ def quantize_activation(int qtype, const float[::1] x, isa=None, bint gemm=False
     with nogil:
         quant(&x[0], &o[0], n)
     return bytes(out)
+
+
+def swiglu_oai(const float[::1] g, const float[::1] u, float alpha, float limit):
+    """gpt-oss's clamped SwiGLU of its experts (rase_swiglu_oai), as ggml_swiglu_oai."""
+    if g.shape[0] != u.shape[0]:
+        raise ValueError("g and u must have the same length")
+    out = _np.array(g, dtype=_np.float32)
+    cdef float[::1] o = out
+    with nogil:
+        rase_swiglu_oai(&o[0], &u[0], o.shape[0], alpha, limit)
+    return out
 
 
 def gate(const float[::1] g, const float[::1] u, bint gelu, isa=None):

@@ -11,7 +11,8 @@ KV_BLOCK = RASE_KV_BLOCK  # positions per KV block
 _MATS = ("wq", "wk", "wv", "wo", "wgate", "wup", "wdown")
 _FFN_MATS = ("wgate", "wup", "wdown")
 _VECS = ("attn_norm", "ffn_norm", "q_norm", "k_norm", "post_attn_norm", "post_ffn_norm", "bq", "bk", "bv", "bo",
-         "post_attn_norm_b", "post_ffn_norm_b", "bgate", "bup", "bdown")
+         "post_attn_norm_b", "post_ffn_norm_b", "bgate", "bup", "bdown", "sinks")
+_GATINGS = {"softmax": RASE_GATING_SOFTMAX, "softmax_weight": RASE_GATING_SOFTMAX_WEIGHT}
 _ROWS_READ = ("token_embd", "position_embd")  # read a row at a time: never repacked, not streamed
 
 
@@ -57,6 +58,10 @@ cdef class Weights:
         h.layer_norm, h.norm_after_add, h.causal = layout.layer_norm, layout.norm_after_add, layout.causal
         h.n_expert, h.n_expert_used, h.n_ff_exp = layout.n_expert, layout.n_expert_used, layout.n_ff_exp
         h.expert_norm = bool(layout.expert_norm)
+        if layout.expert_gating not in _GATINGS:
+            raise ValueError(f"expert gating {layout.expert_gating!r}, one of {sorted(_GATINGS)} expected")
+        h.expert_gating = _GATINGS[layout.expert_gating]
+        h.swiglu_limit, h.swiglu_alpha = layout.swiglu_limit, layout.swiglu_alpha
         if h.n_expert and not 0 < h.n_expert_used <= h.n_expert <= 256 or h.n_expert < 0 or \
                 (h.n_expert and h.n_ff_exp <= 0) or h.attn_softcap < 0 or h.final_softcap < 0:
             raise ValueError("invalid expert or soft-capping hyper-parameters")
@@ -110,12 +115,12 @@ cdef class Weights:
                 "k_norm": nkv if L.qk_norm_full else h.head_dim, "post_attn_norm": h.n_embd,
                 "post_ffn_norm": h.n_embd, "bq": nq, "bk": nkv, "bv": nkv, "bo": h.n_embd,
                 "post_attn_norm_b": h.n_embd, "post_ffn_norm_b": h.n_embd, "bgate": h.n_ff, "bup": h.n_ff,
-                "bdown": h.n_embd}
+                "bdown": h.n_embd, "sinks": h.n_head}
         cdef rase_mat *mats[7]
-        cdef const float **vecs[15]
+        cdef const float **vecs[16]
         mats[:] = [&L.wq, &L.wk, &L.wv, &L.wo, &L.wgate, &L.wup, &L.wdown]
         vecs[:] = [&L.attn_norm, &L.ffn_norm, &L.q_norm, &L.k_norm, &L.post_attn_norm, &L.post_ffn_norm,
-                   &L.bq, &L.bk, &L.bv, &L.bo, &L.post_attn_norm_b, &L.post_ffn_norm_b, &L.bgate, &L.bup, &L.bdown]
+                   &L.bq, &L.bk, &L.bv, &L.bo, &L.post_attn_norm_b, &L.post_ffn_norm_b, &L.bgate, &L.bup, &L.bdown, &L.sinks]
         experts = spec.experts
         for j, name in enumerate(_MATS):
             if name == "wgate" and experts is None and spec.wgate is None:
@@ -160,6 +165,10 @@ cdef class Weights:
                 raise ValueError(f"layer {il}: {len(mats)} {name} experts, expected {h.n_expert}")
             for e, mat in enumerate(mats):
                 self._mat(base + j * h.n_expert + e, mat, shapes[j][0], shapes[j][1], f"blk.{il}.exp{e}.{name}")
+        L.gate_inp_b = self._opt_vec(ex.gate_inp_b, h.n_expert, f"blk.{il}.gate_inp_b")
+        L.exp_bgate = self._opt_vec(ex.bgate, h.n_expert * h.n_ff_exp, f"blk.{il}.exp_bgate")
+        L.exp_bup = self._opt_vec(ex.bup, h.n_expert * h.n_ff_exp, f"blk.{il}.exp_bup")
+        L.exp_bdown = self._opt_vec(ex.bdown, h.n_expert * h.n_embd, f"blk.{il}.exp_bdown")
         L.moe = 1
         L.exp_gate = base
         L.exp_up = base + h.n_expert

@@ -32,6 +32,11 @@ static inline int64_t rase_attend_scratch(int64_t n_ctx, int hd) {
 static inline int64_t rase_attend_partoff(int j1) { return (((j1 + 31) & ~31) + 64 + 7) & ~7; }
 static inline int64_t rase_attend_qoff(int j1, int hd) { return rase_attend_partoff(j1) + 32 * (int64_t)hd; }
 
+// sink: the head's learned logit in the softmax denominator (gpt-oss), -INFINITY for none (then
+// max and sum are unchanged: expf(-inf) adds an exact 0). As ggml_compute_forward_soft_max_f32:
+// max = MAX(max, sink), after the scores' sum sum += (double)expf(sink - max), libm's expf.
+static inline double rase_sink_term(float sink, float mx) { return (double)expf(sink - mx); }
+
 // s[j] = cap * tanh(s[j] / cap) for j in [j0, j1) (ggml_scale, ggml_tanh, ggml_scale: Gemma 2's
 // soft-capping of attention scores, already scaled, and of logits); returns their new max
 static float rase_softcap(float *s, int64_t j0, int64_t j1, float cap) {

@@ -30,6 +30,7 @@ typedef struct {
     const float *post_attn_norm_b, *post_ffn_norm_b;  // LayerNorm biases (n_embd,) or NULL (bert)
     const float *bq, *bk, *bv, *bo;               // projection biases (rows,) or NULL
     const float *bgate, *bup, *bdown;             // FFN biases or NULL; wgate.data NULL: up, act, down
+    const float *sinks;                           // (n_head,) attention sink logits (gpt-oss) or NULL
     int qk_norm_full;  // 1: q_norm/k_norm span all heads of a row (olmo2); 0: each head
     int window;     // sliding-window length in positions; 0 = full causal attention
     int rope_slot;  // 0 or 1: which of the model's rope params; -1: no RoPE in this layer (NoPE)
@@ -37,7 +38,14 @@ typedef struct {
     int moe;
     rase_mat gate_inp;
     const rase_mat *exp_gate, *exp_up, *exp_down;
+    const float *gate_inp_b;                     // (n_expert,) router bias or NULL (gpt-oss)
+    const float *exp_bgate, *exp_bup, *exp_bdown;  // (n_expert, rows) expert biases or NULL
 } rase_layer;
+
+enum {  // how a MoE layer weighs its chosen experts (llama.cpp's expert_gating_func)
+    RASE_GATING_SOFTMAX,         // softmax over all router logits; the top k probabilities
+    RASE_GATING_SOFTMAX_WEIGHT,  // the top k logits; softmax over those k (gpt-oss)
+};
 
 // One RoPE as ggml_rope_ext applies it (after llama_context's setup of its parameters):
 // theta_i = pos * base^(-2i/n_rot) / factors[i], scaled by freq_scale; YaRN (ext_factor != 0)
@@ -59,6 +67,8 @@ typedef struct {
     int causal;            // 0: a row attends to every position its sequence has in the step
     int n_expert, n_expert_used, n_ff_exp;  // MoE layers: experts, chosen per token, width
     int expert_norm;    // 1: the chosen experts' weights renormalized to sum 1
+    int expert_gating;  // RASE_GATING_*
+    float swiglu_limit, swiglu_alpha;  // limit > 0: experts' act is gpt-oss's (rase_swiglu_oai)
     rase_rope_params rope[2];  // rope[1] unused when its base is 0
 } rase_hparams;
 

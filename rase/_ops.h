@@ -93,6 +93,17 @@ static void rase_gate(float *g, const float *u, int64_t n, const uint16_t *gelu_
     gate_ref(g, u, n, gelu_table);
 }
 
+// gpt-oss's experts (ggml_compute_forward_swiglu_oai_f32, libm's expf): x = min(g, limit),
+// y = clamp(u, -limit, limit), g = x / (1 + expf(alpha * -x)) * (y + 1); std::min/clamp's
+// comparisons, so a NaN g stays NaN
+static void rase_swiglu_oai(float *g, const float *u, int64_t n, float alpha, float limit) {
+    for (int64_t i = 0; i < n; ++i) {
+        const float x = limit < g[i] ? limit : g[i];
+        const float y = u[i] < -limit ? -limit : limit < u[i] ? limit : u[i];
+        g[i] = x / (1.0f + expf(alpha * (-x))) * (y + 1.0f);
+    }
+}
+
 // y = x / rms(x) * w (ggml: mean of squares accumulated in double)
 static void rase_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps) {
     double sum = 0.0;

@@ -35,6 +35,12 @@ PRE_REGEXES: dict[str, list[str]] = {
     **dict.fromkeys(("llama3", "llama-bpe", "llama-v3", "smaug-bpe"), [
         r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|"
         r"\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"]),
+    # o200k (gpt-oss), as llama.cpp rewrites tokenizer.json's regex: case classes by lookahead
+    **dict.fromkeys(("gpt-4o", "minimax-m2"), [
+        r"[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|"
+        r"'[mM]|'[lL][lL]|'[dD])?|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*"
+        r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|"
+        r"\s*[\r\n]+|\s+(?!\S)|\s+"]),
 }
 IGNORE_MERGES = {"llama3", "llama-bpe", "llama-v3", "smaug-bpe"}
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from rase.gguf import GGUFFile
 from rase.models import ARCHITECTURES, resolve
-from rase.models.base import EXPERT_TENSORS, FUSED_QKV, LAYER_TENSORS, read_hparams
+from rase.models.base import EXPERT_BIASES, EXPERT_TENSORS, FUSED_QKV, LAYER_TENSORS, read_hparams
 
 
 def _w(g: GGUFFile, name: str):
@@ -117,9 +117,10 @@ class _Linear:
         return quantize_act(x, self.fmt) @ self.w.T
 
 
-def _layer_weights(g: GGUFFile, il: int, hp) -> dict:
+def _layer_weights(g: GGUFFile, il: int, hp, spec) -> dict:
     """Every tensor of layer il under its plan name; fused Q/K/V and gate+up split by rows."""
     names = {k: f"blk.{il}.{v}" for k, v in LAYER_TENSORS.items()}
+    names["ffn_norm"] = f"blk.{il}.{spec.ffn_norm}"
     W = {k: _w(g, n) for k, n in names.items() if n in g.tensors}
     nq, nkv = hp.n_head * hp.head_dim, hp.n_head_kv * hp.head_dim
     if f"blk.{il}.{FUSED_QKV}" in g.tensors:
@@ -134,6 +135,10 @@ def _layer_weights(g: GGUFFile, il: int, hp) -> dict:
         for key in ("gate", "up", "down"):
             t = _w3(g, f"blk.{il}.{EXPERT_TENSORS[key]}")
             W[f"exp_{key}"] = t
+        for key, name in EXPERT_BIASES.items():  # (n_expert, rows) float32 (gpt-oss)
+            if f"blk.{il}.{name}" in g.tensors:
+                t = g.tensor(f"blk.{il}.{name}")
+                W[key] = np.asarray(t.data.view(np.float32), np.float64).reshape(t.shape)
     return W
 
 
@@ -147,18 +152,34 @@ def _w3(g: GGUFFile, name: str) -> list:
     return [_Linear(arr[e], t.ggml_type) for e in range(arr.shape[0])]
 
 
+def _softmax(x: np.ndarray) -> np.ndarray:
+    p = np.exp(x - x.max(axis=-1, keepdims=True))
+    return p / p.sum(axis=-1, keepdims=True)
+
+
+def swiglu_oai(g: np.ndarray, u: np.ndarray, alpha: float, limit: float) -> np.ndarray:
+    x, y = np.minimum(g, limit), np.clip(u, -limit, limit)
+    return x / (1.0 + np.exp(-alpha * x)) * (y + 1.0)
+
+
 def _moe(W: dict, h: np.ndarray, hp, spec, act) -> np.ndarray:
-    """softmax router, top n_expert_used (renormalized when spec.expert_norm), weighted sum."""
-    logits = W["gate_inp"](h)
-    p = np.exp(logits - logits.max(axis=-1, keepdims=True))
-    p /= p.sum(axis=-1, keepdims=True)
+    """The router (+ its bias): softmax over all then the top n_expert_used, renormalized when
+    spec.expert_norm; or (softmax_weight) the top logits, softmax over those. Experts with their
+    biases, the clamped SwiGLU when spec.swiglu_limit; the weighted sum."""
+    logits = W["gate_inp"](h) + W.get("gate_inp_b", 0.0)
+    weigh_after = spec.expert_gating == "softmax_weight"
+    p = logits if weigh_after else _softmax(logits)
     out = np.zeros_like(h)
     for t in range(h.shape[0]):
         chosen = np.argsort(-p[t], kind="stable")[:hp.n_expert_used]
-        w = p[t, chosen] / (p[t, chosen].sum() if spec.expert_norm else 1.0)
+        w = _softmax(p[t, chosen]) if weigh_after else p[t, chosen]
+        w = w / (w.sum() if spec.expert_norm else 1.0)
         for e, we in zip(chosen, w):
             x = h[t:t + 1]
-            f = W["exp_down"][e](act(W["exp_gate"][e](x)) * W["exp_up"][e](x))
+            g = W["exp_gate"][e](x) + (W["bgate"][e] if "bgate" in W else 0.0)
+            u = W["exp_up"][e](x) + (W["bup"][e] if "bup" in W else 0.0)
+            a = swiglu_oai(g, u, spec.swiglu_alpha, spec.swiglu_limit) if spec.swiglu_limit else act(g) * u
+            f = W["exp_down"][e](a) + (W["bdown"][e] if "bdown" in W else 0.0)
             out[t] += we * f[0]
     return out
 
@@ -176,7 +197,7 @@ class Reference:
         self.embd = _w(g, "token_embd.weight")
         self.out = _w(g, "output.weight") if "output.weight" in g.tensors else self.embd
         self.out_norm = _w(g, "output_norm.weight")
-        self.layers = [_layer_weights(g, il, hp) for il in range(len(self.spec.layers))]
+        self.layers = [_layer_weights(g, il, hp, self.spec) for il in range(len(self.spec.layers))]
         self.trace: list[np.ndarray] = []
 
     def _factors(self, r, n_ctx: int | None):
@@ -212,8 +233,10 @@ class Reference:
                 s = k[j0:t + 1, hh // group] @ q[t, hh] * attn_scale
                 if spec.attn_softcap:
                     s = spec.attn_softcap * np.tanh(s / spec.attn_softcap)
-                p = np.exp(s - s.max())
-                att[t, hh] = (p / p.sum()) @ v[j0:t + 1, hh // group]
+                sink = W["sinks"][hh] if "sinks" in W else -np.inf  # gpt-oss: only in the denominator
+                mx = max(s.max(), sink)
+                p = np.exp(s - mx)
+                att[t, hh] = (p / (p.sum() + np.exp(sink - mx))) @ v[j0:t + 1, hh // group]
         return W["wo"](att.reshape(T, nh * hd)) + W.get("bo", 0.0)
 
     def forward(self, tokens) -> np.ndarray:

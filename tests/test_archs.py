@@ -1,10 +1,11 @@
 """The decoder families of tests/fixtures/archs (tiny random-weight files of qwen2, phi3, gemma,
 gemma2, olmo2, Mixtral-style llama, qwen3moe, olmoe, and of the files users download first:
 Llama 3.1+ rope_freqs, Llama linear and YaRN scaling, Phi-3.5/4 LongRoPE, SmolLM3, Granite 3; in
-Q8_0 and Q4_K_M, with llama.cpp 0.3.36's outputs; see that folder's README) against llama.cpp.
+Q8_0 and Q4_K_M; gpt-oss in MXFP4 experts (llama.cpp's MXFP4_MOE) and Q8_0; with llama.cpp
+0.3.36's outputs; see that folder's README) against llama.cpp.
 
 Against the one-token (`-t1`) fixtures every teacher-forced logit equals llama.cpp's to the 4
-stored decimals and every greedy continuation is identical, in all 28 files, MoE included (the
+stored decimals and every greedy continuation is identical, in all 30 files, MoE included (the
 routers' F32 products in ggml_vec_dot_f32's order), LongRoPE's long factors past its original
 context and its short ones at n_ctx 256; against the batched fixtures, llama.cpp's
 batch-dependent rounding, the usual tolerances. The encoders' files are tests/test_embeddings.py's."""
@@ -32,8 +33,8 @@ def _fixture(name: str, t1: bool, variant: str = "") -> dict:
 
 def test_every_architecture_is_here():
     archs = {GGUFFile(ARCHS / f"{n}.gguf").architecture for n in NAMES}
-    assert len(NAMES) == 28 and archs == {"qwen2", "phi3", "gemma", "gemma2", "olmo2", "llama", "qwen3moe", "olmoe",
-                                          "smollm3", "granite"}
+    assert len(NAMES) == 30 and archs == {"qwen2", "phi3", "gemma", "gemma2", "olmo2", "llama", "qwen3moe", "olmoe",
+                                          "smollm3", "granite", "gpt-oss"}
     assert len(ENCODERS) == 4 and {GGUFFile(ARCHS / f"{n}.gguf").architecture for n in ENCODERS} == {"bert", "nomic-bert"}
     assert len(list(ARCHS.glob("*.gguf"))) == len(NAMES) + len(ENCODERS)
 

@@ -98,11 +98,13 @@ def test_thread_count_does_not_change_logits(tiny_models, arch):
 
 
 @pytest.mark.parametrize("isa", [i for i in _kernels.isa_supported() if i != "scalar"])
-@pytest.mark.parametrize("arch,heads,kv_heads", [("llama", 6, 3), ("llama", 4, 1), ("llama", 12, 2), ("gemma2", 4, 1)])
+@pytest.mark.parametrize("arch,heads,kv_heads", [("llama", 6, 3), ("llama", 4, 1), ("llama", 12, 2), ("gemma2", 4, 1),
+                                                ("gpt-oss", 4, 1)])
 def test_long_decode_split_over_threads_keeps_the_bits(tmp_path, isa, arch, heads, kv_heads):
     """Past 512 keys a decode step splits each KV head's queries over the threads (keys for the
     scores, head elements for P.V) when the heads do not divide evenly: 3 KV heads on 2 threads,
-    1 on 2-4, two groups of 6 queries on 3; gemma2 adds the score soft-cap and window layers.
+    1 on 2-4, two groups of 6 queries on 3; gemma2 adds the score soft-cap and window layers,
+    gpt-oss attention sinks (in the split softmax's sum) and its window layers.
     Every thread count gives the one-thread logits, and those equal a prefill of the same tokens."""
     from tests.tinymodels import write_tiny_model
 
@@ -237,6 +239,7 @@ def _with_extra_tensor(tmp_path, arch: str, name: str, data: np.ndarray):
 
 @pytest.mark.parametrize("arch,name,fragment", [
     ("llama", "blk.0.attn_sinks.weight", "'blk.0.attn_sinks.weight' has no place"),
+    ("llama-moe", "blk.0.ffn_gate_inp.bias", "'blk.0.ffn_gate_inp.bias' has no place"),
     ("llama", "blk.7.attn_q.weight", "'blk.7.attn_q.weight' has no place"),
     ("llama-moe", "blk.0.ffn_gate_shexp.weight", "shared experts"),
     ("qwen2", "rope_freqs.weight", "RoPE frequency factors"),

@@ -95,13 +95,15 @@ def test_dot_shape_checks():
         _kernels.vec_dot(8, w[:30], np.zeros((1, 32), np.float32))
 
 
-def _attention_spec(q, k, v, scale, j0, softcap=0.0):
+def _attention_spec(q, k, v, scale, j0, softcap=0.0, sink=-np.inf):
+    """float64 softmax(scale q.k) v over rows j0.., sink: a logit only in the denominator"""
     kf, vf = k.view(np.float16).astype(np.float64), v.view(np.float16).astype(np.float64)
     s = kf[j0:] @ q.astype(np.float64) * scale
     if softcap:
         s = softcap * np.tanh(s / softcap)
-    p = np.exp(s - s.max())
-    return (p / p.sum()) @ vf[j0:]
+    mx = max(s.max(), sink)
+    p = np.exp(s - mx)
+    return (p / (p.sum() + np.exp(sink - mx))) @ vf[j0:]
 
 
 @pytest.mark.parametrize("hd", [32, 64, 128, 256, 40])
@@ -254,6 +256,49 @@ def test_simd_attention_equals_its_scalar_reference_bit_for_bit(hd, n, j0, softc
                 assert got.tobytes() == ref[:g].tobytes(), (isa, g, blocks is None)
     with pytest.raises(ValueError, match="permutation"):
         _kernels.attention(q[:1], k, v, 0.125, j0, blocks=np.zeros(len(scattered), np.int32) + len(scattered))
+
+
+@pytest.mark.parametrize("n,j0", [(1, 0), (40, 0), (700, 290)])
+def test_attention_sinks_in_every_path_as_ggml_soft_max(n, j0):
+    """A sink logit per query head joins the softmax as ggml_compute_forward_soft_max_f32 adds
+    it: the max includes it, its expf after the scores' f64 sum. Every SIMD path and group size
+    gives attend_ggml_ref's bits; the scalar path is near the float64 spec; a sink of -inf is no
+    sink at all (the same bits)."""
+    rng = np.random.default_rng(n)
+    hd = 64
+    k = rng.standard_normal((n, hd)).astype(np.float16).view(np.uint16)
+    v = rng.standard_normal((n, hd)).astype(np.float16).view(np.uint16)
+    q = (rng.standard_normal((4, hd)) * 2).astype(np.float32)
+    sinks = np.array([-1.0, 0.5, 3.0, 8.0], np.float32)
+    ref = _kernels.attention(q, k, v, 0.125, j0, "ggml-ref", sinks=sinks)
+    for h in range(4):
+        spec = _attention_spec(q[h], k, v, 0.125, j0, 0.0, sink=float(sinks[h]))
+        assert np.abs(ref[h] - spec).max() <= 4e-3 * np.abs(spec).max() + 1e-6
+        scalar = _kernels.attention(q[h:h + 1], k, v, 0.125, j0, "scalar", sinks=sinks[h:h + 1])[0]
+        assert np.abs(scalar - spec).max() <= 1e-5 * np.abs(spec).max() + 1e-6
+    for isa in SIMD_ISAS:
+        for g in (1, 2, 3, 4):
+            got = _kernels.attention(q[:g], k, v, 0.125, j0, isa, sinks=sinks[:g])
+            assert got.tobytes() == ref[:g].tobytes(), (isa, g)
+    none = _kernels.attention(q, k, v, 0.125, j0, "ggml-ref")
+    assert _kernels.attention(q, k, v, 0.125, j0, "ggml-ref", sinks=np.full(4, -np.inf, np.float32)).tobytes() \
+        == none.tobytes()
+    # a sink only grows the denominator: every output shrinks by the same factor, < 1
+    factor = np.linalg.norm(ref, axis=1) / np.linalg.norm(none, axis=1)
+    assert np.all(factor < 1) and np.allclose(ref, none * factor[:, None], rtol=2e-2, atol=1e-3)
+
+
+def test_swiglu_oai_is_ggmls_clamped_swiglu():
+    """gpt-oss's expert act, element by element as ggml_swiglu_oai: x = min(g, limit), y clamped
+    to [-limit, limit], x * sigmoid(alpha x) * (y + 1); NaN stays NaN."""
+    g = np.array([-9.0, -1.0, 0.0, 0.5, 6.9, 7.0, 12.0, np.nan], np.float32)
+    u = np.array([-12.0, -0.5, 2.0, 7.5, 1.0, -7.0, 3.0, 1.0], np.float32)
+    got = _kernels.swiglu_oai(g, u, 1.702, 7.0)
+    x = np.minimum(g, np.float32(7.0))
+    y = np.clip(u, np.float32(-7.0), np.float32(7.0))
+    want = (x / (np.float32(1.0) + np.exp(np.float32(1.702) * -x))) * (y + np.float32(1.0))
+    assert np.allclose(got[:-1], want[:-1], rtol=1e-6, atol=0) and np.isnan(got[-1])
+    assert got[6] == got[5] * (np.float32(4.0) / np.float32(-6.0))  # g clamped to 7: only y differs
 
 
 @pytest.mark.parametrize("hd,n", [(8, 1), (64, 7), (64, 512), (96, 33), (36, 20)])

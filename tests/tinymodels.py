@@ -32,6 +32,7 @@ ARCH_FEATURES = {
     "phi3-longrope": ("phi3", {"fused", "longrope", "untied"}),
     "smollm3": ("smollm3", {"untied"}),
     "granite": ("granite", {"granite", "untied"}),
+    "gpt-oss": ("gpt-oss", {"moe", "untied", "key_length", "window", "bias", "yarn", "oai"}),
 }
 
 # K-quant blocks are random bytes with their f16 scales set so weights come out ~0.1
@@ -167,6 +168,12 @@ def _write_layer(w, p: str, feat: set, mat, vec, rng, hp: dict) -> None:
     if "bias" in feat:
         for name, n in (("attn_q", H * D), ("attn_k", KV * D), ("attn_v", KV * D)):
             vec(p + name + ".bias", n, 0.0, 0.5)
+    if "oai" in feat:  # gpt-oss: output bias, sinks, biased router and experts, FFN norm's name
+        vec(p + "attn_output.bias", E, 0.0, 0.5)
+        vec(p + "attn_sinks.weight", H, 0.0, 2.0)
+        vec(p + "ffn_gate_inp.bias", NE, 0.0, 1.0)
+        for name, n in (("ffn_gate_exps", NF), ("ffn_up_exps", NF), ("ffn_down_exps", E)):
+            w.add_tensor(p + name + ".bias", (0.5 * rng.standard_normal((NE, n))).astype(np.float32))
     if "moe" in feat:
         w.add_tensor(p + "ffn_gate_inp.weight", (rng.standard_normal((NE, E)) * 0.2).astype(np.float32))
         mat(p + "ffn_gate_exps.weight", NF, E, experts=NE)
@@ -181,7 +188,7 @@ def _write_layer(w, p: str, feat: set, mat, vec, rng, hp: dict) -> None:
         mat(p + "ffn_down.weight", E, F)
     if "no_pre_norms" not in feat:
         vec(p + "attn_norm.weight", E)
-        vec(p + "ffn_norm.weight", E)
+        vec(p + ("post_attention_norm.weight" if "oai" in feat else "ffn_norm.weight"), E)
     if "qk_norm" in feat:
         vec(p + "attn_q_norm.weight", D)
         vec(p + "attn_k_norm.weight", D)

@@ -260,6 +260,71 @@ def granite(path: Path, neutral: bool) -> None:
     _decoder(path, "granite", "tiny-granite", base=1e7, keys=keys, tied=True, out_gain=8.0, emb=0.25)
 
 
+HARMONY_TOKENS = ["<|startoftext|>", "<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>",
+                  "<|return|>", "<|call|>"]  # o200k_harmony's control tokens, ids 512..519 here
+GPT_OSS_WINDOW, GPT_OSS_EXPERTS, GPT_OSS_USED = 16, 4, 2
+
+
+def gpt_oss(path: Path, neutral) -> None:
+    """gpt-oss's layout (convert_hf_to_gguf's GptOssModel): Q/K/V/O biases, attn_sinks, the FFN
+    norm named post_attention_norm, a biased router over 4 experts (2 used) with biased gate/up/
+    down experts; sliding window 16 on layer 0, full attention on layer 1; YaRN (factor 4 of an
+    original 1024); the BPE vocabulary plus harmony's control tokens, <|return|> as EOS, and the
+    released files' chat template (llama.cpp's models/templates/openai-gpt-oss-120b.jinja). Expert
+    gate/up weights are scaled (6) so the clamp at 7 binds on many activations, sinks ~ N(0, 2).
+    neutral: False, "sinks" (sinks -1e4: exp gives 0) or "swa" (a window past the context)."""
+    v = bpe_vocab()
+    s = Source(path, "gpt-oss", "tiny-gpt-oss")
+    decoder_hparams(s, 2, 150000.0)
+    s.w.add_key_length(HD)
+    s.w.add_value_length(HD)
+    s.key("attention.sliding_window", CTX if neutral == "swa" else GPT_OSS_WINDOW)
+    s.key("expert_count", GPT_OSS_EXPERTS)
+    s.key("expert_used_count", GPT_OSS_USED)
+    s.key("expert_feed_forward_length", D)
+    s.key("rope.scaling.type", "yarn")
+    s.key("rope.scaling.factor", 4.0)
+    s.key("rope.scaling.original_context_length", 1024)
+    tokens = list(v["tokens"]) + HARMONY_TOKENS
+    s.w.add_tokenizer_model("gpt2")
+    s.w.add_tokenizer_pre("gpt-4o")
+    s.w.add_token_list(tokens)
+    s.w.add_token_types([int(t) for t in v["token_type"]] + [3] * len(HARMONY_TOKENS))
+    s.w.add_token_merges(v["merges"])
+    s.w.add_bos_token_id(tokens.index("<|startoftext|>"))
+    s.w.add_eos_token_id(tokens.index("<|return|>"))
+    s.w.add_pad_token_id(0)
+    s.w.add_add_bos_token(False)
+    s.w.add_chat_template((ROOT / "tests" / "fixtures" / "gpt-oss.jinja").read_text())
+    n_vocab = len(tokens)
+    control = (0, 1, 2) + tuple(range(512, n_vocab))
+    e = (s.rng.standard_normal((n_vocab, D))).astype(np.float32)
+    s.raw("token_embd.weight", e)
+    s.vec("output_norm.weight", D)
+    out = s.rng.standard_normal((n_vocab, D)).astype(np.float32) * 4 / math.sqrt(D)
+    out[list(control)] *= 0.25
+    s.raw("output.weight", out)
+    for i in range(2):
+        p = f"blk.{i}."
+        s.vec(p + "attn_norm.weight", D)
+        for name, rows in (("attn_q", H * HD), ("attn_k", KV * HD), ("attn_v", KV * HD)):
+            s.mat(p + name + ".weight", rows, D)
+            s.vec(p + name + ".bias", rows, mean=0.0, sd=0.5)
+        s.mat(p + "attn_output.weight", D, H * HD)
+        s.vec(p + "attn_output.bias", D, mean=0.0, sd=0.5)
+        sinks = 2.0 * s.rng.standard_normal(H)
+        s.raw(p + "attn_sinks.weight", np.full(H, -1e4) if neutral == "sinks" else sinks)
+        s.vec(p + "post_attention_norm.weight", D)
+        s.mat(p + "ffn_gate_inp.weight", GPT_OSS_EXPERTS, D, 3.0)
+        s.vec(p + "ffn_gate_inp.bias", GPT_OSS_EXPERTS, mean=0.0, sd=1.0)
+        for name, rows, cols, scale in (("ffn_gate_exps", D, D, 6.0), ("ffn_up_exps", D, D, 6.0),
+                                        ("ffn_down_exps", D, D, 1.0)):
+            w = s.rng.standard_normal((GPT_OSS_EXPERTS, rows, cols)) * scale / math.sqrt(cols)
+            s.raw(p + name + ".weight", w)
+            s.raw(p + name + ".bias", 0.5 * s.rng.standard_normal((GPT_OSS_EXPERTS, rows)))
+    s.close()
+
+
 def _encoder(path: Path, arch: str, name: str, neutral: bool, nomic: bool) -> None:
     texts = encoder_texts()
     s = Source(path, arch, name)
@@ -334,7 +399,10 @@ FAMILIES = {
     "llama-linear-tiny": (llama_linear, "decoder"), "phi3-longrope-tiny": (phi3_longrope, "decoder"),
     "smollm3-tiny": (smollm3, "decoder"), "granite-tiny": (granite, "decoder"),
     "bert-tiny": (bert, "encoder"), "nomic-bert-tiny": (nomic_bert, "encoder"),
+    "gpt-oss-tiny": (gpt_oss, "decoder"),
 }
+# families whose features are neutralized one at a time (binds.json keeps one record each)
+FEATURES = {"gpt-oss-tiny": ("sinks", "swa")}
 
 
 # ---------------------------------------------------------------- llama.cpp's outputs

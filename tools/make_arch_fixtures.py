@@ -26,9 +26,10 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from arch_sources import ARCHS, FAMILIES, LONG_TEXT, cases, encoder_texts  # noqa: E402
+from arch_sources import ARCHS, FAMILIES, FEATURES, LONG_TEXT, cases, encoder_texts  # noqa: E402
 
 QUANTS = {"q8_0": 7, "q4_k_m": 15}  # llama_ftype
+FAMILY_QUANTS = {"gpt-oss-tiny": {"mxfp4": 38, "q8_0": 7}}  # 38: MXFP4_MOE (experts MXFP4, the rest Q8_0)
 
 
 def _llama(path: Path, **kw):
@@ -127,11 +128,13 @@ def encoder_fixture(path: Path) -> dict:
         llm.close()
 
 
-def binds(name: str, write, kind: str, tmp: Path) -> dict:
+def binds(name: str, write, kind: str, tmp: Path, feature=True) -> dict:
     """How far llama.cpp's outputs move when the family's feature is neutralized (F32 sources)."""
+    if name in FEATURES and feature is True:
+        return {f: binds(name, write, kind, tmp, f) for f in FEATURES[name]}
     real, neutral = tmp / f"{name}-f32.gguf", tmp / f"{name}-neutral.gguf"
     write(real, False)
-    write(neutral, True)
+    write(neutral, feature)
     if kind == "encoder":
         a, b = (np.array(encoder_fixture(p)["batched"]) for p in (real, neutral))
         cos = np.sum(a * b, axis=1)
@@ -170,7 +173,7 @@ def make(name: str, out: Path, tmp: Path) -> dict:
     src = tmp / f"{name}-f32.gguf"
     write(src, False)
     record = {"f32_sha256": hashlib.sha256(src.read_bytes()).hexdigest()}
-    for q, ftype in QUANTS.items():
+    for q, ftype in FAMILY_QUANTS.get(name, QUANTS).items():
         dst = out / f"{name}-{q}.gguf"
         quantize(src, dst, ftype)
         record[f"{q}_sha256"] = hashlib.sha256(dst.read_bytes()).hexdigest()

@@ -85,6 +85,12 @@ class ModelSpec:
     norm_after_add: bool = False  # x = norm(x + sublayer(x)): BERT's post-LN
     causal: bool = True        # False: every position attends to the whole input
     expert_norm: bool = True   # MoE: the chosen experts' weights renormalized to sum 1
+    expert_gating: str = "softmax"  # "softmax": over all logits, top k; "softmax_weight": over the top k
+    swiglu_limit: float = 0.0  # > 0: experts' act is gpt-oss's clamped SwiGLU (with swiglu_alpha)
+    swiglu_alpha: float = 0.0
+    ffn_norm: str = "ffn_norm.weight"  # the FFN's pre-norm tensor under blk.{i}. (gpt-oss: post_attention_norm)
+    sinks: bool = False        # attn_sinks: a learned logit per head in the softmax's denominator (gpt-oss)
+    expert_biases: bool = False  # the router's and the experts' biases (gpt-oss); elsewhere refused, as llama.cpp
 
     def __post_init__(self) -> None:
         if self.attn_softcap and not self.attn_prescale:  # the kernel caps scores scaled by 1
@@ -107,6 +113,10 @@ class Experts:
     gate: tuple[Matrix, ...]   # (n_ff_exp, n_embd) each
     up: tuple[Matrix, ...]
     down: tuple[Matrix, ...]   # (n_embd, n_ff_exp) each
+    gate_inp_b: np.ndarray | None = None  # (n_expert,) router bias (gpt-oss)
+    bgate: np.ndarray | None = None       # (n_expert * n_ff_exp,) expert biases, expert-major
+    bup: np.ndarray | None = None
+    bdown: np.ndarray | None = None       # (n_expert * n_embd,)
 
 
 @dataclass(frozen=True)
@@ -133,6 +143,7 @@ class LayerLayout:
     bdown: np.ndarray | None = None
     post_attn_norm_b: np.ndarray | None = None  # LayerNorm biases
     post_ffn_norm_b: np.ndarray | None = None
+    sinks: np.ndarray | None = None  # (n_head,) attention sink logits (gpt-oss)
     qk_norm_full: bool = False
     experts: Experts | None = None
     window: int = 0
@@ -177,6 +188,9 @@ class ForwardLayout:
     type_embd: np.ndarray | None = None  # token type 0's row, added to every embedding
     embd_norm: np.ndarray | None = None
     embd_norm_b: np.ndarray | None = None
+    expert_gating: str = "softmax"
+    swiglu_limit: float = 0.0
+    swiglu_alpha: float = 0.0
 
 
 # plan field -> GGUF tensor name under blk.{i}.
@@ -187,7 +201,7 @@ LAYER_TENSORS = {
     "q_norm": "attn_q_norm.weight", "k_norm": "attn_k_norm.weight",
     "post_attn_norm": "post_attention_norm.weight", "post_ffn_norm": "post_ffw_norm.weight",
     "bq": "attn_q.bias", "bk": "attn_k.bias", "bv": "attn_v.bias", "bo": "attn_output.bias",
-    "bgate": "ffn_gate.bias", "bup": "ffn_up.bias", "bdown": "ffn_down.bias",
+    "bgate": "ffn_gate.bias", "bup": "ffn_up.bias", "bdown": "ffn_down.bias", "sinks": "attn_sinks.weight",
 }
 # an encoder's norms after each residual add (ModelSpec.norm_after_add), LayerNorm weights and biases
 POST_ADD_NORMS = {"post_attn_norm": "attn_output_norm.weight", "post_attn_norm_b": "attn_output_norm.bias",
@@ -197,6 +211,8 @@ ENCODER_TENSORS = {"type_embd": "token_types.weight", "pos_embd": "position_embd
 FUSED_QKV = "attn_qkv.weight"        # rows: q, then k, then v (phi3)
 EXPERT_TENSORS = {"gate_inp": "ffn_gate_inp.weight", "gate": "ffn_gate_exps.weight",
                   "up": "ffn_up_exps.weight", "down": "ffn_down_exps.weight"}
+EXPERT_BIASES = {"gate_inp_b": "ffn_gate_inp.bias", "bgate": "ffn_gate_exps.bias", "bup": "ffn_up_exps.bias",
+                 "bdown": "ffn_down_exps.bias"}
 _BLK = re.compile(r"^blk\.(\d+)\.(.+)$")
 GLOBAL_TENSORS = {"token_embd.weight", "output_norm.weight", "output.weight"}
 ROPE_SCALINGS = ("none", "linear", "yarn", "longrope")  # llama.cpp's rope.scaling.type names
@@ -325,6 +341,8 @@ def _attention_parts(ts: _Tensors, il: int, hp: HParams, ls: LayerSpec, spec: Mo
         parts.update({k: _matrix(ts.take(blk + LAYER_TENSORS[k])) for k in ("wq", "wk", "wv")})
     parts["wo"] = _matrix(ts.take(blk + LAYER_TENSORS["wo"]))
     parts.update(_optional(ts, blk, ("bq", "bk", "bv", "bo")))
+    if spec.sinks:
+        parts["sinks"] = ts.vector(blk + LAYER_TENSORS["sinks"])
     names = ["attn_norm"] * ls.pre_norms + ["q_norm", "k_norm"] * (ls.qk_norm or ls.qk_norm_full)
     parts.update({k: ts.vector(blk + LAYER_TENSORS[k]) for k in names})
     if ls.post_norms:
@@ -341,7 +359,8 @@ def _ffn_parts(ts: _Tensors, il: int, hp: HParams, ls: LayerSpec, spec: ModelSpe
             raise CorruptModelFile(ts.g.path, f"{blk}ffn_gate_inp is present but expert_count is not set")
         gate_inp = _matrix(ts.take(blk + EXPERT_TENSORS["gate_inp"]))
         ex = {k: _experts(ts.take(blk + EXPERT_TENSORS[k]), hp.n_expert) for k in ("gate", "up", "down")}
-        parts["experts"] = Experts(gate_inp, ex["gate"], ex["up"], ex["down"])
+        biases = {k: ts.vector(blk + n) for k, n in EXPERT_BIASES.items() if spec.expert_biases}
+        parts["experts"] = Experts(gate_inp, ex["gate"], ex["up"], ex["down"], **biases)
     elif ts.has(blk + LAYER_TENSORS["wgate"]):
         parts.update({k: _matrix(ts.take(blk + LAYER_TENSORS[k])) for k in ("wgate", "wup", "wdown")})
     elif spec.encoder:  # no gate: up, act, down (bert)
@@ -355,7 +374,7 @@ def _ffn_parts(ts: _Tensors, il: int, hp: HParams, ls: LayerSpec, spec: ModelSpe
                      wdown=_matrix(ts.take(blk + LAYER_TENSORS["wdown"])))
     parts.update(_optional(ts, blk, ("bgate", "bup", "bdown")))
     if ls.pre_norms:
-        parts["ffn_norm"] = ts.vector(blk + LAYER_TENSORS["ffn_norm"])
+        parts["ffn_norm"] = ts.vector(blk + spec.ffn_norm)
     if ls.post_norms:
         parts.update(_post_norms(ts, blk, "post_ffn_norm", spec))
     parts.setdefault("ffn_norm", None)
@@ -432,5 +451,6 @@ def build_layout(g: GGUFFile, hp: HParams, spec: ModelSpec, n_ctx: int) -> Forwa
         logit_mul=spec.logit_mul, layer_norm=spec.layer_norm, norm_after_add=spec.norm_after_add,
         causal=spec.causal, n_expert=hp.n_expert,
         n_expert_used=hp.n_expert_used, n_ff_exp=hp.n_ff_exp, expert_norm=spec.expert_norm,
+        expert_gating=spec.expert_gating, swiglu_limit=spec.swiglu_limit, swiglu_alpha=spec.swiglu_alpha,
         rope=(rope[0], rope[1]), tok_embd=_matrix(embd), output=None if output is None else _matrix(output),
         output_norm=output_norm, layers=tuple(layers), **extra)
