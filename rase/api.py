@@ -27,6 +27,7 @@ from .session import DEVICES, SessionCache, load_session
 from .structured import grammar_spec
 from .tools import ToolSpec, ToolText, tool_constraint, tool_spec
 from .sampling import stop_tokens_with_eos
+from .harmony import HarmonyText, harmony_constraint
 from .textstate import TextState
 
 GEN_FIELDS = ("max_tokens", "temperature", "top_k", "seed", "top_p", "min_p", "repeat_penalty",
@@ -150,10 +151,11 @@ class Engine:
 
     def _submit(self, model: str, ids_of: Callable, stop: Sequence[str] | str | None, think: str,
                 gen: dict, structure: dict, tools: ToolSpec | None = None, logprobs: int | None = None,
-                after: RequestHandle | None = None) -> RequestHandle:
+                after: RequestHandle | None = None, chat: bool = False) -> RequestHandle:
         config = self._limited(_config(dict(gen)), gen.get("max_tokens") is not None)
         spec = grammar_spec(**structure)  # a malformed format fails before the model loads
-        if spec is not None and tools is not None:
+        raw = spec is not None and not spec.param.startswith("response_format")  # a grammar or regex
+        if spec is not None and tools is not None and not (raw and tools.choice == "auto"):
             raise InvalidGrammar("tools and a response_format/grammar/regex cannot be combined", "tools")
         stops = [] if stop is None else [stop] if isinstance(stop, str) else stop
         if not (isinstance(stops, (list, tuple)) and all(isinstance(s, str) for s in stops)):
@@ -162,11 +164,19 @@ class Engine:
         session = self.session(model)
         if session.manifest.kind == "embedding":
             raise WrongModelKind(model, "embedding", "it embeds text (Engine.embed, /v1/embeddings, /api/embed)")
-        constraint = None if spec is None else session.grammar_vocab().constraint(spec)
-        text = TextState.for_tokenizer(session.tokenizer, stop=stops, think=think)
-        if tools is not None:
-            constraint, fmt = tool_constraint(session, tools)
-            text = ToolText(text, fmt)
+        harmony = session.harmony_ids() if chat else None
+        if harmony is not None:
+            text, constraint = HarmonyText(lambda t: session.tokenizer.decode_bytes([t]), harmony, stops), None
+            if spec is not None or (tools is not None and tools.choice != "auto"):
+                constraint = harmony_constraint(session, harmony, spec, tools if spec is None else None)
+        else:
+            if spec is not None and tools is not None:  # only harmony's raw output takes both
+                raise InvalidGrammar("tools and a grammar/regex combine only on a harmony model (gpt-oss)", "tools")
+            constraint = None if spec is None else session.grammar_vocab().constraint(spec)
+            text = TextState.for_tokenizer(session.tokenizer, stop=stops, think=think)
+            if tools is not None:
+                constraint, fmt = tool_constraint(session, tools)
+                text = ToolText(text, fmt)
         ids = ids_of(session)
         config = dataclasses.replace(config, stop_tokens=stop_tokens_with_eos(config, session.plan.eos_token))
         return session.worker.submit(ids, config, text, constraint, logprobs, after)
@@ -175,7 +185,7 @@ class Engine:
                     response_format: dict | None = None, grammar: str | None = None, regex: str | None = None,
                     tools: list[dict] | None = None, tool_choice=None, parallel_tool_calls: bool | None = None,
                     logprobs: bool = False, top_logprobs: int | None = None, after: RequestHandle | None = None,
-                    **gen) -> RequestHandle:
+                    reasoning_effort: str | None = None, **gen) -> RequestHandle:
         """Queue a chat request (the model's chat template renders it; EOS stops); the handle
         iterates text deltas (and tools.ToolCallDelta items when tools are called) and ends with
         a Completion. response_format (OpenAI's: json_object, json_schema), grammar (Lark or
@@ -183,11 +193,16 @@ class Engine:
         parallel_tool_calls are OpenAI's (calls in Completion.tool_calls). logprobs /
         top_logprobs (0-20): each token's log-probability (Completion.logprobs; streamed as
         logprobs.LogprobDelta items), from the raw logits. after: an earlier request for the
-        same messages whose prompt KV this one reuses (see submit_chat_choices)."""
+        same messages whose prompt KV this one reuses (see submit_chat_choices). reasoning_effort
+        (low, medium, high): for a template that reads it (gpt-oss). A harmony model (gpt-oss)
+        streams its analysis channel as textstate.ReasoningDelta items (Completion.reasoning)
+        whatever think says; constraints apply to its final and tool-call messages."""
         spec = tool_spec(tools, tool_choice, parallel_tool_calls)
-        return self._submit(model, lambda s: s.render_chat(messages, spec), stop, think, gen,
+        if reasoning_effort not in (None, "low", "medium", "high"):
+            raise InvalidRequest("reasoning_effort must be low, medium or high", "reasoning_effort")
+        return self._submit(model, lambda s: s.render_chat(messages, spec, reasoning_effort), stop, think, gen,
                             dict(response_format=response_format, grammar=grammar, regex=regex), spec,
-                            _top_count(logprobs, top_logprobs, MAX_TOP_CHAT), after)
+                            _top_count(logprobs, top_logprobs, MAX_TOP_CHAT), after, chat=True)
 
     def submit_complete(self, model: str, prompt: str, *, stop=None, response_format: dict | None = None,
                         grammar: str | None = None, regex: str | None = None, logprobs: int | None = None,

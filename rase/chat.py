@@ -50,7 +50,8 @@ def _tool_call(call, where: str) -> dict:
 
 def normalize_messages(messages: Sequence[Message]) -> list[dict]:
     """Messages as templates expect them: content text ("" for null), developer -> system,
-    assistant tool_calls with their arguments as objects, tool results with their call id."""
+    assistant tool_calls with their arguments as objects and their reasoning (as `thinking` and
+    `reasoning_content`), tool results with their call id."""
     if not messages:
         raise InvalidRequest("chat messages must not be empty")
     out = []
@@ -61,6 +62,12 @@ def normalize_messages(messages: Sequence[Message]) -> list[dict]:
         content = m.get("content")
         msg = {"role": "system" if role == "developer" else role,  # an assistant's may be null (tool calls)
                "content": "" if content is None and role == "assistant" else message_text(content)}
+        reasoning = m.get("reasoning_content", m.get("thinking"))
+        if reasoning:  # an earlier answer's reasoning (OpenAI-style reasoning_content, Ollama's thinking)
+            if role != "assistant":
+                raise InvalidRequest(f"messages[{i}]: only assistant messages carry reasoning")
+            # the names templates read it by: gpt-oss's `thinking`, Qwen3's `reasoning_content`
+            msg["thinking"] = msg["reasoning_content"] = message_text(reasoning)
         if m.get("tool_calls"):
             if role != "assistant" or not isinstance(m["tool_calls"], list):
                 raise InvalidRequest(f"messages[{i}]: only assistant messages carry a list of tool_calls")

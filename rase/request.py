@@ -43,7 +43,8 @@ class Completion:
 class Request:
     prompt: list[int]
     config: GenerationConfig     # stop_tokens include the model's EOS when it stops on it
-    text: Any                    # TextState-like: feed(token) -> Delta, finish(), pending_calls(), text, reasoning
+    text: Any                    # TextState-like: feed(token) -> Delta, finish(), pending_calls(),
+                                 # pending_reasoning(), text, reasoning
     sampler: Any = None          # _kernels.Sampler (opaque to the scheduler)
     constraint: Any = None       # structured.Constraint: the grammar its tokens must follow, or None
     logprobs: int | None = None  # None: off; else how many top alternatives each token reports
@@ -119,3 +120,6 @@ class NoText:
 
     def pending_calls(self) -> tuple:
         return ()
+
+    def pending_reasoning(self) -> str:
+        return ""

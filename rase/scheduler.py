@@ -32,6 +32,7 @@ class Event:
     text: str = ""
     done: bool = False
     calls: tuple = ()   # tool-call deltas, after the text
+    reasoning: str = ""  # reasoning text to hand out, before the text (harmony's analysis)
     logprobs: tuple = ()  # logprobs.TokenLogprob of the token this event carries
 
 
@@ -81,14 +82,14 @@ class Scheduler:
         return bool(self.waiting or self.running)
 
     def _finish(self, req: Request, reason: GenerationStopReason | None, error: BaseException | None = None,
-                text: str = "", calls: tuple = ()) -> Event:
+                text: str = "", calls: tuple = (), reasoning: str = "") -> Event:
         if req.state is State.RUNNING:
             self.kv.release(req)
             self.running.remove(req)
         req.state = State.DONE
         req.stop_reason, req.error = reason, error
         text += req.text.finish()
-        return Event(req, text, True, calls + req.text.pending_calls())
+        return Event(req, text, True, calls + req.text.pending_calls(), reasoning=reasoning + req.text.pending_reasoning())
 
     def _sweep_cancelled(self) -> None:
         now = time.monotonic()
@@ -254,8 +255,8 @@ class Scheduler:
             stop = delta.stop or (GenerationStopReason.GRAMMAR if req.constraint is not None and req.constraint.complete
                                   else GenerationStopReason.MAX_TOKENS if req.generated >= req.config.max_tokens
                                   else None)
-            ev = self._finish(req, stop, text=delta.text, calls=delta.calls) if stop else Event(req, delta.text,
-                                                                                                 calls=delta.calls)
+            ev = self._finish(req, stop, text=delta.text, calls=delta.calls, reasoning=delta.reasoning) if stop \
+                else Event(req, delta.text, calls=delta.calls, reasoning=delta.reasoning)
             ev.logprobs = lps
             events.append(ev)
         return events

@@ -9,12 +9,13 @@ finishes the requests it already has, then stops. Different models run in parall
 """
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .errors import BackendUnavailable, IntegrityMismatch, UnsupportedFormat
+from .errors import BackendUnavailable, IntegrityMismatch, InvalidRequest, UnsupportedFormat
 from .models import resolve
 from .plan import ModelPlan, load_plan
 from .registry import ModelManifest, ModelRegistry
@@ -72,30 +73,53 @@ class Session:
                 self._render = select_template(self.manifest.chat_template, self.plan.gguf, self.plan.architecture)
             return self._render
 
-    def tool_format(self) -> str:
-        """"hermes" when the model's own template lays out tools and <tool_call> is one of its
-        tokens (Qwen2.5/3, Hermes); else "generic" (tools.py)."""
+    def _template(self):
+        """The model's own Jinja template (chat.JinjaTemplate), or None for a built-in one."""
         from .chat import JinjaTemplate
 
         jt = getattr(self._renderer(), "__self__", None)
-        if isinstance(jt, JinjaTemplate) and jt.renders_tools and "<tool_call>" in jt.source:
+        return jt if isinstance(jt, JinjaTemplate) else None
+
+    def harmony_ids(self) -> dict[str, int] | None:
+        """gpt-oss's harmony control tokens -> ids when the model's template writes harmony
+        (<|channel|>) and each is one token of its vocabulary; else None (harmony.py)."""
+        from .harmony import control_ids
+
+        jt = self._template()
+        return control_ids(self.tokenizer) if jt is not None and "<|channel|>" in jt.source else None
+
+    def tool_format(self) -> str:
+        """"harmony" for gpt-oss (tools in the template, calls in the commentary channel);
+        "hermes" when the model's own template lays out tools and <tool_call> is one of its
+        tokens (Qwen2.5/3, Hermes); else "generic" (tools.py)."""
+        jt = self._template()
+        if jt is not None and jt.renders_tools and self.harmony_ids() is not None:
+            return "harmony"
+        if jt is not None and jt.renders_tools and "<tool_call>" in jt.source:
             ids = self.tokenizer.encode("<tool_call>", add_special_tokens=False, parse_special=True)
             if len(ids) == 1:
                 return "hermes"
         return "generic"
 
-    def render_chat(self, messages, tools=None) -> list[int]:
+    def render_chat(self, messages, tools=None, reasoning_effort: str | None = None) -> list[int]:
         """Chat messages -> prompt ids (the template writes the special tokens itself)."""
-        return self.tokenizer.encode(self.chat_prompt(messages, tools), add_special_tokens=False, parse_special=True)
+        return self.tokenizer.encode(self.chat_prompt(messages, tools, reasoning_effort), add_special_tokens=False,
+                                     parse_special=True)
 
-    def chat_prompt(self, messages, tools=None) -> str:
+    def chat_prompt(self, messages, tools=None, reasoning_effort: str | None = None) -> str:
         """The prompt text of chat messages. tools: a tools.ToolSpec to offer: the template
-        renders them (hermes), or a system message carries them and tool turns become text
-        (generic)."""
+        renders them (hermes, harmony), or a system message carries them and tool turns become
+        text (generic). reasoning_effort: low / medium / high, for a template that reads it."""
         render = self._renderer()
+        if reasoning_effort is not None:
+            jt = self._template()
+            if jt is None or "reasoning_effort" not in jt.source:
+                raise InvalidRequest("reasoning_effort: this model's chat template has no reasoning effort "
+                                     "(gpt-oss's has)", "reasoning_effort")
+            render = functools.partial(render, reasoning_effort=reasoning_effort)
         if tools is None:
             text = render(messages)
-        elif self.tool_format() == "hermes":
+        elif self.tool_format() in ("hermes", "harmony"):
             text = render(messages, tools=tools.offered)
         else:
             from .chat import generic_tool_messages

@@ -21,6 +21,14 @@ class Delta:
     text: str                                # visible text to hand out now ("" if none)
     stop: GenerationStopReason | None = None  # set: this token ends the request
     calls: tuple = ()                        # tools.ToolCallDelta items completed by this token
+    reasoning: str = ""                      # reasoning text to hand out now (harmony's analysis)
+
+
+@dataclass(frozen=True)
+class ReasoningDelta:
+    """Streamed reasoning text (harmony's analysis channel): the OpenAI surface's
+    reasoning_content, Ollama's thinking."""
+    text: str
 
 
 class TextState:
@@ -61,6 +69,11 @@ class TextState:
     def pending_calls(self) -> tuple:
         """Tool calls not yet handed out (none: plain text; see tools.ToolText)."""
         return ()
+
+    def pending_reasoning(self) -> str:
+        """Reasoning not yet handed out as deltas (none: a <think> block is given whole, in
+        Completion.reasoning; harmony.HarmonyText streams its analysis channel)."""
+        return ""
 
     @property
     def text(self) -> str:

@@ -310,6 +310,9 @@ class ToolText:
     def reasoning(self) -> str:
         return self.inner.reasoning
 
+    def pending_reasoning(self) -> str:
+        return self.inner.pending_reasoning()
+
     @property
     def token_bytes(self):
         return self.inner.token_bytes

@@ -23,6 +23,7 @@ from .profiling import profile_add
 from .request import NoText, Request
 from .channel import RequestHandle
 from .scheduler import Event, Scheduler
+from .textstate import ReasoningDelta
 
 MAX_CHUNK = 512            # prompt tokens per step at most (llama.cpp's default ubatch)
 LOGIT_READS_MB = 128       # logits rows prompt-only requests may read in one step (f32 x vocabulary)
@@ -223,6 +224,8 @@ class ModelWorker:
     def _deliver(self, events: list[Event]) -> None:
         for ev in events:
             req, handle = ev.request, ev.request.handle
+            if ev.reasoning:
+                handle.push(ReasoningDelta(ev.reasoning))
             handle.push(ev.text)
             for call in ev.calls:
                 handle.push(call)

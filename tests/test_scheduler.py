@@ -32,6 +32,9 @@ class Text:
     def pending_calls(self):
         return ()
 
+    def pending_reasoning(self):
+        return ""
+
     text = property(lambda self: "".join(self.parts))
     reasoning = ""
 

@@ -20,6 +20,7 @@ from starlette.concurrency import run_in_threadpool
 from .. import __version__
 from ..errors import InvalidRequest, RaseError
 from ..logprobs import LogprobDelta
+from ..textstate import ReasoningDelta
 from ..tools import ToolCallDelta
 from .errors import status_of
 from .schemas import Unsupported
@@ -48,6 +49,7 @@ class Options(BaseModel):
     presence_penalty: Optional[float] = Field(default=None, ge=-2.0, le=2.0)
     frequency_penalty: Optional[float] = Field(default=None, ge=-2.0, le=2.0)
     stop: Optional[Union[Annotated[str, Field(min_length=1)], list[Annotated[str, Field(min_length=1)]]]] = None
+    grammar: Optional[Annotated[str, Field(min_length=1)]] = None  # rase's extension, as on /v1: Lark or GBNF
 
 
 class _Base(BaseModel):
@@ -56,7 +58,7 @@ class _Base(BaseModel):
     stream: bool = True
     format: Optional[Union[Literal["json"], dict[str, Any]]] = None  # "json" or a JSON schema
     options: Optional[Options] = None
-    think: Optional[bool] = None
+    think: Optional[Union[bool, Literal["low", "medium", "high"]]] = None  # a level: gpt-oss's reasoning effort
     keep_alive: Annotated[Optional[Union[float, str]], Unsupported] = None  # refused (models stay resident)
 
 
@@ -97,8 +99,10 @@ def _kwargs(body: _Base) -> dict:
         raise InvalidRequest("keep_alive is not supported: rase keeps a model loaded until it is "
                                       "unloaded", "keep_alive")
     opts = body.options.model_dump(exclude_none=True) if body.options else {}
-    stop = opts.pop("stop", None)
+    stop, grammar = opts.pop("stop", None), opts.pop("grammar", None)
     kw = {OPTIONS[k]: v for k, v in opts.items()}
+    if grammar is not None:
+        kw["grammar"] = grammar
     if kw.get("top_k") == 0:  # Ollama's (and llama.cpp's) top_k 0: the whole vocabulary
         kw["top_k"] = None
     if kw.get("max_tokens", 1) < 0:  # Ollama's num_predict -1: until the context is full
@@ -112,6 +116,8 @@ def _kwargs(body: _Base) -> dict:
         raise InvalidRequest('format must be "json" or a JSON schema', "format")
     if body.think is not None:
         kw["think"] = "separate" if body.think else "strip"
+    if isinstance(body.think, str):
+        kw["reasoning_effort"] = body.think
     return kw
 
 
@@ -124,12 +130,24 @@ def _tail(out, started: float) -> dict:
             "eval_count": out.completion_tokens, "eval_duration": int((t.get("predicted_ms") or 0.0) * 1e6)}
 
 
-def _message(out, think: bool | None) -> dict:
+def _arguments(text: str):
+    """A call's arguments as Ollama sends them (an object), or the model's text when it wrote
+    no JSON object (a harmony call is passed on as written)."""
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError:
+        return text
+    return obj if isinstance(obj, dict) else text
+
+
+def _message(out, think, streamed: bool = False) -> dict:
+    """The answer's message; its thinking when asked for (or separated anyway: harmony), unless
+    it was streamed already."""
     msg: dict[str, Any] = {"role": "assistant", "content": out.text}
-    if think:
+    if (think or (think is None and out.reasoning)) and not streamed:
         msg["thinking"] = out.reasoning
     if out.tool_calls:
-        msg["tool_calls"] = [{"function": {"name": c.name, "arguments": json.loads(c.arguments)}}
+        msg["tool_calls"] = [{"function": {"name": c.name, "arguments": _arguments(c.arguments)}}
                              for c in out.tool_calls]
     return msg
 
@@ -183,6 +201,8 @@ def router(engine) -> APIRouter:
         if body.raw:
             if body.system:
                 raise InvalidRequest("system does not apply to a raw prompt", "system")
+            if isinstance(body.think, str):
+                raise InvalidRequest("a think level applies to the chat template, not to a raw prompt", "think")
             submit = lambda: engine.submit_complete(body.model, body.prompt, **{k: v for k, v in kw.items()
                                                                                 if k != "think"})
         else:  # the model's chat template, as Ollama applies it
@@ -209,10 +229,17 @@ async def _answer(engine, body: _Base, submit, chat: bool):
             async for delta in handle:
                 if isinstance(delta, (ToolCallDelta, LogprobDelta)):
                     continue  # calls come whole in the last line
+                if isinstance(delta, ReasoningDelta):
+                    if body.think is False:
+                        continue
+                    part = {"message": {"role": "assistant", "content": "", "thinking": delta.text}} if chat \
+                        else {"response": "", "thinking": delta.text}
+                    yield json.dumps({**head, "created_at": _now(), **part, "done": False}) + "\n"
+                    continue
                 part = {"message": {"role": "assistant", "content": delta}} if chat else {"response": delta}
                 yield json.dumps({**head, "created_at": _now(), **part, "done": False}) + "\n"
             out = await handle.aresult()
-            last = {"message": {**_message(out, body.think), "content": ""}} if chat else {"response": ""}
+            last = {"message": {**_message(out, body.think, streamed=True), "content": ""}} if chat else {"response": ""}
             yield json.dumps({**head, "created_at": _now(), **last, **_tail(out, started)}) + "\n"
         except RaseError as exc:
             yield json.dumps({"error": str(exc), "status": status_of(exc)[0]}) + "\n"

@@ -22,6 +22,7 @@ from starlette.concurrency import run_in_threadpool
 
 from ..errors import InvalidRequest, RaseError
 from ..logprobs import LogprobDelta, chat_logprobs, completion_logprobs
+from ..textstate import ReasoningDelta
 from ..tools import ToolCallDelta
 from .errors import error_body, status_of
 from .schemas import MODEL_ID_PATTERN, ChatRequest, CompletionRequest, DetokenizeRequest, EmbeddingsRequest, TokenizeRequest
@@ -89,6 +90,8 @@ def _generation_routes(api: APIRouter, engine, metrics) -> None:
         if req.max_completion_tokens and "max_tokens" not in kw:
             kw["max_tokens"] = req.max_completion_tokens
         messages = [m.model_dump(exclude_none=True) for m in req.messages]
+        if req.reasoning_effort is not None:
+            kw["reasoning_effort"] = req.reasoning_effort
         return await respond(req, lambda: engine.submit_chat_choices(
             req.model, messages, req.n, stop=req.stop, **kw, **req.structure_kwargs(), **req.tool_kwargs(),
             **req.logprob_kwargs()), chat=True)
@@ -177,6 +180,8 @@ def _choice(reply: _Reply, index: int, out) -> dict:
         if out.tool_calls:
             choice["message"] = {"role": "assistant", "content": out.text or None,
                                  "tool_calls": [_call(c) for c in out.tool_calls]}
+        if out.reasoning:  # llama-server's and DeepSeek's field for a separated reasoning
+            choice["message"]["reasoning_content"] = out.reasoning
     else:
         choice["text"] = out.text
     return choice
@@ -237,6 +242,8 @@ async def _sse(handles, reply: _Reply, include_usage: bool, on_done=lambda outs:
 def _delta_chunk(reply: _Reply, delta, index: int) -> str:
     if isinstance(delta, ToolCallDelta):  # id, type and name once per index
         return _chunk(reply, {"tool_calls": [{"index": delta.index, **_call(delta)}]}, index=index)
+    if isinstance(delta, ReasoningDelta):
+        return _chunk(reply, {"reasoning_content": delta.text}, index=index)
     if isinstance(delta, LogprobDelta):
         return _chunk(reply, {"content": ""} if reply.chat else "", logprobs=_logprobs(reply, delta.entries),
                       index=index)

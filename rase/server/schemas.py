@@ -39,6 +39,7 @@ class Message(BaseModel):
     name: Optional[str] = None                  # a tool result's function name
     tool_calls: Optional[list[dict[str, Any]]] = None
     tool_call_id: Optional[str] = None
+    reasoning_content: Optional[str] = None     # an assistant's reasoning, as this server returned it
 
     @model_validator(mode="before")
     @classmethod
@@ -108,6 +109,7 @@ class ChatRequest(_Common):
     parallel_tool_calls: Optional[bool] = None
     logprobs: Optional[bool] = None
     top_logprobs: Optional[int] = None  # 0..20, with logprobs (checked by the engine: a 400 naming it)
+    reasoning_effort: Optional[Literal["low", "medium", "high"]] = None  # for templates that read it (gpt-oss)
 
     def tool_kwargs(self) -> dict:
         return {k: getattr(self, k) for k in ("tools", "tool_choice", "parallel_tool_calls")}
