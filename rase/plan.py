@@ -4,6 +4,7 @@ repacked types' 16-row copies: mapped from pack_cache when an earlier load wrote
 here (and written for the next load)."""
 from __future__ import annotations
 
+import bisect
 import os
 from dataclasses import dataclass
 
@@ -38,6 +39,22 @@ class ModelPlan:
         return self.weights.kv_bytes_per_token
 
 
+class _TensorAt:
+    """The tensor whose data holds a view (a whole tensor, a fused part, one expert's slice),
+    and the view's byte offset in it; (None, 0) for a buffer outside the file."""
+
+    def __init__(self, g: GGUFFile) -> None:
+        self._spans = sorted((t.data.ctypes.data, t.data.nbytes, t) for t in g.tensors.values() if t.data.nbytes)
+        self._starts = [s[0] for s in self._spans]
+
+    def __call__(self, data) -> tuple:
+        addr = data.ctypes.data
+        i = bisect.bisect_right(self._starts, addr) - 1
+        if i >= 0 and addr + data.nbytes <= self._spans[i][0] + self._spans[i][1]:
+            return self._spans[i][2], addr - self._spans[i][0]
+        return None, 0
+
+
 def load_plan(path: str | os.PathLike[str], architecture: str | None = None,
               n_ctx: int | None = None) -> ModelPlan:
     g = GGUFFile(path)
@@ -55,14 +72,14 @@ def load_plan(path: str | os.PathLike[str], architecture: str | None = None,
         raise InvalidRequest(f"n_ctx must be positive, got {n_ctx}")
     spec = ARCHITECTURES[arch].spec(g, hp)
     forward = build_layout(g, hp, spec, ctx)
-    by_address = {t.data.ctypes.data: t for t in g.tensors.values()}
+    holder = _TensorAt(g)
 
     def packed(data, start: int, end: int, copied: bool) -> None:
         """Map a chunk in one go before it is copied; give it back after (the private copy is
-        what the forward reads)."""
-        t = by_address.get(data.ctypes.data)
+        what the forward reads). data may be one expert's slice of a 3-D tensor."""
+        t, off = holder(data)
         if t is not None:
-            (g.release if copied else g.populate)(t, start, end)
+            (g.release if copied else g.populate)(t, off + start, off + end)
 
     cache = PackCache(g.path)
     try:
@@ -71,9 +88,9 @@ def load_plan(path: str | os.PathLike[str], architecture: str | None = None,
         raise CorruptModelFile(g.path, str(exc)) from None
     cache.save_in_background(weights.repacked)  # later loads map it instead of repacking
     for data in weights.streamed:  # mapped now, in one call each, as llama.cpp's MAP_POPULATE does
-        t = by_address.get(data.ctypes.data)
+        t, off = holder(data)
         if t is not None:
-            g.populate(t)
+            g.populate(t, off, off + data.nbytes)
     eos = g.get("tokenizer.ggml.eos_token_id")
     eos = eos if g.metadata_types.get("tokenizer.ggml.eos_token_id") == 4 else None
     return ModelPlan(g, arch, hp, ctx, weights, eos, forward.output_norm)

@@ -55,3 +55,29 @@ def test_a_warm_load_maps_nothing_of_the_file_past_its_metadata(tmp_path, monkey
         assert _mapped_pages(base, embd.offset + tok * row, embd.offset + (tok + 1) * row) == 0, tok
     norms = [t for name, t in g.tensors.items() if name.endswith("norm.weight")]
     assert norms and all(_mapped_pages(base, t.offset, t.offset + t.nbytes) == 0 for t in norms)
+
+
+def test_a_cold_load_gives_back_every_repacked_experts_file_pages(tmp_path, monkeypatch):
+    """Repacking copies each matrix chunk by chunk, then gives the chunk's file pages back
+    (GGUFFile.release). A MoE layer's experts are slices of one 3-D tensor: every slice's chunks
+    are released at their own offsets, so the whole expert tensor is (a 20B gpt-oss's peak RSS
+    was 21 GB, its file pages and its copies, when only each tensor's first expert was)."""
+    from rase.gguf import GGUFFile
+    from tests.test_archs import ARCHS
+
+    monkeypatch.setenv("RASE_PACK_CACHE", str(tmp_path / "packed"))  # a cold load: nothing cached
+    released: dict[str, list[tuple[int, int]]] = {}
+    real = GGUFFile.release
+
+    def record(self, tensor, start=0, end=None):
+        released.setdefault(tensor.name, []).append((start, tensor.nbytes if end is None else end))
+        return real(self, tensor, start, end)
+
+    monkeypatch.setattr(GGUFFile, "release", record)
+    dec = load_gguf_decoder(None, ARCHS / "gpt-oss-tiny-mxfp4.gguf")
+    experts = [n for n in dec.gguf.tensors if "_exps.weight" in n]
+    assert len(experts) == 6
+    for name in experts:
+        spans = sorted(released[name])
+        assert spans[0][0] == 0 and spans[-1][1] == dec.gguf.tensor(name).nbytes, name
+        assert all(a[1] == b[0] for a, b in zip(spans, spans[1:])), name  # contiguous, no gap
