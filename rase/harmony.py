@@ -92,6 +92,7 @@ class HarmonyText:
         self._by_id = {v: k for k, v in ids.items()}
         self._stops = list(stop)
         self._header: Header | None = Header()  # the prompt ends inside an assistant header
+        self._in_body, self._kind = False, "content"  # in a message's text; where it goes (Header.kind)
         self._stream = TextStream(token_bytes)
         self._content: list[str] = []
         self._reasoning: list[str] = []
@@ -143,9 +144,6 @@ class HarmonyText:
             self._close_message()
         elif self._header is not None and not self._in_body:  # <|channel|>, <|constrain|>
             self._header.add(name)
-
-    _in_body = False
-    _kind = "content"
 
     # ------------------------------------------------------------ TextState
 
