@@ -100,8 +100,8 @@ def worker_bandwidth(path: str, threads: int) -> dict:
     """The machine's read bandwidth now (a plain 512 MiB streaming read in its own process, so
     the buffer counts in no engine's RSS) and the weight bytes one decoded token reads: every
     tensor, less the token embedding when a separate output matrix exists (then only one of its
-    rows is read). read_bw is the best of 5 reads; read_bw_median the median of 15 single reads
-    over ~1.5 s, about as long as a tg128 run: on shared VMs one read swings by 2x within
+    rows is read), and of a MoE layer's experts the n_expert_used / n_expert share. read_bw is
+    the best of 5 reads; read_bw_median the median of 15 single reads over ~1.5 s, about as long as a tg128 run: on shared VMs one read swings by 2x within
     seconds (24-53 GB/s on a 2-core Zen 4), so a best-of catches bursts a decode does not get."""
     import numpy as np
 
@@ -109,7 +109,13 @@ def worker_bandwidth(path: str, threads: int) -> dict:
     from rase.gguf import GGUFFile
 
     g = GGUFFile(path)
-    weights = sum(t.nbytes for t in g.tensors.values())
+    n_expert, n_used = g.arch_get("expert_count", 0) or 0, g.arch_get("expert_used_count", 0) or 0
+
+    def read(t) -> float:  # a MoE layer's expert tensor: only the chosen experts' share
+        expert = n_expert and len(t.ne) == 3 and int(t.ne[2]) == n_expert
+        return t.nbytes * n_used / n_expert if expert else t.nbytes
+
+    weights = int(sum(read(t) for t in g.tensors.values()))
     if "output.weight" in g.tensors and "token_embd.weight" in g.tensors:
         weights -= g.tensors["token_embd.weight"].nbytes
     buf = np.ones(512 << 20, np.uint8)

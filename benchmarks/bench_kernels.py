@@ -25,7 +25,7 @@ from rase import _kernels
 from rase.quants import QUANT_BLOCKS, QuantType
 
 TYPES = [QuantType.F16, QuantType.Q4_0, QuantType.Q4_1, QuantType.Q5_0, QuantType.Q5_1, QuantType.Q8_0,
-         QuantType.Q4_K, QuantType.Q5_K, QuantType.Q6_K]
+         QuantType.Q4_K, QuantType.Q5_K, QuantType.Q6_K, QuantType.MXFP4]
 # byte offsets of each block's f16 scale fields (kept finite and normal so timing is honest)
 F16_FIELDS = {QuantType.Q4_0: [0], QuantType.Q4_1: [0, 2], QuantType.Q5_0: [0], QuantType.Q5_1: [0, 2],
               QuantType.Q8_0: [0], QuantType.Q4_K: [0, 2], QuantType.Q5_K: [0, 2], QuantType.Q6_K: [208]}
@@ -42,7 +42,9 @@ def _matrix(qtype: QuantType, rows: int, seed: int) -> np.ndarray:
     if qtype == QuantType.F16:
         return rng.standard_normal((rows, COLS)).astype(np.float16).view(np.uint8).reshape(rows, -1)
     raw = rng.integers(0, 256, (rows * COLS // blck, size), dtype=np.uint8)
-    for off in F16_FIELDS[qtype]:
+    if qtype == QuantType.MXFP4:  # its E8M0 exponent byte: 2^-6 .. 2^-3
+        raw[:, 0] = rng.integers(121, 125, raw.shape[0], dtype=np.uint8)
+    for off in F16_FIELDS.get(qtype, []):
         h = (rng.uniform(0.5, 2.0, raw.shape[0]) / 64).astype(np.float16)
         raw[:, off:off + 2] = h.view(np.uint8).reshape(-1, 2)
     return raw.reshape(rows, -1)

@@ -9,10 +9,12 @@ back: the bytes of each matrix lying in those pages are what it read. The expert
 should be close to n_expert_used / n_expert (plus the spill of pages shared with a neighbouring
 expert); the dense part should be read whole.
 
-Files: the three Q4_K_M MoE files llama.cpp's quantizer made (tests/fixtures/archs), and a larger
-synthetic olmoe file (8 experts of 1024 x 1024, 2 chosen) where pages spill little.
+Files: the MoE files llama.cpp's quantizer made (tests/fixtures/archs: three Q4_K_M, gpt-oss's
+MXFP4), a larger synthetic olmoe file (8 experts of 1024 x 1024, 2 chosen) where pages spill
+little, and any file given (benchmarks/gpt_oss_shape.py's gpt-oss-20b shape: 32 experts of
+2880 x 2880, 4 chosen).
 
-    python benchmarks/bench_moe.py [--tokens N]
+    python benchmarks/bench_moe.py [FILE.gguf ...] [--tokens N]
 """
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ from rase.decoder import load_gguf_decoder  # noqa: E402
 from rase.pack_cache import PackCache  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures" / "archs"
-MOE_FILES = ["llama-moe-tiny-q4_k_m", "qwen3moe-tiny-q4_k_m", "olmoe-tiny-q4_k_m"]
+MOE_FILES = ["llama-moe-tiny-q4_k_m", "qwen3moe-tiny-q4_k_m", "olmoe-tiny-q4_k_m", "gpt-oss-tiny-mxfp4"]
 LARGE = dict(n_embd=1024, n_head=8, n_head_kv=8, head_dim=128, n_ff=1024, n_expert=8, n_expert_used=2,
              n_ff_exp=1024)
 
@@ -126,7 +128,7 @@ def measure(path: Path, n_tokens: int = 8) -> tuple[list[StepReads], int, int]:
 def _measure(path: Path, n_tokens: int) -> tuple[list[StepReads], int, int]:
     first = load_gguf_decoder(None, path, n_threads=1)
     cache = PackCache(first.gguf.path)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 600  # a 20B file's 10 GB of repacked experts take ~20 s
     while (packed := cache.load()) is None:  # the first load writes it in the background
         if time.monotonic() > deadline:
             raise RuntimeError("the pack cache was not written")
@@ -173,11 +175,14 @@ def report(name: str, steps: list[StepReads], used: int, n_expert: int) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("files", nargs="*")
     ap.add_argument("--tokens", type=int, default=8)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(dir=ROOT) as tmp:  # on disk: tmpfs pages cannot be dropped
-        for name, path in [(n, FIXTURES / f"{n}.gguf") for n in MOE_FILES] + [("olmoe-large-q4_k (synthetic)", large_file(Path(tmp)))]:
-            print(report(name, *measure(path, args.tokens)))
+        files = [(n, FIXTURES / f"{n}.gguf") for n in MOE_FILES] + \
+            [("olmoe-large-q4_k (synthetic)", large_file(Path(tmp)))] + [(Path(f).stem, Path(f)) for f in args.files]
+        for name, path in files:
+            print(report(name, *measure(path, args.tokens)), flush=True)
 
 
 if __name__ == "__main__":

@@ -20,9 +20,9 @@ def test_kernel_suite_runs_and_checks_every_type():
                            "--benchmark-disable", str(ROOT / "benchmarks" / "bench_kernels.py")],
                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    assert "18 passed" in proc.stdout
+    assert "20 passed" in proc.stdout
     for kind in ("decode", "prefill"):
-        for name in ("F16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K"):
+        for name in ("F16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "MXFP4"):
             assert f"{kind} {name}" in proc.stdout
 
 
