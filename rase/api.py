@@ -79,6 +79,26 @@ def _add_counts(counts: dict, lock: threading.Lock, session) -> None:
             counts[k] += session.worker.counters[k]
 
 
+def _reader(session, spec, tools: ToolSpec | None, stops: list[str], think: str, chat: bool) -> tuple:
+    """(the text state, the constraint) of a request: a harmony model's chat answers are read by
+    channel (harmony.py); every other answer is text, with its tool calls taken out when tools
+    are offered (tools.ToolText)."""
+    harmony = session.harmony_ids() if chat else None
+    if harmony is not None:
+        text = HarmonyText(lambda t: session.tokenizer.decode_bytes([t]), harmony, stops)
+        if spec is None and (tools is None or tools.choice == "auto"):
+            return text, None
+        return text, harmony_constraint(session, harmony, spec, tools if spec is None else None)
+    if spec is not None and tools is not None:  # only harmony's raw output takes both
+        raise InvalidGrammar("tools and a grammar/regex combine only on a harmony model (gpt-oss)", "tools")
+    constraint = None if spec is None else session.grammar_vocab().constraint(spec)
+    text = TextState.for_tokenizer(session.tokenizer, stop=stops, think=think)
+    if tools is not None:
+        constraint, fmt = tool_constraint(session, tools)
+        text = ToolText(text, fmt)
+    return text, constraint
+
+
 class Engine:
     """n_ctx: positions per sequence (default: the model's context, at most 4096).
     max_batch: requests one model decodes together (1 = one at a time). kv_cache_mb: the KV
@@ -164,19 +184,7 @@ class Engine:
         session = self.session(model)
         if session.manifest.kind == "embedding":
             raise WrongModelKind(model, "embedding", "it embeds text (Engine.embed, /v1/embeddings, /api/embed)")
-        harmony = session.harmony_ids() if chat else None
-        if harmony is not None:
-            text, constraint = HarmonyText(lambda t: session.tokenizer.decode_bytes([t]), harmony, stops), None
-            if spec is not None or (tools is not None and tools.choice != "auto"):
-                constraint = harmony_constraint(session, harmony, spec, tools if spec is None else None)
-        else:
-            if spec is not None and tools is not None:  # only harmony's raw output takes both
-                raise InvalidGrammar("tools and a grammar/regex combine only on a harmony model (gpt-oss)", "tools")
-            constraint = None if spec is None else session.grammar_vocab().constraint(spec)
-            text = TextState.for_tokenizer(session.tokenizer, stop=stops, think=think)
-            if tools is not None:
-                constraint, fmt = tool_constraint(session, tools)
-                text = ToolText(text, fmt)
+        text, constraint = _reader(session, spec, tools, stops, think, chat)
         ids = ids_of(session)
         config = dataclasses.replace(config, stop_tokens=stop_tokens_with_eos(config, session.plan.eos_token))
         return session.worker.submit(ids, config, text, constraint, logprobs, after)
