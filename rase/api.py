@@ -250,9 +250,9 @@ class Engine:
 
     @staticmethod
     def _consume(handle: RequestHandle, on_delta, cancelled: Callable[[], bool]) -> Completion:
-        """Deltas to on_delta (False cancels) while polling cancelled(); the Completion. When
-        the caller stops it, the text is what on_delta was handed (the worker may have run a
-        step further)."""
+        """Text deltas to on_delta (False cancels; reasoning, tool calls and logprobs come in
+        the Completion) while polling cancelled(); the Completion. When the caller stops it,
+        the text is what on_delta was handed (the worker may have run a step further)."""
         shown: list[str] = []
         try:
             while True:
@@ -262,9 +262,9 @@ class Engine:
                     break
                 if handle.cancelled:
                     continue  # drain to the end; nothing more reaches the caller
-                if isinstance(delta, str) and delta:
-                    shown.append(delta)
-                if cancelled() or (delta and on_delta is not None and on_delta(delta) is False):
+                text = delta if isinstance(delta, str) else ""
+                shown.append(text)
+                if cancelled() or (text and on_delta is not None and on_delta(text) is False):
                     handle.cancel()
             out = handle.result()
         except BaseException:

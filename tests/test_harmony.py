@@ -165,10 +165,14 @@ def test_the_files_template_renders_tools_effort_and_history(harmony_engine):
 
 
 def test_the_engine_separates_reasoning_calls_and_answer(harmony_engine):
-    out = harmony_engine.chat("gptoss", ASK, tools=TOOLS, grammar=CALL, max_tokens=200)
+    shown: list = []
+    out = harmony_engine.chat("gptoss", ASK, tools=TOOLS, grammar=CALL, max_tokens=200, on_delta=shown.append)
+    assert shown == []  # on_delta gets the answer's text only: here there is none
     assert out.reasoning == THOUGHT_1 and out.text == "" and out.finish_reason == "tool_calls"
     assert [(c.name, c.arguments) for c in out.tool_calls] == [("get_weather", ARGS)]
-    done = harmony_engine.chat("gptoss", _history(out.tool_calls[0].id), tools=TOOLS, grammar=FINAL, max_tokens=200)
+    done = harmony_engine.chat("gptoss", _history(out.tool_calls[0].id), tools=TOOLS, grammar=FINAL, max_tokens=200,
+                               on_delta=shown.append)
+    assert "".join(shown) == ANSWER and all(isinstance(d, str) for d in shown)
     assert (done.reasoning, done.text, done.tool_calls, done.finish_reason) == (THOUGHT_2, ANSWER, [], "stop")
 
 
