@@ -53,6 +53,7 @@ class Session:
     n_threads: int | None = None
     _grammar_vocab: object = None
     _render: object = None
+    _harmony: object = False  # harmony_ids() once found (False: not looked up yet)
     _init_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def grammar_vocab(self):
@@ -85,8 +86,10 @@ class Session:
         (<|channel|>) and each is one token of its vocabulary; else None (harmony.py)."""
         from .harmony import control_ids
 
-        jt = self._template()
-        return control_ids(self.tokenizer) if jt is not None and "<|channel|>" in jt.source else None
+        if self._harmony is False:  # looked up once per session, not per request
+            jt = self._template()
+            self._harmony = control_ids(self.tokenizer) if jt is not None and "<|channel|>" in jt.source else None
+        return self._harmony
 
     def tool_format(self) -> str:
         """"harmony" for gpt-oss (tools in the template, calls in the commentary channel);
