@@ -85,7 +85,7 @@ static void rase_qk_rope_store(rase_model *m, const rase_layer *L, int il, const
             if (L->k_norm && !L->qk_norm_full) rase_rmsnorm(khd, L->k_norm, khd, hd, hp->eps);
             if (cs) rase_rope(khd, cs, hp->n_rot, hp->rope_neox, m->isa);
             if (!hp->causal) continue;  // an encoder attends to the step's own f32 K/V (rase_attend_f32)
-            const int64_t slot = rase_kv_at(m->kv, il, hh, b->tables[e.seq * b->table_stride + e.pos / RASE_KV_BLOCK],
+            const int64_t slot = rase_kv_at(m->kv, L->kv_layer, hh, b->tables[e.seq * b->table_stride + e.pos / RASE_KV_BLOCK],
                                             e.pos % RASE_KV_BLOCK);
             rase_fp32_to_fp16_row(khd, m->kv->k + slot, hd, m->isa);
             rase_fp32_to_fp16_row(vh, m->kv->v + slot, hd, m->isa);
@@ -100,7 +100,7 @@ static rase_kv_view rase_row_view(const rase_model *m, const rase_layer *L, int 
     const rase_entry e = b->rows[t];
     *j0 = L->window > 0 && e.pos - L->window + 1 > 0 ? e.pos - L->window + 1 : 0;
     *j1 = e.pos + 1;
-    const int64_t koff = rase_kv_at(kv, il, kh, 0, 0);
+    const int64_t koff = rase_kv_at(kv, L->kv_layer, kh, 0, 0);
     const rase_kv_view view = {kv->k + koff, kv->v + koff, b->tables + e.seq * b->table_stride,
                                (int64_t)RASE_KV_BLOCK * kv->head_dim, kv->head_dim};
     return view;
@@ -224,11 +224,8 @@ static void rase_attention(rase_model *m, const rase_layer *L, int il, const ras
     }
 }
 
-// One layer; on entry h holds rase_prenorm(L->attn_norm, x) (1. attention norm: the previous
-// layer's last op, or rase_embed's); next: the layer after (its attention norm is this layer's
-// last op), or NULL.
-static void rase_layer_forward(rase_model *m, const rase_layer *L, const rase_layer *next, int il,
-                               const rase_batch *b, int ith, int nth) {
+// the attention block, h -> o: 2.-5. below
+static void rase_attention_block(rase_model *m, const rase_layer *L, int il, const rase_batch *b, int ith, int nth) {
     rase_scratch *s = m->s;
     const int T = b->n;
     int64_t lo, hi;
@@ -267,6 +264,50 @@ static void rase_layer_forward(rase_model *m, const rase_layer *L, const rase_la
         rase_sync(m, ith);
         RASE_PROF_ADD(m, ith, prof_matmul_ns);
     }
+}
+
+// LFM2's short convolution block, h -> o: b, c, x = in_proj(h); each row's gated convolution
+// (_conv.h) over its sequence's previous positions; out_proj. The state a row reads is the one
+// after its position - 1: in that position's block (none at position 0), and the row leaves its
+// own in its own block: in place within a block, and a block's state stays as it was at its end
+// once the sequence moves on (a checkpoint the prefix cache shares with the block's K/V). Threads
+// take channel ranges and every row in (sequence, position) order (s->order, rase_row_order).
+static void rase_shortconv(rase_model *m, const rase_layer *L, const rase_batch *b, int ith, int nth) {
+    rase_scratch *s = m->s;
+    const int T = b->n, d = m->w->hp.n_conv - 1;
+    const int64_t E = m->w->hp.n_embd;
+    {
+        RASE_PROF_START(m, ith);
+        rase_matmul(m, &L->conv_in, s->h, T, s->g, NULL, ith, nth);
+        rase_sync(m, ith);
+        RASE_PROF_ADD(m, ith, prof_matmul_ns);
+    }
+    int64_t c0, c1;
+    rase_split(E, ith, nth, &c0, &c1);
+    for (int i = 0; i < T; ++i) {
+        const int t = s->order[i];
+        const rase_entry e = b->rows[t];
+        const int32_t *table = b->tables + e.seq * b->table_stride;
+        const float *src = e.pos ? rase_state_at(m->kv, table[(e.pos - 1) / RASE_KV_BLOCK]) + L->state_off : NULL;
+        float *dst = rase_state_at(m->kv, table[e.pos / RASE_KV_BLOCK]) + L->state_off;
+        rase_shortconv_row(m->isa, d, s->g + t * 3 * E, E, L->conv_w, src, dst, s->att + t * E, c0, c1);
+    }
+    rase_sync(m, ith);
+    RASE_PROF_START(m, ith);
+    rase_matmul(m, &L->conv_out, s->att, T, s->o, NULL, ith, nth);
+    rase_sync(m, ith);
+    RASE_PROF_ADD(m, ith, prof_matmul_ns);
+}
+
+// One layer; on entry h holds rase_prenorm(L->attn_norm, x) (1. attention norm: the previous
+// layer's last op, or rase_embed's); next: the layer after (its attention norm is this layer's
+// last op), or NULL.
+static void rase_layer_forward(rase_model *m, const rase_layer *L, const rase_layer *next, int il,
+                               const rase_batch *b, int ith, int nth) {
+    rase_scratch *s = m->s;
+    const int T = b->n;
+    if (L->mixer == RASE_MIXER_SHORTCONV) rase_shortconv(m, L, b, ith, nth);
+    else rase_attention_block(m, L, il, b, ith, nth);
     // 6. (post-attention norm), residual, (FFN norm)
     rase_residual(m, L->post_attn_norm, L->post_attn_norm_b, 1, L->ffn_norm, T, ith, nth);
     // 7. gate and up over the same rows, then act(gate) * up on those rows; 8. down projection
@@ -289,6 +330,23 @@ static void rase_layer_forward(rase_model *m, const rase_layer *L, const rase_la
     }
     // 9. (post-FFN norm), residual, (the next layer's attention norm)
     rase_residual(m, L->post_ffn_norm, L->post_ffn_norm_b, next != NULL, next ? next->attn_norm : NULL, T, ith, nth);
+}
+
+// s->order = the step's rows by (sequence, position): a recurrent layer runs each sequence's
+// rows in position order whatever order the step lists them in. Insertion sort: a scheduler's
+// steps come in that order already (linear), and no sort state is shared between models.
+static void rase_row_order(rase_model *m, const rase_batch *b) {
+    int32_t *o = m->s->order;
+    for (int t = 0; t < b->n; ++t) {
+        const rase_entry e = b->rows[t];
+        int i = t;
+        for (; i > 0; --i) {
+            const rase_entry p = b->rows[o[i - 1]];
+            if (p.seq < e.seq || (p.seq == e.seq && p.pos < e.pos)) break;
+            o[i] = o[i - 1];
+        }
+        o[i] = t;
+    }
 }
 
 // embeddings, the first layer's attention norm and RoPE tables of this thread's rows, from
@@ -348,6 +406,7 @@ static void rase_step(rase_model *m, const rase_batch *b, const rase_sampler_ref
             m->barrier.count = 0;
             m->s->nonfinite = 0;
             for (int i = 0; i < nth; ++i) m->s->jobs[i].next = 0;
+            if (m->w->hp.state_floats) rase_row_order(m, b);
         }  // implicit barrier: every thread sees n
         for (int a = 0; a < 2 * ACT_COUNT; ++a) m->s->act_src[ith * 2 * ACT_COUNT + a] = NULL;
         rase_embed(m, b, ith, nth);

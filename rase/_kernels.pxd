@@ -99,6 +99,7 @@ cdef extern from "_sample.h" nogil:
 cdef extern from "_forward.h" nogil:
     int RASE_KV_BLOCK
     int RASE_GATING_SOFTMAX, RASE_GATING_SOFTMAX_WEIGHT
+    int RASE_MIXER_ATTENTION, RASE_MIXER_SHORTCONV
     ctypedef struct rase_mat:
         const uint8_t *data
         int type
@@ -133,6 +134,10 @@ cdef extern from "_forward.h" nogil:
         const float *exp_bgate
         const float *exp_bup
         const float *exp_bdown
+        int mixer, kv_layer
+        rase_mat conv_in, conv_out
+        const float *conv_w
+        int64_t state_off
     ctypedef struct rase_rope_params:
         float base, freq_scale, ext_factor, attn_factor
         float corr_dims[2]
@@ -145,6 +150,8 @@ cdef extern from "_forward.h" nogil:
         int n_expert, n_expert_used, n_ff_exp, expert_norm, expert_gating
         float swiglu_limit, swiglu_alpha
         rase_rope_params rope[2]
+        int n_conv, n_kv_layer
+        int64_t state_floats
     ctypedef struct rase_weights:
         rase_hparams hp
         rase_mat tok_embd, output, pos_embd
@@ -155,6 +162,7 @@ cdef extern from "_forward.h" nogil:
         rase_layer *layers
     ctypedef struct rase_kv_pool:
         int32_t n_blocks
+        int64_t state_floats
     ctypedef struct rase_scratch:
         int max_rows, n_threads, nonfinite
     ctypedef struct rase_entry:
@@ -220,6 +228,14 @@ cdef extern from "_forward.h" nogil:
                         int n_ctx_orig, const float *factors)
     void rase_rope_table(float *cs, int pos, int n_rot, const rase_rope_params *r)
     uint16_t *rase_gelu_table_new()
+
+cdef extern from "_conv.h" nogil:
+    ctypedef void (*rase_conv_fn)(int d, const float *x, int64_t E, const float *w, const float *src, float *dst,
+                                  float *y, int64_t c0, int64_t c1)
+    rase_conv_fn RASE_CONV[3]
+    int RASE_CONV_MAX
+    void rase_shortconv_row(int isa, int d, const float *bcx, int64_t E, const float *w, const float *src,
+                            float *dst, float *y, int64_t c0, int64_t c1)
 
 cdef extern from "_simd.h" nogil:
     """

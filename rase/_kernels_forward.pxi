@@ -68,7 +68,9 @@ cdef class Forward:
         return self.s.nonfinite == 0
 
     def copy_rows(self, int src, int dst, int n):
-        """Positions [0, n) of pool block src copied to block dst (every layer, K and V)."""
+        """Positions [0, n) of pool block src copied to block dst (every attention layer, K and
+        V) with the block's recurrent state, which is the one after src's last computed position:
+        in a hybrid model n must be that position + 1 (the caller's to know)."""
         if not (0 <= src < self.kv.n_blocks and 0 <= dst < self.kv.n_blocks and src != dst):
             raise ValueError(f"blocks {src} -> {dst} outside the pool of {self.kv.n_blocks} or equal")
         if not 0 < n <= RASE_KV_BLOCK:
@@ -241,6 +243,12 @@ cdef class Forward:
         blocks = t[used]
         if blocks.size and (blocks.min() < 0 or blocks.max() >= self.kv.n_blocks):
             raise ValueError(f"block id outside the pool of {self.kv.n_blocks} blocks")
+        if self.kv.state_floats:  # a recurrent layer reads the state position pos - 1 left
+            order = _np.lexsort((pos, seq))
+            ss, ps = seq[order], pos[order]
+            if _np.any((ss[1:] == ss[:-1]) & (ps[1:] != ps[:-1] + 1)):
+                raise ValueError("a recurrent model's sequence advances without gaps: its rows in a step are "
+                                 "consecutive positions")
         o = _np.asarray(out_rows)
         if o.size and (o.min() < 0 or o.max() >= n):
             raise ValueError(f"out_rows must index the {n} rows")

@@ -108,6 +108,54 @@ def swiglu_oai(const float[::1] g, const float[::1] u, float alpha, float limit)
     return out
 
 
+def shortconv(const float[:, ::1] bcx, const float[:, ::1] w, state=None, isa=None, int c0=0, c1=None):
+    """LFM2's gated short convolution over the rows of bcx (T, 3 E) = (b, c, x), one sequence's
+    next T positions in order, channels [c0, c1): taps w (L, E) tap-major; state (L - 1, E)
+    float32, the inputs before the first row (None: position 0, zeros). Returns (y (T, E), the
+    state after the last row); channels outside [c0, c1) are 0 in both."""
+    cdef int T = bcx.shape[0], L = w.shape[0], t
+    cdef int64_t E = w.shape[1], lo = c0, hi = E if c1 is None else c1
+    cdef int path = rase_isa if isa is None else _isa_id(isa)
+    if bcx.shape[1] != 3 * E or not 2 <= L <= RASE_CONV_MAX or not 0 <= lo <= hi <= E:
+        raise ValueError(f"bcx must be (T, 3 E) and w (L, E) with 2 <= L <= {RASE_CONV_MAX}; 0 <= c0 <= c1 <= E")
+    st = _np.zeros((L - 1, E), _np.float32)
+    if state is not None:
+        given = _np.ascontiguousarray(state, dtype=_np.float32)
+        if given.shape != st.shape:
+            raise ValueError(f"state must be ({L - 1}, {E})")
+        st[:, lo:hi] = given[:, lo:hi]
+    y = _np.zeros((T, E), _np.float32)
+    cdef float[:, ::1] sv = st, yv = y
+    cdef const float *src = &sv[0, 0] if state is not None else NULL
+    with nogil:
+        for t in range(T):
+            rase_shortconv_row(path, L - 1, &bcx[t, 0], E, &w[0, 0], src, &sv[0, 0], &yv[t, 0], lo, hi)
+            src = &sv[0, 0]
+    return y, st
+
+
+def causal_conv(const float[:, ::1] x, const float[:, ::1] w, state=None, isa=None):
+    """The recurrent layers' depthwise causal convolution (rase/_conv.h) over the rows of x
+    (T, E), one sequence's next T positions in order: taps w (L, E) tap-major, state (L - 1, E)
+    the inputs before the first row (None: zeros). Returns (y (T, E), the state after)."""
+    cdef int T = x.shape[0], L = w.shape[0], t
+    cdef int64_t E = w.shape[1]
+    cdef int path = rase_isa if isa is None else _isa_id(isa)
+    if x.shape[1] != E or not 2 <= L <= RASE_CONV_MAX:
+        raise ValueError(f"x must be (T, E) and w (L, E) with 2 <= L <= {RASE_CONV_MAX}")
+    st = _np.zeros((L - 1, E), _np.float32) if state is None else _np.array(state, dtype=_np.float32, order="C")
+    if st.shape != (L - 1, E):
+        raise ValueError(f"state must be ({L - 1}, {E})")
+    y = _np.zeros((T, E), _np.float32)
+    cdef float[:, ::1] sv = st, yv = y
+    cdef const float *src = &sv[0, 0] if state is not None else NULL
+    with nogil:
+        for t in range(T):
+            RASE_CONV[path](L - 1, &x[t, 0], E, &w[0, 0], src, &sv[0, 0], &yv[t, 0], 0, E)
+            src = &sv[0, 0]
+    return y, st
+
+
 def gate(const float[::1] g, const float[::1] u, bint gelu, isa=None):
     """act(g) * u (SiLU, or GELU through llama.cpp's f16 table), as the FFN computes it."""
     if g.shape[0] != u.shape[0]:

@@ -13,6 +13,8 @@ _FFN_MATS = ("wgate", "wup", "wdown")
 _VECS = ("attn_norm", "ffn_norm", "q_norm", "k_norm", "post_attn_norm", "post_ffn_norm", "bq", "bk", "bv", "bo",
          "post_attn_norm_b", "post_ffn_norm_b", "bgate", "bup", "bdown", "sinks")
 _GATINGS = {"softmax": RASE_GATING_SOFTMAX, "softmax_weight": RASE_GATING_SOFTMAX_WEIGHT}
+_MIXERS = {"attention": RASE_MIXER_ATTENTION, "shortconv": RASE_MIXER_SHORTCONV}
+_ATTN_MATS = ("wq", "wk", "wv", "wo")
 _ROWS_READ = ("token_embd", "position_embd")  # read a row at a time: never repacked, not streamed
 
 
@@ -62,6 +64,9 @@ cdef class Weights:
             raise ValueError(f"expert gating {layout.expert_gating!r}, one of {sorted(_GATINGS)} expected")
         h.expert_gating = _GATINGS[layout.expert_gating]
         h.swiglu_limit, h.swiglu_alpha = layout.swiglu_limit, layout.swiglu_alpha
+        h.n_conv = layout.n_conv
+        if h.n_conv and not 2 <= h.n_conv <= RASE_CONV_MAX:
+            raise ValueError(f"short convolutions of {h.n_conv} taps; 2..{RASE_CONV_MAX} supported")
         if h.n_expert and not 0 < h.n_expert_used <= h.n_expert <= 256 or h.n_expert < 0 or \
                 (h.n_expert and h.n_ff_exp <= 0) or h.attn_softcap < 0 or h.final_softcap < 0:
             raise ValueError("invalid expert or soft-capping hyper-parameters")
@@ -99,6 +104,7 @@ cdef class Weights:
             self.experts = <rase_mat *>calloc(h.n_layer * 3 * h.n_expert, sizeof(rase_mat))
             if self.experts == NULL:
                 raise MemoryError()
+        h.n_kv_layer, h.state_floats = 0, 0
         for il, spec in enumerate(layers):
             self._layer(&self.layers[il], il, spec)
         if rase_weights_init(&self.w) != 0:
@@ -122,9 +128,18 @@ cdef class Weights:
         vecs[:] = [&L.attn_norm, &L.ffn_norm, &L.q_norm, &L.k_norm, &L.post_attn_norm, &L.post_ffn_norm,
                    &L.bq, &L.bk, &L.bv, &L.bo, &L.post_attn_norm_b, &L.post_ffn_norm_b, &L.bgate, &L.bup, &L.bdown, &L.sinks]
         experts = spec.experts
+        if spec.mixer not in _MIXERS:
+            raise ValueError(f"layer {il}: token mixer {spec.mixer!r}, one of {sorted(_MIXERS)} expected")
+        L.mixer, L.kv_layer = _MIXERS[spec.mixer], -1
+        if L.mixer == RASE_MIXER_SHORTCONV:
+            self._shortconv(L, il, spec)
+        else:
+            L.kv_layer, h.n_kv_layer = h.n_kv_layer, h.n_kv_layer + 1
         for j, name in enumerate(_MATS):
             if name == "wgate" and experts is None and spec.wgate is None:
                 continue  # an FFN without a gate (bert): up, act, down
+            if name in _ATTN_MATS and L.mixer != RASE_MIXER_ATTENTION:
+                continue
             if experts is None or name not in _FFN_MATS:  # a MoE layer's FFN is its experts
                 self._mat(mats[j], getattr(spec, name), shapes[name][0], shapes[name][1], f"blk.{il}.{name}")
         if experts is not None:
@@ -140,6 +155,19 @@ cdef class Weights:
         L.window, L.rope_slot = spec.window, spec.rope_slot
         if L.rope_slot not in (-1, 0, 1) or (L.rope_slot == 1 and h.rope[1].base <= 0) or L.window < 0:
             raise ValueError(f"layer {il}: bad window/rope slot")
+        return 0
+
+    cdef int _shortconv(self, rase_layer *L, int il, object spec) except -1:
+        """LFM2's conv block: in/out projections, the taps (n_conv, n_embd) tap-major, and this
+        layer's (n_conv - 1, n_embd) share of a block's state."""
+        cdef rase_hparams *h = &self.w.hp
+        if not h.n_conv:
+            raise ValueError(f"layer {il}: a short convolution in a model without n_conv")
+        self._mat(&L.conv_in, spec.conv_in, 3 * h.n_embd, h.n_embd, f"blk.{il}.shortconv.in_proj")
+        self._mat(&L.conv_out, spec.conv_out, h.n_embd, h.n_embd, f"blk.{il}.shortconv.out_proj")
+        L.conv_w = self._vec(_np.asarray(spec.conv_w).reshape(-1), h.n_conv * h.n_embd, f"blk.{il}.shortconv.conv")
+        L.state_off = h.state_floats
+        h.state_floats += (h.n_conv - 1) * h.n_embd
         return 0
 
     cdef int _rope(self, rase_rope_params *out, object r, int slot) except -1:
@@ -252,8 +280,15 @@ cdef class Weights:
 
     @property
     def kv_bytes_per_token(self):
-        """f16 K and V of one position, all layers."""
-        return 2 * 2 * self.w.hp.n_layer * self.w.hp.n_head_kv * self.w.hp.head_dim
+        """f16 K and V of one position, every attention layer, and a block's recurrent state
+        spread over its positions (rounded up)."""
+        state = -(-self.w.hp.state_floats * 4 // RASE_KV_BLOCK)
+        return 2 * 2 * self.w.hp.n_kv_layer * self.w.hp.n_head_kv * self.w.hp.head_dim + state
+
+    @property
+    def state_bytes_per_block(self):
+        """f32 recurrent state one KV block carries (the short-convolution layers'); 0 without."""
+        return self.w.hp.state_floats * 4
 
 
 SAMPLE_INVALID = RASE_SAMPLE_INVALID  # sample()/step() token: the logits are not finite

@@ -11,6 +11,7 @@
 #include "_attention.h"
 #include "_sample.h"
 #include "_ops.h"
+#include "_conv.h"
 
 typedef struct {
     const uint8_t *data;  // the plain ggml rows (the mmap)
@@ -40,7 +41,15 @@ typedef struct {
     const rase_mat *exp_gate, *exp_up, *exp_down;
     const float *gate_inp_b;                     // (n_expert,) router bias or NULL (gpt-oss)
     const float *exp_bgate, *exp_bup, *exp_bdown;  // (n_expert, rows) expert biases or NULL
+    // the token mixer: attention (K/V in pool layer kv_layer), or LFM2's short convolution
+    int mixer;                   // RASE_MIXER_*
+    int kv_layer;                // attention: this layer's index in the KV pool; -1 otherwise
+    rase_mat conv_in, conv_out;  // shortconv: (3 n_embd, n_embd) -> b, c, x; (n_embd, n_embd)
+    const float *conv_w;         // (n_conv, n_embd) taps, tap-major (_conv.h)
+    int64_t state_off;           // floats into a block's state where this layer's (n_conv - 1, n_embd) begins
 } rase_layer;
+
+enum { RASE_MIXER_ATTENTION, RASE_MIXER_SHORTCONV };
 
 enum {  // how a MoE layer weighs its chosen experts (llama.cpp's expert_gating_func)
     RASE_GATING_SOFTMAX,         // softmax over all router logits; the top k probabilities
@@ -70,6 +79,9 @@ typedef struct {
     int expert_gating;  // RASE_GATING_*
     float swiglu_limit, swiglu_alpha;  // limit > 0: experts' act is gpt-oss's (rase_swiglu_oai)
     rase_rope_params rope[2];  // rope[1] unused when its base is 0
+    int n_conv;            // taps of the short-convolution layers (LFM2's l_cache), 0 without
+    int n_kv_layer;        // layers with K/V in the pool (the attention layers)
+    int64_t state_floats;  // floats of recurrent state one KV block carries (every recurrent layer's)
 } rase_hparams;
 
 typedef struct {  // read-only during a forward
@@ -88,20 +100,25 @@ typedef struct {
     // head's rows of a layer are contiguous block after block, so a sequence whose blocks were
     // taken in order reads each head's K and V as one stream
     uint16_t *k, *v;
-    int32_t n_blocks, n_layer, n_head_kv, head_dim;
+    int32_t n_blocks, n_layer, n_head_kv, head_dim;  // n_layer: the attention layers
+    // (n_blocks, state_floats) f32: each block's recurrent state after its last computed position,
+    // so a full block's is the checkpoint at its end, shared with the prefix cache like its K/V
+    float *state;
+    int64_t state_floats;
 } rase_kv_pool;
 
 typedef struct {
     int max_rows, n_threads, n_ctx;
     float *x, *h, *o;      // (max_rows, n_embd)
-    float *q, *att;        // (max_rows, n_head * head_dim)
+    float *q, *att;        // (max_rows, n_head * head_dim); att at least n_embd wide (a conv's output)
     float *k, *v;          // (max_rows, n_head_kv * head_dim)
-    float *g, *u;          // (max_rows, n_ff)
+    float *g, *u;          // (max_rows, n_ff); g at least 3 n_embd wide in a model with conv layers
     float *router;         // (max_rows, n_expert) router logits, then probabilities
     int32_t *sel, *pair;   // (max_rows, n_expert_used): chosen experts; their pair slot
     float *wsel;           // (max_rows, n_expert_used): their weights
     int32_t *ptok;         // (max_rows * n_expert_used,): the token of each pair slot
     int32_t *seg, *cursor; // (n_expert + 1,), (n_expert,): expert e's pairs are slots [seg[e], seg[e+1])
+    int32_t *order;        // (max_rows,): the step's rows by (sequence, position), for recurrent layers
     float *pg, *pu, *pd;   // (max_rows * n_expert_used, n_ff_exp | n_ff_exp | n_embd): per pair
     uint8_t *pact;         // (2, max_rows * n_expert_used, act_stride): quantized pair inputs
     float *rope;           // (2, max_rows, n_rot / 2, 2): cos, sin per row and rope slot
@@ -178,31 +195,41 @@ static int rase_weights_init(rase_weights *w) {
 static void rase_kv_pool_free(rase_kv_pool *kv) {
     free(kv->k);
     free(kv->v);
+    free(kv->state);
     kv->k = kv->v = NULL;
+    kv->state = NULL;
 }
 
 // 0 on success, -1 when out of memory
 static int rase_kv_pool_alloc(rase_kv_pool *kv, const rase_hparams *hp, int32_t n_blocks) {
     kv->n_blocks = n_blocks;
-    kv->n_layer = hp->n_layer;
+    kv->n_layer = hp->n_kv_layer;
     kv->n_head_kv = hp->n_head_kv;
     kv->head_dim = hp->head_dim;
-    const size_t bytes = (size_t)n_blocks * hp->n_layer * hp->n_head_kv * RASE_KV_BLOCK * hp->head_dim * sizeof(uint16_t);
+    kv->state_floats = hp->state_floats;
+    const size_t bytes = (size_t)n_blocks * hp->n_kv_layer * hp->n_head_kv * RASE_KV_BLOCK * hp->head_dim * sizeof(uint16_t);
     kv->k = rase_alloc(bytes);  // never written here: pages are touched as positions fill
     kv->v = rase_alloc(bytes);
-    if (!kv->k || !kv->v) { rase_kv_pool_free(kv); return -1; }
+    kv->state = hp->state_floats ? rase_alloc((size_t)n_blocks * hp->state_floats * sizeof(float)) : NULL;
+    if (!kv->k || !kv->v || (hp->state_floats && !kv->state)) { rase_kv_pool_free(kv); return -1; }
     return 0;
 }
 
 // pool offset (elements) of row `row` of block `blk`, layer il, KV head h
+// block blk's recurrent state (state_floats floats)
+static inline float *rase_state_at(const rase_kv_pool *kv, int64_t blk) { return kv->state + blk * kv->state_floats; }
+
 static inline int64_t rase_kv_at(const rase_kv_pool *kv, int il, int h, int64_t blk, int row) {
     return ((((int64_t)il * kv->n_head_kv + h) * kv->n_blocks + blk) * RASE_KV_BLOCK + row) * kv->head_dim;
 }
 
-// rows [0, n) of block src copied into block dst, every layer, K and V (a cached block's
-// leading positions reused by a sequence that shares only them)
+// rows [0, n) of block src copied into block dst, every attention layer, K and V, and the block's
+// recurrent state (a cached block's leading positions reused by a sequence that shares only
+// them; with recurrent state, n must be the positions src holds: its state is the one after them)
 static void rase_kv_copy_rows(rase_kv_pool *kv, int32_t src, int32_t dst, int n) {
     const size_t bytes = (size_t)n * kv->head_dim * sizeof(uint16_t);
+    if (kv->state_floats)
+        memcpy(rase_state_at(kv, dst), rase_state_at(kv, src), (size_t)kv->state_floats * sizeof(float));
     for (int il = 0; il < kv->n_layer; ++il)
         for (int h = 0; h < kv->n_head_kv; ++h) {
             const int64_t s = rase_kv_at(kv, il, h, src, 0), d = rase_kv_at(kv, il, h, dst, 0);
@@ -214,7 +241,7 @@ static void rase_kv_copy_rows(rase_kv_pool *kv, int32_t src, int32_t dst, int n)
 static void rase_scratch_free(rase_scratch *s) {
     void *bufs[] = {s->x, s->h, s->o, s->q, s->att, s->k, s->v, s->g, s->u, s->rope, s->scores, s->shared,
                     s->act, s->act_rows, (void *)s->act_src, s->router, s->sel, s->pair, s->wsel,
-                    s->ptok, s->seg, s->cursor, s->pg, s->pu, s->pd, s->pact, s->jobs, s->work};
+                    s->ptok, s->seg, s->cursor, s->pg, s->pu, s->pd, s->pact, s->jobs, s->work, s->order};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); ++i) free(bufs[i]);
     memset(s, 0, sizeof(*s));
 }
@@ -228,6 +255,8 @@ static int rase_scratch_alloc(rase_scratch *s, const rase_hparams *hp, int max_r
     const int64_t B = max_rows, nq = (int64_t)hp->n_head * hp->head_dim;
     const int64_t nkv = (int64_t)hp->n_head_kv * hp->head_dim;
     int64_t max_cols = hp->n_embd;
+    const int64_t ng = hp->n_conv && 3 * hp->n_embd > hp->n_ff ? 3 * hp->n_embd : hp->n_ff;  // g: FFN gate, conv b/c/x
+    const int64_t natt = nq > hp->n_embd ? nq : hp->n_embd;                                 // att: heads, conv output
     if (nq > max_cols) max_cols = nq;
     if (hp->n_ff > max_cols) max_cols = hp->n_ff;
     if (hp->n_ff_exp > max_cols) max_cols = hp->n_ff_exp;
@@ -236,10 +265,10 @@ static int rase_scratch_alloc(rase_scratch *s, const rase_hparams *hp, int max_r
     s->h = rase_alloc(B * hp->n_embd * 4);
     s->o = rase_alloc(B * hp->n_embd * 4);
     s->q = rase_alloc(B * nq * 4);
-    s->att = rase_alloc(B * nq * 4);
+    s->att = rase_alloc(B * natt * 4);
     s->k = rase_alloc(B * nkv * 4);
     s->v = rase_alloc(B * nkv * 4);
-    s->g = rase_alloc(B * hp->n_ff * 4);
+    s->g = rase_alloc(B * ng * 4);
     s->u = rase_alloc(B * hp->n_ff * 4);
     s->rope = rase_alloc(2 * B * (hp->n_rot / 2) * 2 * 4);
     s->attn_stride = rase_attend_scratch(hp->n_ctx, hp->head_dim);
@@ -249,6 +278,7 @@ static int rase_scratch_alloc(rase_scratch *s, const rase_hparams *hp, int max_r
     s->act_rows = rase_alloc((size_t)ACT_COUNT * B * s->act_stride);
     s->act_src = rase_alloc((size_t)n_threads * 2 * ACT_COUNT * sizeof(float *));
     s->jobs = rase_alloc((size_t)n_threads * sizeof(rase_job_slot));
+    s->order = rase_alloc((size_t)B * sizeof(int32_t));
     s->work_stride = (RASE_CHUNK_ROWS * max_cols + 15) / 16 * 16;  // pages touched only by a GEMM that uses them
     s->work = rase_alloc((size_t)n_threads * s->work_stride * sizeof(float));
     if (hp->n_expert > 0) {
@@ -271,7 +301,7 @@ static int rase_scratch_alloc(rase_scratch *s, const rase_hparams *hp, int max_r
         }
     }
     if (!s->x || !s->h || !s->o || !s->q || !s->att || !s->k || !s->v || !s->g || !s->u || !s->rope ||
-        !s->scores || !s->shared || !s->act || !s->act_rows || !s->act_src || !s->jobs || !s->work) {
+        !s->scores || !s->shared || !s->act || !s->act_rows || !s->act_src || !s->jobs || !s->work || !s->order) {
         rase_scratch_free(s);
         return -1;
     }

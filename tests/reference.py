@@ -157,6 +157,35 @@ def _softmax(x: np.ndarray) -> np.ndarray:
     return p / p.sum(axis=-1, keepdims=True)
 
 
+def fma32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """fmaf: the f32 product is exact in f64, so one f64 add and one rounding to f32 (a double
+    rounding that differs from a fused one only when the f64 sum lands exactly on an f32 tie)."""
+    return (a.astype(np.float64) * b + c).astype(np.float32)
+
+
+def causal_conv(x: np.ndarray, w: np.ndarray, state: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """ggml_ssm_conv over one sequence's rows x (T, E) with taps w (L, E): each position's window
+    is the L - 1 previous inputs (state first, zeros at position 0) and its own, summed tap by tap
+    as an FMA chain from 0. Returns y (T, E) and the last L - 1 inputs (the state after)."""
+    L, E = w.shape
+    hist = np.concatenate([np.zeros((L - 1, E), np.float32) if state is None else state, x]).astype(np.float32)
+    y = np.empty(x.shape, np.float32)
+    for t in range(x.shape[0]):
+        acc = np.zeros(E, np.float32)
+        for k in range(L):
+            acc = fma32(hist[t + k], w[k], acc)
+        y[t] = acc
+    return y, hist[-(L - 1):]
+
+
+def shortconv(bcx: np.ndarray, w: np.ndarray, state: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """LFM2's gated short convolution (ggml_mul, ggml_ssm_conv, ggml_mul) over one sequence's rows
+    bcx (T, 3E) = b, c, x: y = c * conv(b * x). Returns y (T, E) and the state after."""
+    E = w.shape[1]
+    y, after = causal_conv(bcx[:, :E] * bcx[:, 2 * E:], w, state)
+    return bcx[:, E:2 * E] * y, after
+
+
 def swiglu_oai(g: np.ndarray, u: np.ndarray, alpha: float, limit: float) -> np.ndarray:
     x, y = np.minimum(g, limit), np.clip(u, -limit, limit)
     return x / (1.0 + np.exp(-alpha * x)) * (y + 1.0)

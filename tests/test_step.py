@@ -118,7 +118,7 @@ def test_sampling_inside_the_step_equals_sampling_alone(tiny_models):
 @pytest.mark.parametrize("name", ["qwen2-tiny-q4_k_m", "gemma2-tiny-q8_0", "qwen3moe-tiny-q4_k_m",
                                   "olmoe-tiny-q8_0", "llama-moe-tiny-q4_k_m", "llama3-tiny-q4_k_m",
                                   "llama-yarn-tiny-q8_0", "phi3-longrope-tiny-q4_k_m", "smollm3-tiny-q8_0",
-                                  "granite-tiny-q4_k_m", "gpt-oss-tiny-mxfp4"])
+                                  "granite-tiny-q4_k_m", "gpt-oss-tiny-mxfp4", "lfm2-tiny-q4_k_m", "lfm2-tiny-q8_0"])
 def test_llamacpp_quantized_architectures_batched_equal_alone(name):
     """Files made by llama.cpp's quantizer, dense and MoE (tests/fixtures/archs): a sequence's
     logits in mixed steps, at 1 and 2 threads, equal it fed alone; in a MoE layer the other rows

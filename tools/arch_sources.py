@@ -141,13 +141,14 @@ def bpe_tokenizer(s: Source) -> None:
     s.w.add_add_bos_token(False)
 
 
-def decoder_hparams(s: Source, n_layer: int = 2, base: float = 10000.0, eps: float = 1e-5, n_rot: int = HD) -> None:
+def decoder_hparams(s: Source, n_layer: int = 2, base: float = 10000.0, eps: float = 1e-5, n_rot: int = HD,
+                    kv: int | list[int] = KV) -> None:
     s.w.add_context_length(CTX)
     s.w.add_embedding_length(D)
     s.w.add_block_count(n_layer)
     s.w.add_feed_forward_length(F)
     s.w.add_head_count(H)
-    s.w.add_head_count_kv(KV)
+    s.w.add_head_count_kv(kv)
     s.w.add_rope_dimension_count(n_rot)
     s.w.add_rope_freq_base(base)
     s.w.add_layer_norm_rms_eps(eps)
@@ -325,6 +326,46 @@ def gpt_oss(path: Path, neutral) -> None:
     s.close()
 
 
+LFM2_KV = (0, 0, KV, 0)  # KV heads per layer: layer 2 attends, the others convolve
+LFM2_TAPS = 3
+
+
+def lfm2(path: Path, neutral: bool) -> None:
+    """LFM2's layout (convert_hf_to_gguf's LFM2Model): head_count_kv per layer (0: a short gated
+    convolution, shortconv.{in_proj,conv,out_proj}), per-head Q/K norms in the attention layer, the
+    final norm as token_embd_norm, the output tied to the embeddings. The taps are N(0, 1), so the
+    previous positions weigh as much as the current one. neutral: the taps of the previous
+    positions are 0 (the convolution sees only its own position: no state)."""
+    s = Source(path, "lfm2", "tiny-lfm2")
+    decoder_hparams(s, len(LFM2_KV), 1e6, kv=list(LFM2_KV))
+    s.key("shortconv.l_cache", LFM2_TAPS)
+    bpe_tokenizer(s)
+    s.embedding("token_embd.weight", 512, 0.25, control_rows=(0, 1, 2))
+    s.vec("token_embd_norm.weight", D)
+    for i, kv in enumerate(LFM2_KV):
+        p = f"blk.{i}."
+        s.vec(p + "attn_norm.weight", D)
+        if kv:
+            s.mat(p + "attn_q.weight", H * HD, D)
+            s.mat(p + "attn_k.weight", KV * HD, D)
+            s.mat(p + "attn_v.weight", KV * HD, D)
+            s.vec(p + "attn_q_norm.weight", HD)
+            s.vec(p + "attn_k_norm.weight", HD)
+            s.mat(p + "attn_output.weight", D, H * HD)
+        else:
+            s.mat(p + "shortconv.in_proj.weight", 3 * D, D, 2.0)
+            taps = s.rng.standard_normal((D, LFM2_TAPS)).astype(np.float32)
+            if neutral:
+                taps[:, :-1] = 0.0
+            s.raw(p + "shortconv.conv.weight", taps)
+            s.mat(p + "shortconv.out_proj.weight", D, D)
+        s.vec(p + "ffn_norm.weight", D)
+        s.mat(p + "ffn_gate.weight", F, D)
+        s.mat(p + "ffn_up.weight", F, D)
+        s.mat(p + "ffn_down.weight", D, F)
+    s.close()
+
+
 def _encoder(path: Path, arch: str, name: str, neutral: bool, nomic: bool) -> None:
     texts = encoder_texts()
     s = Source(path, arch, name)
@@ -399,7 +440,7 @@ FAMILIES = {
     "llama-linear-tiny": (llama_linear, "decoder"), "phi3-longrope-tiny": (phi3_longrope, "decoder"),
     "smollm3-tiny": (smollm3, "decoder"), "granite-tiny": (granite, "decoder"),
     "bert-tiny": (bert, "encoder"), "nomic-bert-tiny": (nomic_bert, "encoder"),
-    "gpt-oss-tiny": (gpt_oss, "decoder"),
+    "gpt-oss-tiny": (gpt_oss, "decoder"), "lfm2-tiny": (lfm2, "decoder"),
 }
 # families whose features are neutralized one at a time (binds.json keeps one record each)
 FEATURES = {"gpt-oss-tiny": ("sinks", "swa")}

@@ -65,6 +65,7 @@ class LayerSpec:
                                # or of the sum after it when ModelSpec.norm_after_add (bert)
     window: int = 0            # sliding-window length; 0 = full causal attention
     rope_slot: int = 0         # index into ModelSpec.rope; -1: no RoPE (SmolLM3's NoPE layers)
+    mixer: str = "attention"   # the token mixer: "attention", or "shortconv" (LFM2's gated convolution)
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,8 @@ class ModelSpec:
     ffn_norm: str = "ffn_norm.weight"  # the FFN's pre-norm tensor under blk.{i}. (gpt-oss: post_attention_norm)
     sinks: bool = False        # attn_sinks: a learned logit per head in the softmax's denominator (gpt-oss)
     expert_biases: bool = False  # the router's and the experts' biases (gpt-oss); elsewhere refused, as llama.cpp
+    n_conv: int = 0            # taps of the short-convolution layers (LFM2's shortconv.l_cache)
+    output_norm: str = "output_norm.weight"  # the final norm's tensor (LFM2: token_embd_norm.weight)
 
     def __post_init__(self) -> None:
         if self.attn_softcap and not self.attn_prescale:  # the kernel caps scores scaled by 1
@@ -121,10 +124,10 @@ class Experts:
 
 @dataclass(frozen=True)
 class LayerLayout:
-    wq: Matrix
-    wk: Matrix
-    wv: Matrix
-    wo: Matrix
+    wq: Matrix | None          # None in a layer whose mixer is not attention
+    wk: Matrix | None
+    wv: Matrix | None
+    wo: Matrix | None
     wgate: Matrix | None       # None in a MoE layer
     wup: Matrix | None
     wdown: Matrix | None
@@ -148,6 +151,10 @@ class LayerLayout:
     experts: Experts | None = None
     window: int = 0
     rope_slot: int = 0
+    mixer: str = "attention"
+    conv_in: Matrix | None = None   # shortconv: (3 n_embd, n_embd): b, c, x
+    conv_out: Matrix | None = None  # (n_embd, n_embd)
+    conv_w: np.ndarray | None = None  # (n_conv, n_embd) float32 taps, tap-major
 
 
 @dataclass(frozen=True)
@@ -191,6 +198,7 @@ class ForwardLayout:
     expert_gating: str = "softmax"
     swiglu_limit: float = 0.0
     swiglu_alpha: float = 0.0
+    n_conv: int = 0
 
 
 # plan field -> GGUF tensor name under blk.{i}.
@@ -235,6 +243,17 @@ def _eps(g: GGUFFile) -> float:
     return _required(g, "attention.layer_norm_rms_epsilon")
 
 
+def _head_count_kv(g: GGUFFile, n_head: int) -> int:
+    """KV heads; a per-layer array (LFM2: 0 where a layer has no attention) gives its largest."""
+    value = g.arch_get("attention.head_count_kv", n_head)
+    if isinstance(value, (list, np.ndarray)):
+        counts = np.asarray(value)
+        if counts.ndim != 1 or not counts.size or counts.dtype.kind not in "iu" or counts.min() < 0:
+            raise CorruptModelFile(g.path, f"{g.architecture}.attention.head_count_kv is not a list of counts")
+        return int(counts.max())
+    return int(value)
+
+
 def read_hparams(g: GGUFFile) -> HParams:
     n_embd, n_head = int(_required(g, "embedding_length")), int(_required(g, "attention.head_count"))
     head_dim = int(g.arch_get("attention.key_length", n_embd // max(n_head, 1)))
@@ -249,7 +268,7 @@ def read_hparams(g: GGUFFile) -> HParams:
     n_ctx_train = int(_required(g, "context_length"))
     hp = HParams(
         n_layer=int(_required(g, "block_count")), n_embd=n_embd, n_head=n_head,
-        n_head_kv=int(g.arch_get("attention.head_count_kv", n_head)), head_dim=head_dim,
+        n_head_kv=_head_count_kv(g, n_head), head_dim=head_dim,
         n_ff=int(_required(g, "feed_forward_length")),
         n_vocab=int(g.tensor("token_embd.weight").ne[1]),
         context_length=n_ctx_train,
@@ -351,6 +370,27 @@ def _attention_parts(ts: _Tensors, il: int, hp: HParams, ls: LayerSpec, spec: Mo
     return parts
 
 
+SHORTCONV = {"conv_in": "shortconv.in_proj.weight", "conv_out": "shortconv.out_proj.weight",
+             "conv_w": "shortconv.conv.weight"}
+
+
+def _shortconv_parts(ts: _Tensors, il: int, hp: HParams, ls: LayerSpec, spec: ModelSpec) -> dict:
+    """LFM2's convolution block: its projections and the taps ({n_conv, n_embd} in ggml's
+    order: each channel's taps contiguous), transposed to tap-major for the kernel."""
+    blk = f"blk.{il}."
+    taps = ts.vector(blk + SHORTCONV["conv_w"])
+    if taps.size != spec.n_conv * hp.n_embd:
+        raise CorruptModelFile(ts.g.path, f"{blk}shortconv.conv has {taps.size} values, "
+                               f"{spec.n_conv} x {hp.n_embd} expected")
+    conv_w = np.ascontiguousarray(taps.reshape(hp.n_embd, spec.n_conv).T)
+    return dict(wq=None, wk=None, wv=None, wo=None, attn_norm=ts.vector(blk + LAYER_TENSORS["attn_norm"]),
+                conv_in=_matrix(ts.take(blk + SHORTCONV["conv_in"])),
+                conv_out=_matrix(ts.take(blk + SHORTCONV["conv_out"])), conv_w=conv_w)
+
+
+MIXER_PARTS = {"attention": _attention_parts, "shortconv": _shortconv_parts}
+
+
 def _ffn_parts(ts: _Tensors, il: int, hp: HParams, ls: LayerSpec, spec: ModelSpec) -> dict:
     blk = f"blk.{il}."
     parts: dict = {"wgate": None, "wup": None, "wdown": None}
@@ -437,9 +477,10 @@ def build_layout(g: GGUFFile, hp: HParams, spec: ModelSpec, n_ctx: int) -> Forwa
     extra = _encoder_parts(ts) if spec.encoder else {}
     layers = []
     for il, ls in enumerate(spec.layers):
-        parts = {**_attention_parts(ts, il, hp, ls, spec), **_ffn_parts(ts, il, hp, ls, spec)}
-        layers.append(LayerLayout(**parts, qk_norm_full=ls.qk_norm_full, window=ls.window, rope_slot=ls.rope_slot))
-    output_norm = None if spec.encoder else ts.vector("output_norm.weight")
+        parts = {**MIXER_PARTS[ls.mixer](ts, il, hp, ls, spec), **_ffn_parts(ts, il, hp, ls, spec)}
+        layers.append(LayerLayout(**parts, qk_norm_full=ls.qk_norm_full, window=ls.window, rope_slot=ls.rope_slot,
+                                  mixer=ls.mixer))
+    output_norm = None if spec.encoder else ts.vector(spec.output_norm)
     _refuse_unused(g, ts)
     return ForwardLayout(
         n_layer=hp.n_layer, n_embd=hp.n_embd, n_head=hp.n_head, n_head_kv=hp.n_head_kv,
@@ -452,5 +493,5 @@ def build_layout(g: GGUFFile, hp: HParams, spec: ModelSpec, n_ctx: int) -> Forwa
         causal=spec.causal, n_expert=hp.n_expert,
         n_expert_used=hp.n_expert_used, n_ff_exp=hp.n_ff_exp, expert_norm=spec.expert_norm,
         expert_gating=spec.expert_gating, swiglu_limit=spec.swiglu_limit, swiglu_alpha=spec.swiglu_alpha,
-        rope=(rope[0], rope[1]), tok_embd=_matrix(embd), output=None if output is None else _matrix(output),
+        n_conv=spec.n_conv, rope=(rope[0], rope[1]), tok_embd=_matrix(embd), output=None if output is None else _matrix(output),
         output_norm=output_norm, layers=tuple(layers), **extra)
