@@ -32,10 +32,11 @@ class KVCache:
     a prompt also reuses the leading positions of a cached block it shares only in part."""
 
     def __init__(self, n_blocks: int, block_size: int, prefix_cache: bool = True,
-                 copy_rows: Callable[[int, int, int], None] | None = None) -> None:
+                 copy_rows: Callable[[int, int, int], None] | None = None, state_bytes_per_block: int = 0) -> None:
         if n_blocks < 1:
             raise ValueError("the KV pool needs at least one block")
         self.copy_rows = copy_rows
+        self.state_bytes_per_block = state_bytes_per_block  # a hybrid's recurrent state, carried by each block
         self.copied_tokens = 0
         self.n_blocks = n_blocks
         self.block_size = block_size
@@ -60,7 +61,11 @@ class KVCache:
     def usage(self) -> dict:
         used = self.n_blocks - len(self.free) - self.n_evictable
         return dict(kv_blocks_total=self.n_blocks, kv_blocks_used=used, kv_blocks_cached=self.n_evictable,
-                    kv_blocks_free=len(self.free), kv_blocks_reserved=self.reserved)
+                    kv_blocks_free=len(self.free), kv_blocks_reserved=self.reserved,
+                    state_bytes_per_block=self.state_bytes_per_block,
+                    state_bytes_total=self.n_blocks * self.state_bytes_per_block,
+                    state_bytes_used=used * self.state_bytes_per_block,
+                    state_checkpoints_cached=self.n_evictable if self.state_bytes_per_block else 0)
 
     # ---------------------------------------------------------------- a request's life
 
@@ -92,7 +97,8 @@ class KVCache:
         its leading positions (copied into req's next block; K/V are bit-identical however
         they were computed, so this changes no result)."""
         done = req.n_computed
-        src, k = self.cache.partial(req.nodes[-1] if req.nodes else None, req.tokens[done:limit])
+        src, k = self.cache.partial(req.nodes[-1] if req.nodes else None, req.tokens[done:limit],
+                                    whole=self.state_bytes_per_block > 0)
         if src is None:
             return
         done_k = done + k
@@ -137,15 +143,32 @@ class KVCache:
             req.nodes.append(node)
 
     def release(self, req: Sequence_) -> None:
-        """The request is done: private blocks back to the free list (tail first), cached
-        ones keep their K/V for later requests, the unused reservation returns."""
+        """The request is done: its last, partly filled block is cached as a tail node (the
+        next turn of a conversation resumes after it); other private blocks back to the free
+        list (tail first), cached ones keep their K/V for later requests, the unused
+        reservation returns."""
         private = req.table[len(req.nodes):]
+        if private and self._cache_tail(req):
+            private = private[1:]
         self.free.extend(reversed(private))
         if self.cache:
             self.cache.release(req.nodes)
         self.reserved -= req.reserved
         req.reserved = 0
         req.table, req.nodes = [], []
+
+    def _cache_tail(self, req: Sequence_) -> bool:
+        """Cache req's block past its cached chain when it holds its last computed positions
+        (fewer than a block, every block before it cached): True when the block became a node."""
+        bs, n = self.block_size, req.n_computed
+        if not self.cache or not req.cache_chain or len(req.nodes) != n // bs or n % bs == 0:
+            return False
+        node = self.cache.insert(req.nodes[-1] if req.nodes else None, req.tokens[n - n % bs:n],
+                                 req.table[len(req.nodes)], tail=True)
+        if node is None:
+            return False
+        self.cache.release([node])
+        return True
 
     def drop_cache(self) -> int:
         """Forget every evictable cached block; how many were freed."""

@@ -1,7 +1,9 @@
 """The prefix cache: a trie of full KV blocks, keyed by their exact tokens.
 
 A node is one pool block holding the K/V of BS positions whose tokens, and everything before
-them, are known: its key is (parent node, the BS tokens). `refs` counts the running sequences
+them, are known: its key is (parent node, the BS tokens). A tail node holds fewer (the end of a
+finished request: a turn of a conversation), is always a leaf, and is only ever reused by copying
+(partial), never matched as a block. `refs` counts the running sequences
 whose block table contains it; a node with refs == 0 stays cached (evictable) until its block is
 needed. Only leaves are evicted, least recently used first, so a shared head outlives its tails.
 Sequences hold refs on whole chains (a node's parent is in every table that holds the node),
@@ -61,9 +63,11 @@ class PrefixCache:
         self.stats["hit_tokens"] += len(out) * bs
         return out
 
-    def partial(self, parent: Node | None, tokens: Sequence[int]) -> tuple[Node | None, int]:
+    def partial(self, parent: Node | None, tokens: Sequence[int], whole: bool = False) -> tuple[Node | None, int]:
         """The cached child of parent (None: the root) whose block begins with the longest run
-        of `tokens` (fewer than a block), and that run's length; (None, 0) if none."""
+        of `tokens` (fewer than a block), and that run's length; (None, 0) if none. whole: only
+        tail nodes whose every position is in the run (a block's recurrent state is the one
+        after its last position: a hybrid model resumes there or not at all)."""
         best, k_best = None, 0
         want = tuple(tokens[:self.block_size - 1])
         for child in (parent or self.root).children.values():
@@ -72,6 +76,8 @@ class PrefixCache:
                 if a != b:
                     break
                 k += 1
+            if whole and k != len(child.tokens):
+                continue
             if k > k_best:
                 best, k_best = child, k
         return best, k_best
@@ -81,12 +87,14 @@ class PrefixCache:
         self._clock += 1
         self._acquire(node)
 
-    def insert(self, parent: Node | None, tokens: Sequence[int], block: int) -> Node | None:
+    def insert(self, parent: Node | None, tokens: Sequence[int], block: int, tail: bool = False) -> Node | None:
         """Cache `block` (just filled with tokens, after parent's chain) as a node the caller
-        holds one ref on; None when that key is cached already (the caller keeps its block)."""
+        holds one ref on; None when that key is cached already (the caller keeps its block).
+        tail: the block holds 1 .. BS - 1 positions (a finished request's last)."""
         parent = parent or self.root
         key = tuple(tokens)
-        if len(key) != self.block_size or key in parent.children:
+        size_ok = 0 < len(key) < self.block_size if tail else len(key) == self.block_size
+        if not size_ok or key in parent.children:
             return None
         node = Node(next(self._ids), parent, key, block)
         parent.children[key] = node

@@ -59,7 +59,8 @@ class ModelWorker:
         self.max_chunk = MAX_CHUNK if self.causal else plan.n_ctx
         self.fwd = _kernels.Forward(plan.weights, n_blocks, max_batch + self.max_chunk,
                                     n_threads or default_threads())
-        self.kv = KVCache(n_blocks, _kernels.KV_BLOCK, prefix_cache and self.causal, copy_rows=self.fwd.copy_rows)
+        self.kv = KVCache(n_blocks, _kernels.KV_BLOCK, prefix_cache and self.causal, copy_rows=self.fwd.copy_rows,
+                          state_bytes_per_block=plan.weights.state_bytes_per_block)
         logit_rows = max(1, min(self.max_chunk, LOGIT_READS_MB * (1 << 20) // (4 * plan.vocab_size)))
         self.scheduler = Scheduler(self.kv, max_batch=max_batch, max_chunk=self.max_chunk, tbt_target_ms=tbt_target_ms,
                                    causal=self.causal, max_logit_rows=logit_rows)

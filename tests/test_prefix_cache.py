@@ -173,6 +173,46 @@ def test_a_prompt_sharing_part_of_a_cached_block_copies_those_rows():
     assert without_copies.admit(Seq([1, 2, 3], 1), 4)  # no copy function: full blocks only
 
 
+def _turn(kv: KVCache, tokens) -> Seq:
+    """A request computed to its end and released (a finished turn)."""
+    seq = Seq(tokens, 1)
+    assert kv.admit(seq, seq.max_positions)
+    kv.grow(seq, len(tokens))
+    seq.n_computed = len(tokens)
+    kv.commit(seq)
+    kv.release(seq)
+    return seq
+
+
+def test_a_finished_turns_last_positions_are_a_tail_the_next_turn_resumes_after():
+    copies = []
+    kv = KVCache(8, BS, copy_rows=lambda src, dst, n: copies.append((src, dst, n)))
+    _turn(kv, [1, 2, 3, 4, 5, 6])                 # [1 2 3 4] cached, then the tail (5 6)
+    tail = kv.cache.root.children[(1, 2, 3, 4)].children[(5, 6)]
+    assert not tail.children and tail.refs == 0 and kv.n_cached == 2 and kv.available() == 8
+    nxt = Seq([1, 2, 3, 4, 5, 6, 7, 8, 9], 1)
+    assert kv.admit(nxt, nxt.max_positions) and nxt.n_computed == 6
+    assert copies == [(tail.block, nxt.table[1], 2)]
+    kv.check([nxt])
+    assert kv.cache.evict(8) == [tail.block]      # a leaf like any other: evicted first (LRU)
+
+
+def test_a_hybrid_resumes_only_after_a_whole_tail():
+    """A block's recurrent state is the one after its last position: a hybrid model copies a
+    tail whose every position the prompt shares, never the leading rows of a block."""
+    copies = []
+    kv = KVCache(8, BS, copy_rows=lambda src, dst, n: copies.append((src, dst, n)), state_bytes_per_block=64)
+    _turn(kv, [1, 2, 3, 4, 5, 6])
+    part = Seq([1, 2, 3, 4, 5, 0, 0], 1)         # one of the tail's two positions
+    assert kv.admit(part, part.max_positions) and part.n_computed == 4 and copies == []
+    head = Seq([1, 2, 0], 1)                      # the leading rows of a full block
+    assert kv.admit(head, head.max_positions) and head.n_computed == 0 and copies == []
+    whole = Seq([1, 2, 3, 4, 5, 6, 7], 1)
+    assert kv.admit(whole, whole.max_positions) and whole.n_computed == 6 and len(copies) == 1
+    kv.check([part, head, whole])
+    assert kv.usage()["state_bytes_per_block"] == 64
+
+
 def test_partial_reuse_never_takes_the_room_the_reservation_counted_on():
     """The pool is all cached blocks; the partial source is the only evictable leaf, so it is
     the block the reservation counts on: the copy is skipped, not the promise broken."""
