@@ -142,15 +142,17 @@ class Engine:
 
     @property
     def stats(self) -> dict:
-        """Totals (requests, generated_tokens, cancelled, failed; running, waiting and KV use
-        of the loaded models) and per model: the scheduler, KV pool and prefix cache figures."""
+        """Totals (requests, generated_tokens, cancelled, failed; running, waiting, KV and
+        recurrent-state use of the loaded models) and per model: the scheduler, KV pool and prefix
+        cache figures."""
         models = {key[0]: s.worker.stats() for key, s in self.sessions.sessions()}
         with self._stats_lock:
             out = dict(self._retired_counts)
         for m in models.values():
             for k in COUNTED:
                 out[k] += m[k]
-        for k in ("running", "waiting", "kv_blocks_used", "kv_blocks_total", "prefix_hit_tokens"):
+        for k in ("running", "waiting", "kv_blocks_used", "kv_blocks_total", "prefix_hit_tokens", "state_bytes_used",
+                  "state_bytes_total"):
             out[k] = sum(m.get(k, 0) for m in models.values())
         out["models"] = models
         return out
@@ -215,14 +217,15 @@ class Engine:
     def submit_complete(self, model: str, prompt: str, *, stop=None, response_format: dict | None = None,
                         grammar: str | None = None, regex: str | None = None, logprobs: int | None = None,
                         after: RequestHandle | None = None, **gen) -> RequestHandle:
-        """Queue a plain completion (the prompt gets the model's automatic special tokens).
+        """Queue a plain completion: prompt is text (given the model's automatic special tokens)
+        or token ids, taken as they are (OpenAI's and llama-cpp-python's token prompts: an agent
+        that keeps a conversation's ids resumes exactly where the cache holds it).
         logprobs (0-5): each token's log-probability and that many alternatives."""
         if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int)
                                      or not 0 <= logprobs <= MAX_TOP_COMPLETION):
             raise InvalidGenerationConfig(f"logprobs must be an integer in 0..{MAX_TOP_COMPLETION}", "logprobs")
-        return self._submit(model, lambda s: s.tokenizer.encode(prompt, add_special_tokens=True, parse_special=False),
-                            stop, "keep", gen, dict(response_format=response_format, grammar=grammar, regex=regex),
-                            None, logprobs, after)
+        return self._submit(model, lambda s: _prompt_ids(s, prompt), stop, "keep", gen,
+                            dict(response_format=response_format, grammar=grammar, regex=regex), None, logprobs, after)
 
     def submit_chat_choices(self, model: str, messages: list[dict], n: int, **kw) -> list[RequestHandle]:
         """n answers to one chat (OpenAI's n), choice i sampled with seed + i; the prompt is
@@ -385,6 +388,17 @@ def _toml(manifest) -> str:
     import tomli_w
 
     return tomli_w.dumps(manifest.to_dict())
+
+
+def _prompt_ids(session, prompt) -> list[int]:
+    """A completion prompt's ids: text encoded with the automatic special tokens, or ids checked."""
+    if isinstance(prompt, str):
+        return session.tokenizer.encode(prompt, add_special_tokens=True, parse_special=False)
+    vocab = session.plan.vocab_size
+    if not isinstance(prompt, (list, tuple)) or not prompt or \
+            not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab for t in prompt):
+        raise InvalidRequest(f"prompt must be text or a non-empty list of token ids in 0..{vocab - 1}", "prompt")
+    return list(prompt)
 
 
 def import_model(store, path, id, kind=None, architecture=None, context_length=None, chat_template=None) -> str:

@@ -99,7 +99,7 @@ def _generation_routes(api: APIRouter, engine, metrics) -> None:
     @api.post("/v1/completions")
     async def completions(req: CompletionRequest):
         prompt = req.prompt
-        if isinstance(prompt, list):
+        if isinstance(prompt, list) and isinstance(prompt[0], str):
             if len(prompt) != 1:
                 raise InvalidRequest("prompt: exactly one prompt per request is supported")
             prompt = prompt[0]

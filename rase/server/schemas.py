@@ -119,7 +119,8 @@ class ChatRequest(_Common):
 
 
 class CompletionRequest(_Common):
-    prompt: Union[str, Annotated[list[str], Field(min_length=1, max_length=1)]]  # one prompt per request
+    # one prompt per request: text, or token ids (checked against the model's vocabulary)
+    prompt: Union[str, Annotated[list[str], Field(min_length=1, max_length=1)], Annotated[list[int], Field(min_length=1)]]
     logprobs: Optional[int] = None  # 0..5 alternatives per token
 
     def logprob_kwargs(self) -> dict:
