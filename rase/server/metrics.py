@@ -2,8 +2,8 @@
 
 Counted as requests finish: HTTP requests by route template and status, prompt / cached /
 generated tokens and the time-to-first-token and time-between-tokens histograms per model.
-Read from the engine at each scrape: running and waiting requests, KV blocks used and total,
-prefix-cache hit tokens, models loaded and model loads.
+Read from the engine at each scrape: running and waiting requests, KV blocks used and total, the
+recurrent state they carry (hybrid models), prefix-cache hit tokens, models loaded and model loads.
 """
 from __future__ import annotations
 
@@ -26,7 +26,11 @@ class _EngineCollector:
         for name, key, doc in (("rase_requests_running", "running", "requests in the batch"),
                                ("rase_requests_waiting", "waiting", "requests queued for admission"),
                                ("rase_kv_blocks_used", "kv_blocks_used", "KV blocks in use (all models)"),
-                               ("rase_kv_blocks_total", "kv_blocks_total", "KV blocks in the pools")):
+                               ("rase_kv_blocks_total", "kv_blocks_total", "KV blocks in the pools"),
+                               ("rase_state_bytes_used", "state_bytes_used",
+                                "recurrent state of the KV blocks in use (hybrid models)"),
+                               ("rase_state_bytes_total", "state_bytes_total",
+                                "recurrent state the KV pools carry (hybrid models)")):
             yield GaugeMetricFamily(name, doc, value=stats.get(key, 0))
         yield CounterMetricFamily("rase_prefix_cache_hit_tokens", "prompt tokens served from the prefix cache",
                                   value=stats.get("prefix_hit_tokens", 0))
