@@ -13,7 +13,8 @@ from .config import default_threads
 from .errors import CorruptModelFile, InvalidRequest, UnsupportedArchitecture
 from .gguf import GGUFFile
 from .models import ARCHITECTURES, resolve
-from .models.base import HParams, build_layout, read_hparams
+from .models.base import HParams, read_hparams
+from .models.layout import build_layout
 from .pack_cache import PackCache
 
 DEFAULT_MAX_CTX = 4096   # positions per sequence when the caller does not say (KV pages fill lazily)

@@ -14,7 +14,8 @@ import numpy as np
 
 from rase.gguf import GGUFFile
 from rase.models import ARCHITECTURES, resolve
-from rase.models.base import EXPERT_BIASES, EXPERT_TENSORS, FUSED_QKV, LAYER_TENSORS, read_hparams
+from rase.models.base import read_hparams
+from rase.models.layout import EXPERT_BIASES, EXPERT_TENSORS, FUSED_QKV, LAYER_TENSORS
 
 
 def _w(g: GGUFFile, name: str):
