@@ -2,9 +2,12 @@
 // token), with its scalar reference and AVX2 / AVX-512 versions, and LFM2's gated use of it.
 //
 // Per channel ch: the window is the d previous inputs of the sequence (the state, oldest first;
-// zeros before position 0) and this one, x[ch]; y[ch] = the L = d + 1 taps summed in window
-// order as one FMA chain from 0 (ggml_ssm_conv's `sumf += s * c`, contracted by GCC in llama.cpp's
-// x86 builds); the state becomes the window's last d. Every channel is independent and computed
+// zeros before position 0) and this one, x[ch]; y[ch] = the L = d + 1 taps summed in window order
+// from 0 as GCC compiles ggml_ssm_conv's `sumf += s * c` for llama.cpp's x86 builds: the first
+// 4 * (L / 4) products rounded on their own (its 4-wide vector multiply) and added one by one, the
+// rest contracted into FMAs (LFM2's 3 taps: one FMA chain; Qwen3.5's 4: products, then adds;
+// checked against GCC 12 -O3 -mavx2 -mfma for L = 2..8). The state becomes the window's last d.
+// Every channel is independent and computed
 // by the same arithmetic in every path, so the result depends on neither the ISA, the channel
 // range nor how a prompt is chunked (a chunk is its tokens one after another, each reading the
 // state the one before left).
@@ -17,6 +20,7 @@
 #include "_simd.h"
 
 #define RASE_CONV_MAX 8  // taps a layer may have (LFM2: 3, Qwen3.5: 4)
+#define RASE_CONV_VEC(d) (((d) + 1) / 4 * 4)  // taps whose products are rounded before the add
 
 typedef void (*rase_conv_fn)(int d, const float *x, int64_t E, const float *w, const float *src, float *dst,
                              float *y, int64_t c0, int64_t c1);
@@ -28,8 +32,10 @@ static void conv_ref(int d, const float *x, int64_t E, const float *w, const flo
         for (int k = 0; k < d; ++k) win[k] = src ? src[k * E + ch] : 0.0f;
         win[d] = x[ch];
         float sum = 0.0f;
-        for (int k = 0; k <= d; ++k) sum = __builtin_fmaf(win[k], w[k * E + ch], sum);
-        for (int k = 0; k < d; ++k) dst[k * E + ch] = win[k + 1];
+        int k = 0;
+        for (; k < RASE_CONV_VEC(d); ++k) sum = sum + win[k] * w[k * E + ch];
+        for (; k <= d; ++k) sum = __builtin_fmaf(win[k], w[k * E + ch], sum);
+        for (k = 0; k < d; ++k) dst[k * E + ch] = win[k + 1];
         y[ch] = sum;
     }
 }
@@ -43,8 +49,10 @@ RASE_TARGET_AVX2 static void conv_avx2(int d, const float *x, int64_t E, const f
         for (int k = 0; k < d; ++k) win[k] = src ? _mm256_loadu_ps(src + k * E + ch) : _mm256_setzero_ps();
         win[d] = _mm256_loadu_ps(x + ch);
         __m256 sum = _mm256_setzero_ps();
-        for (int k = 0; k <= d; ++k) sum = _mm256_fmadd_ps(win[k], _mm256_loadu_ps(w + k * E + ch), sum);
-        for (int k = 0; k < d; ++k) _mm256_storeu_ps(dst + k * E + ch, win[k + 1]);
+        int k = 0;
+        for (; k < RASE_CONV_VEC(d); ++k) sum = _mm256_add_ps(sum, _mm256_mul_ps(win[k], _mm256_loadu_ps(w + k * E + ch)));
+        for (; k <= d; ++k) sum = _mm256_fmadd_ps(win[k], _mm256_loadu_ps(w + k * E + ch), sum);
+        for (k = 0; k < d; ++k) _mm256_storeu_ps(dst + k * E + ch, win[k + 1]);
         _mm256_storeu_ps(y + ch, sum);
     }
     conv_ref(d, x, E, w, src, dst, y, ch, c1);  // the tail: the same FMAs, one lane at a time
@@ -58,8 +66,10 @@ RASE_TARGET_AVX512 static void conv_avx512(int d, const float *x, int64_t E, con
         for (int k = 0; k < d; ++k) win[k] = src ? _mm512_loadu_ps(src + k * E + ch) : _mm512_setzero_ps();
         win[d] = _mm512_loadu_ps(x + ch);
         __m512 sum = _mm512_setzero_ps();
-        for (int k = 0; k <= d; ++k) sum = _mm512_fmadd_ps(win[k], _mm512_loadu_ps(w + k * E + ch), sum);
-        for (int k = 0; k < d; ++k) _mm512_storeu_ps(dst + k * E + ch, win[k + 1]);
+        int k = 0;
+        for (; k < RASE_CONV_VEC(d); ++k) sum = _mm512_add_ps(sum, _mm512_mul_ps(win[k], _mm512_loadu_ps(w + k * E + ch)));
+        for (; k <= d; ++k) sum = _mm512_fmadd_ps(win[k], _mm512_loadu_ps(w + k * E + ch), sum);
+        for (k = 0; k < d; ++k) _mm512_storeu_ps(dst + k * E + ch, win[k + 1]);
         _mm512_storeu_ps(y + ch, sum);
     }
     conv_avx2(d, x, E, w, src, dst, y, ch, c1);

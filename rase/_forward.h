@@ -230,15 +230,24 @@ static void rase_attention_block(rase_model *m, const rase_layer *L, int il, con
     const int T = b->n;
     int64_t lo, hi;
     rase_split(T, ith, nth, &lo, &hi);
-    // 2. Q, K, V projections share the normed input (plus their biases)
+    // 2. Q, K, V projections share the normed input (plus their biases); a gated attention's
+    //    (Qwen3.5) Q rows hold each head's query then its gate: queries to q, gates stay in mix
+    const int64_t nq = (int64_t)m->w->hp.n_head * m->w->hp.head_dim;
     {
         RASE_PROF_START(m, ith);
         const rase_mat *qkv[3] = {&L->wq, &L->wk, &L->wv};
-        float *out[3] = {s->q, s->k, s->v};
+        float *out[3] = {m->w->hp.attn_gate ? s->mix : s->q, s->k, s->v};
         const float *bias[3] = {L->bq, L->bk, L->bv};
         rase_matmuls(m, 3, qkv, s->h, out, T, RASE_EPI_NONE, bias, ith, nth);
         rase_sync(m, ith);
         RASE_PROF_ADD(m, ith, prof_matmul_ns);
+    }
+    if (m->w->hp.attn_gate) {
+        const int hd = m->w->hp.head_dim;
+        for (int64_t t = lo; t < hi; ++t)
+            for (int h = 0; h < m->w->hp.n_head; ++h)
+                memcpy(s->q + t * nq + (int64_t)h * hd, s->mix + t * s->mix_stride + (int64_t)h * 2 * hd, hd * sizeof(float));
+        rase_sync(m, ith);
     }
     // 3. (full-width QK-norm), QK-norm per head, RoPE, K/V to the pool; 4. attention
     if (L->qk_norm_full) {
@@ -257,6 +266,13 @@ static void rase_attention_block(rase_model *m, const rase_layer *L, int il, con
         rase_sync(m, ith);
         RASE_PROF_ADD(m, ith, prof_attn_ns);
     }
+    if (m->w->hp.attn_gate) {  // ggml_mul by ggml_sigmoid(gate), element by element
+        const int hd = m->w->hp.head_dim;
+        for (int64_t t = lo; t < hi; ++t)
+            for (int64_t i = 0; i < nq; ++i)
+                s->att[t * nq + i] *= rase_sigmoid(s->mix[t * s->mix_stride + i / hd * 2 * hd + hd + i % hd]);
+        rase_sync(m, ith);
+    }
     // 5. output projection
     {
         RASE_PROF_START(m, ith);
@@ -266,13 +282,19 @@ static void rase_attention_block(rase_model *m, const rase_layer *L, int il, con
     }
 }
 
+// the state a row reads (its sequence's slot; NULL at position 0: zeros) and the one it
+// writes (the same slot: rows update it in place, in position order), for a layer's share at off
+static void rase_row_states(const rase_model *m, const rase_batch *b, int t, int64_t off, float **src, float **dst) {
+    const rase_entry e = b->rows[t];
+    *dst = rase_state_at(m->kv, b->slots[e.seq]) + off;
+    *src = e.pos ? *dst : NULL;
+}
+
 // LFM2's short convolution block, h -> o: b, c, x = in_proj(h); each row's gated convolution
-// (_conv.h) over its sequence's previous positions; out_proj. The state a row reads is the one
-// after its position - 1: in that position's block (none at position 0), and the row leaves its
-// own in its own block: in place within a block, and a block's state stays as it was at its end
-// once the sequence moves on (a checkpoint the prefix cache shares with the block's K/V). Threads
-// take channel ranges and every row in (sequence, position) order (s->order, rase_row_order).
-static void rase_shortconv(rase_model *m, const rase_layer *L, const rase_batch *b, int ith, int nth) {
+// (_conv.h) over its sequence's previous positions; out_proj. Threads take channel ranges and
+// every row in (sequence, position) order (s->order, rase_row_order).
+static void rase_shortconv(rase_model *m, const rase_layer *L, int il, const rase_batch *b, int ith, int nth) {
+    (void)il;
     rase_scratch *s = m->s;
     const int T = b->n, d = m->w->hp.n_conv - 1;
     const int64_t E = m->w->hp.n_embd;
@@ -286,10 +308,8 @@ static void rase_shortconv(rase_model *m, const rase_layer *L, const rase_batch 
     rase_split(E, ith, nth, &c0, &c1);
     for (int i = 0; i < T; ++i) {
         const int t = s->order[i];
-        const rase_entry e = b->rows[t];
-        const int32_t *table = b->tables + e.seq * b->table_stride;
-        const float *src = e.pos ? rase_state_at(m->kv, table[(e.pos - 1) / RASE_KV_BLOCK]) + L->state_off : NULL;
-        float *dst = rase_state_at(m->kv, table[e.pos / RASE_KV_BLOCK]) + L->state_off;
+        float *src, *dst;
+        rase_row_states(m, b, t, L->state_off, &src, &dst);
         rase_shortconv_row(m->isa, d, s->g + t * 3 * E, E, L->conv_w, src, dst, s->att + t * E, c0, c1);
     }
     rase_sync(m, ith);
@@ -299,6 +319,75 @@ static void rase_shortconv(rase_model *m, const rase_layer *L, const rase_batch 
     RASE_PROF_ADD(m, ith, prof_matmul_ns);
 }
 
+// Qwen3.5's gated delta net, h -> o (llama.cpp's build_layer_attn_linear with its fused
+// ggml_gated_delta_net). 1. projections: q/k/v channels, z, beta, alpha; 2. the causal conv over
+// the channels (rows in (sequence, position) order, threads by channel ranges), then silu; 3. q
+// and k L2-normalized per key head; 4. per (sequence, value head), its rows in order: beta =
+// sigmoid, g = softplus(alpha + dt) * a, the delta rule (_deltanet.h; value head h reads key head
+// h % H_k, as ggml's broadcast); 5. per (row, value head): rmsnorm(o) * w * silu(z); 6. out-proj.
+// A layer's state in a slot: the conv's (n_conv - 1, conv_dim), then H_v matrices (S, S).
+static void rase_deltanet(rase_model *m, const rase_layer *L, int il, const rase_batch *b, int ith, int nth) {
+    (void)il;
+    rase_scratch *s = m->s;
+    const rase_hparams *hp = &m->w->hp;
+    const int T = b->n, Hk = hp->ssm_k_heads, Hv = hp->ssm_v_heads, d = hp->n_conv - 1;
+    const int64_t S = hp->ssm_head, key = Hk * S, val = Hv * S, cd = 2 * key + val, ms = s->mix_stride;
+    float *beta = s->gates, *alpha = s->gates + (int64_t)s->max_rows * Hv;
+    {
+        RASE_PROF_START(m, ith);
+        const rase_mat *w[4] = {&L->conv_in, &L->ssm_z, &L->ssm_beta, &L->ssm_alpha};
+        float *out[4] = {s->g, s->u, beta, alpha};
+        rase_matmuls(m, 4, w, s->h, out, T, RASE_EPI_NONE, NULL, ith, nth);
+        rase_sync(m, ith);
+        RASE_PROF_ADD(m, ith, prof_matmul_ns);
+    }
+    int64_t c0, c1;
+    rase_split(cd / 16, ith, nth, &c0, &c1);  // 16-channel groups: one vector path per element
+    for (int i = 0; i < T; ++i) {
+        const int t = s->order[i];
+        float *src, *dst;
+        rase_row_states(m, b, t, L->state_off, &src, &dst);
+        RASE_CONV[m->isa](d, s->g + t * cd, cd, L->conv_w, src, dst, s->mix + t * ms, 16 * c0, 16 * c1);
+        rase_silu_row(s->mix + t * ms + 16 * c0, 16 * (c1 - c0), m->isa);
+    }
+    rase_sync(m, ith);
+    for (int64_t w = ith; w < (int64_t)T * 2 * Hk; w += nth)  // q heads, then k heads, of each row
+        rase_gdn_l2norm(s->mix + w / (2 * Hk) * ms + w % (2 * Hk) * S, S, hp->eps);
+    rase_sync(m, ith);
+    const int64_t soff = L->state_off + (int64_t)d * cd;  // the layer's matrices in a state slot
+    float *delta = rase_work(s, ith);
+    for (int64_t w = ith; w < (int64_t)s->n_runs * Hv; w += nth) {
+        const int run = (int)(w / Hv), h = (int)(w % Hv);
+        for (int i = s->runs[run]; i < s->runs[run + 1]; ++i) {
+            const int t = s->order[i];
+            float *src, *dst;
+            rase_row_states(m, b, t, soff + h * S * S, &src, &dst);
+            if (!src) memset(dst, 0, (size_t)(S * S) * sizeof(float));  // position 0: a zero state
+            const float *row = s->mix + t * ms;
+            const float g = rase_softplus(alpha[t * Hv + h] + L->ssm_dt[h]) * L->ssm_a[h];
+            RASE_DELTA[m->isa](S, dst, row + (h % Hk) * S, row + key + (h % Hk) * S, row + 2 * key + h * S, g,
+                               rase_sigmoid(beta[t * Hv + h]), delta, s->att + t * val + h * S);
+        }
+    }
+    rase_sync(m, ith);
+    for (int64_t w = ith; w < (int64_t)T * Hv; w += nth) {  // rmsnorm(o) * w, times silu(z)
+        float *o = s->att + w * S, *z = s->u + w * S;
+        rase_rmsnorm(o, L->ssm_norm, o, S, hp->eps);
+        rase_silu_row(z, S, m->isa);
+        for (int64_t i = 0; i < S; ++i) o[i] *= z[i];
+    }
+    rase_sync(m, ith);
+    RASE_PROF_START(m, ith);
+    rase_matmul(m, &L->conv_out, s->att, T, s->o, NULL, ith, nth);
+    rase_sync(m, ith);
+    RASE_PROF_ADD(m, ith, prof_matmul_ns);
+}
+
+typedef void (*rase_mixer_fn)(rase_model *m, const rase_layer *L, int il, const rase_batch *b, int ith, int nth);
+static const rase_mixer_fn RASE_MIXERS[] = {[RASE_MIXER_ATTENTION] = rase_attention_block,
+                                           [RASE_MIXER_SHORTCONV] = rase_shortconv,
+                                           [RASE_MIXER_DELTANET] = rase_deltanet};
+
 // One layer; on entry h holds rase_prenorm(L->attn_norm, x) (1. attention norm: the previous
 // layer's last op, or rase_embed's); next: the layer after (its attention norm is this layer's
 // last op), or NULL.
@@ -306,8 +395,7 @@ static void rase_layer_forward(rase_model *m, const rase_layer *L, const rase_la
                                const rase_batch *b, int ith, int nth) {
     rase_scratch *s = m->s;
     const int T = b->n;
-    if (L->mixer == RASE_MIXER_SHORTCONV) rase_shortconv(m, L, b, ith, nth);
-    else rase_attention_block(m, L, il, b, ith, nth);
+    RASE_MIXERS[L->mixer](m, L, il, b, ith, nth);
     // 6. (post-attention norm), residual, (FFN norm)
     rase_residual(m, L->post_attn_norm, L->post_attn_norm_b, 1, L->ffn_norm, T, ith, nth);
     // 7. gate and up over the same rows, then act(gate) * up on those rows; 8. down projection
@@ -336,7 +424,7 @@ static void rase_layer_forward(rase_model *m, const rase_layer *L, const rase_la
 // rows in position order whatever order the step lists them in. Insertion sort: a scheduler's
 // steps come in that order already (linear), and no sort state is shared between models.
 static void rase_row_order(rase_model *m, const rase_batch *b) {
-    int32_t *o = m->s->order;
+    int32_t *o = m->s->order, *runs = m->s->runs;
     for (int t = 0; t < b->n; ++t) {
         const rase_entry e = b->rows[t];
         int i = t;
@@ -347,6 +435,11 @@ static void rase_row_order(rase_model *m, const rase_batch *b) {
         }
         o[i] = t;
     }
+    int n = 0;  // runs: where each sequence's rows begin in order, then the end
+    for (int i = 0; i < b->n; ++i)
+        if (i == 0 || b->rows[o[i]].seq != b->rows[o[i - 1]].seq) runs[n++] = i;
+    runs[n] = b->n;
+    m->s->n_runs = n;
 }
 
 // embeddings, the first layer's attention norm and RoPE tables of this thread's rows, from

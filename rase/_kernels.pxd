@@ -99,7 +99,7 @@ cdef extern from "_sample.h" nogil:
 cdef extern from "_forward.h" nogil:
     int RASE_KV_BLOCK
     int RASE_GATING_SOFTMAX, RASE_GATING_SOFTMAX_WEIGHT
-    int RASE_MIXER_ATTENTION, RASE_MIXER_SHORTCONV
+    int RASE_MIXER_ATTENTION, RASE_MIXER_SHORTCONV, RASE_MIXER_DELTANET
     ctypedef struct rase_mat:
         const uint8_t *data
         int type
@@ -138,6 +138,10 @@ cdef extern from "_forward.h" nogil:
         rase_mat conv_in, conv_out
         const float *conv_w
         int64_t state_off
+        rase_mat ssm_z, ssm_beta, ssm_alpha
+        const float *ssm_dt
+        const float *ssm_a
+        const float *ssm_norm
     ctypedef struct rase_rope_params:
         float base, freq_scale, ext_factor, attn_factor
         float corr_dims[2]
@@ -150,7 +154,7 @@ cdef extern from "_forward.h" nogil:
         int n_expert, n_expert_used, n_ff_exp, expert_norm, expert_gating
         float swiglu_limit, swiglu_alpha
         rase_rope_params rope[2]
-        int n_conv, n_kv_layer
+        int n_conv, n_kv_layer, ssm_head, ssm_k_heads, ssm_v_heads, attn_gate
         int64_t state_floats
     ctypedef struct rase_weights:
         rase_hparams hp
@@ -161,7 +165,7 @@ cdef extern from "_forward.h" nogil:
         const float *output_norm
         rase_layer *layers
     ctypedef struct rase_kv_pool:
-        int32_t n_blocks
+        int32_t n_blocks, n_slots
         int64_t state_floats
     ctypedef struct rase_scratch:
         int max_rows, n_threads, nonfinite
@@ -177,6 +181,7 @@ cdef extern from "_forward.h" nogil:
         float *logits
         const int32_t *seq_len
         const int32_t *seq_first
+        const int32_t *slots
         const int32_t *embd_rows
         int n_embd
         float *embd
@@ -197,7 +202,8 @@ cdef extern from "_forward.h" nogil:
         int64_t step_ns
     int rase_weights_init(rase_weights *w)
     void rase_weights_free(rase_weights *w)
-    int rase_kv_pool_alloc(rase_kv_pool *kv, const rase_hparams *hp, int32_t n_blocks)
+    int rase_kv_pool_alloc(rase_kv_pool *kv, const rase_hparams *hp, int32_t n_blocks, int32_t n_slots)
+    void rase_state_copy(rase_kv_pool *kv, int32_t src, int32_t dst)
     void rase_kv_pool_free(rase_kv_pool *kv)
     void rase_kv_copy_rows(rase_kv_pool *kv, int32_t src, int32_t dst, int n)
     int rase_scratch_alloc(rase_scratch *s, const rase_hparams *hp, int max_rows, int n_threads)
@@ -236,6 +242,11 @@ cdef extern from "_conv.h" nogil:
     int RASE_CONV_MAX
     void rase_shortconv_row(int isa, int d, const float *bcx, int64_t E, const float *w, const float *src,
                             float *dst, float *y, int64_t c0, int64_t c1)
+
+cdef extern from "_deltanet.h" nogil:
+    ctypedef void (*rase_delta_fn)(int64_t S, float *st, const float *q, const float *k, const float *v, float g,
+                                   float beta, float *delta, float *o)
+    rase_delta_fn RASE_DELTA[3]
 
 cdef extern from "_simd.h" nogil:
     """

@@ -2,8 +2,9 @@
 
 cdef class Forward:
     """Runs steps over a Weights plan: owns a KV pool of n_blocks blocks (RASE_KV_BLOCK
-    positions each, every layer) and scratch for steps of up to max_rows rows. One caller at a
-    time (a session's decoder, or a model's worker thread)."""
+    positions each, every attention layer), n_slots recurrent-state slots (a model with
+    recurrent layers: one per running sequence, the rest checkpoints) and scratch for steps of
+    up to max_rows rows. One caller at a time (a session's decoder, or a model's worker thread)."""
     cdef rase_model m
     cdef rase_kv_pool kv
     cdef rase_scratch s
@@ -19,16 +20,16 @@ cdef class Forward:
         self._refs = NULL
         self._n_refs = 0
 
-    def __init__(self, Weights weights, int n_blocks, int max_rows, int n_threads):
-        if n_blocks < 1 or max_rows < 1 or n_threads < 1:
-            raise ValueError("n_blocks, max_rows and n_threads must be positive")
+    def __init__(self, Weights weights, int n_blocks, int max_rows, int n_threads, int n_slots=1):
+        if n_blocks < 1 or max_rows < 1 or n_threads < 1 or n_slots < 1:
+            raise ValueError("n_blocks, max_rows, n_threads and n_slots must be positive")
         self.weights = weights
         self.m.w = &weights.w
         self.m.kv = &self.kv
         self.m.s = &self.s
         self.m.isa = weights._isa
-        if rase_kv_pool_alloc(&self.kv, &weights.w.hp, n_blocks) != 0:
-            raise MemoryError(f"cannot allocate a KV pool of {n_blocks} blocks")
+        if rase_kv_pool_alloc(&self.kv, &weights.w.hp, n_blocks, n_slots) != 0:
+            raise MemoryError(f"cannot allocate a KV pool of {n_blocks} blocks and {n_slots} state slots")
         if rase_scratch_alloc(&self.s, &weights.w.hp, max_rows, n_threads) != 0:
             raise MemoryError(f"cannot allocate scratch for {max_rows} rows")
         self._identity = _np.arange(n_blocks, dtype=_np.int32).reshape(1, -1)
@@ -62,15 +63,26 @@ cdef class Forward:
         return self.kv.n_blocks
 
     @property
+    def n_slots(self):
+        return self.kv.n_slots
+
+    def copy_state(self, int src, int dst):
+        """Recurrent-state slot src copied to slot dst (a checkpoint taken or restored)."""
+        if not self.kv.state_floats:
+            raise ValueError("this model has no recurrent state")
+        if not (0 <= src < self.kv.n_slots and 0 <= dst < self.kv.n_slots and src != dst):
+            raise ValueError(f"slots {src} -> {dst} outside the {self.kv.n_slots} slots or equal")
+        with nogil:
+            rase_state_copy(&self.kv, src, dst)
+
+    @property
     def logits_finite(self):
         """Whether every logit of the last run or step was finite (checked in the step, by the
         thread that computed it, while in its cache)."""
         return self.s.nonfinite == 0
 
     def copy_rows(self, int src, int dst, int n):
-        """Positions [0, n) of pool block src copied to block dst (every attention layer, K and
-        V) with the block's recurrent state, which is the one after src's last computed position:
-        in a hybrid model n must be that position + 1 (the caller's to know)."""
+        """Positions [0, n) of pool block src copied to block dst (every attention layer, K and V)."""
         if not (0 <= src < self.kv.n_blocks and 0 <= dst < self.kv.n_blocks and src != dst):
             raise ValueError(f"blocks {src} -> {dst} outside the pool of {self.kv.n_blocks} or equal")
         if not 0 < n <= RASE_KV_BLOCK:
@@ -124,11 +136,13 @@ cdef class Forward:
         cdef const int32_t[:, ::1] table = self._identity
         cdef rase_batch b
         cdef int32_t seq_len = pos0 + T, seq_first = -pos0  # a non-causal model: the sequence is [0, pos0 + T)
+        cdef int32_t slot0 = 0  # the single sequence's recurrent state
         if not self.weights.w.hp.causal and pos0:
             raise ValueError("an encoder's input is evaluated whole, from position 0")
         b.rows, b.n, b.tables, b.table_stride = rows, T, &table[0, 0], table.shape[1]
         b.out_rows, b.n_out, b.logits = out_rows, n_out, &lv[0, 0]
         b.seq_len, b.seq_first, b.embd_rows, b.n_embd, b.embd = &seq_len, &seq_first, NULL, 0, NULL
+        b.slots = &slot0
         try:
             self._set_trace(trace, T)
             with nogil:
@@ -140,7 +154,7 @@ cdef class Forward:
         return out
 
     def step(self, const int32_t[:, ::1] rows, const int32_t[:, ::1] tables, const int32_t[::1] out_rows,
-             list samplers=None, trace=None, embd_rows=None):
+             list samplers=None, trace=None, embd_rows=None, slots=None):
         """Evaluate rows (n, 3) of (token, seq, pos): row i's K/V go to position pos of
         sequence seq, whose block table is tables[seq]; it attends to that sequence's
         positions up to pos (the rows of one step may extend a sequence by several positions;
@@ -150,8 +164,12 @@ cdef class Forward:
         finite; SAMPLE_NONE where samplers[j] is None: a row read, not sampled), or None without
         samplers. embd_rows (int32 indices of rows): their final
         hidden states (after the final norm when the model has one) in .hidden, (len, n_embd),
-        a view valid until the next step. Forward and sampling run with the GIL released."""
+        a view valid until the next step. slots (n_seq,) int32, a model with recurrent layers:
+        sequence s's state slot, read and updated in place by its rows (position 0 starts from
+        zeros); distinct slots for distinct sequences. Forward and sampling run with the GIL
+        released."""
         self._check_step(rows, tables, out_rows)
+        cdef const int32_t[::1] slv = self._check_slots(slots, tables.shape[0])
         cdef int n = rows.shape[0], n_out = out_rows.shape[0], j
         cdef int V = self.weights.w.hp.n_vocab
         cdef const int32_t[::1] ev, sv, fv
@@ -187,12 +205,25 @@ cdef class Forward:
         b.seq_len, b.seq_first = &sv[0], &fv[0]
         b.embd_rows, b.n_embd = (&ev[0] if e.size else NULL), e.size
         b.embd = &hv[0, 0] if hv.shape[0] else NULL
+        b.slots = &slv[0]
         self._set_trace(trace, n)
         with nogil:
             rase_step(&self.m, &b, refs, tp)
         self.m.trace = NULL
         self.hidden = self._hidden[:e.size]
         return tokens, self._logits[:n_out]
+
+    def _check_slots(self, slots, int n_seq):
+        """int32 (n_seq,): the step's state slots (zeros for a model without recurrent state)."""
+        if not self.kv.state_floats:
+            return _np.zeros(max(n_seq, 1), _np.int32)
+        if slots is None:
+            raise ValueError("a model with recurrent layers needs each sequence's state slot")
+        s = _np.ascontiguousarray(slots, dtype=_np.int32)
+        if s.shape != (n_seq,) or (s.size and (s.min() < 0 or s.max() >= self.kv.n_slots)) or \
+                _np.unique(s).size != s.size:
+            raise ValueError(f"slots must be {n_seq} distinct state slots of the {self.kv.n_slots}")
+        return s
 
     def _seq_len(self, rows, int n_seq):
         """int32 (n_seq,) twice: positions each sequence spans in the step and its first row (an
@@ -300,8 +331,9 @@ cdef class Forward:
         row.token, row.seq, row.pos = token, 0, pos
         cdef int32_t out_row = 0, drawn = 0
         cdef rase_batch b
-        cdef int32_t seq_len = pos + 1
+        cdef int32_t seq_len = pos + 1, slot0 = 0
         b.rows, b.n, b.tables, b.table_stride = &row, 1, &table[0, 0], table.shape[1]
+        b.slots = &slot0
         b.out_rows, b.n_out, b.logits = &out_row, 1, &lv[0, 0]
         b.seq_len, b.embd_rows, b.n_embd, b.embd = &seq_len, NULL, 0, NULL
         self.m.trace = NULL

@@ -156,6 +156,24 @@ def causal_conv(const float[:, ::1] x, const float[:, ::1] w, state=None, isa=No
     return y, st
 
 
+def delta_step(state, const float[::1] q, const float[::1] k, const float[::1] v, float g, float beta, isa=None):
+    """One token of Qwen3.5's gated delta rule for one value head (rase/_deltanet.h): state
+    (S, S) float32 as ggml stores it (row j = column j of the rule's matrix), S a multiple of 16.
+    Returns (o (S,), the state after)."""
+    st = _np.array(state, dtype=_np.float32, order="C")
+    cdef int64_t S = q.shape[0]
+    cdef int path = rase_isa if isa is None else _isa_id(isa)
+    if st.shape != (S, S) or k.shape[0] != S or v.shape[0] != S or S % 16:
+        raise ValueError("state must be (S, S) and q, k, v (S,), S a multiple of 16")
+    o = _np.zeros(S, _np.float32)
+    delta = _np.zeros(S, _np.float32)
+    cdef float[:, ::1] sv = st
+    cdef float[::1] ov = o, dv = delta
+    with nogil:
+        RASE_DELTA[path](S, &sv[0, 0], &q[0], &k[0], &v[0], g, beta, &dv[0], &ov[0])
+    return o, st
+
+
 def gate(const float[::1] g, const float[::1] u, bint gelu, isa=None):
     """act(g) * u (SiLU, or GELU through llama.cpp's f16 table), as the FFN computes it."""
     if g.shape[0] != u.shape[0]:

@@ -13,7 +13,7 @@ _FFN_MATS = ("wgate", "wup", "wdown")
 _VECS = ("attn_norm", "ffn_norm", "q_norm", "k_norm", "post_attn_norm", "post_ffn_norm", "bq", "bk", "bv", "bo",
          "post_attn_norm_b", "post_ffn_norm_b", "bgate", "bup", "bdown", "sinks")
 _GATINGS = {"softmax": RASE_GATING_SOFTMAX, "softmax_weight": RASE_GATING_SOFTMAX_WEIGHT}
-_MIXERS = {"attention": RASE_MIXER_ATTENTION, "shortconv": RASE_MIXER_SHORTCONV}
+_MIXERS = {"attention": RASE_MIXER_ATTENTION, "shortconv": RASE_MIXER_SHORTCONV, "deltanet": RASE_MIXER_DELTANET}
 _ATTN_MATS = ("wq", "wk", "wv", "wo")
 _ROWS_READ = ("token_embd", "position_embd")  # read a row at a time: never repacked, not streamed
 
@@ -67,6 +67,11 @@ cdef class Weights:
         h.n_conv = layout.n_conv
         if h.n_conv and not 2 <= h.n_conv <= RASE_CONV_MAX:
             raise ValueError(f"short convolutions of {h.n_conv} taps; 2..{RASE_CONV_MAX} supported")
+        h.ssm_head, h.ssm_k_heads, h.ssm_v_heads = layout.ssm
+        h.attn_gate = bool(layout.attn_gate)
+        if h.ssm_v_heads and (h.ssm_head <= 0 or h.ssm_head % 16 or h.ssm_k_heads <= 0 or h.ssm_v_heads % h.ssm_k_heads):
+            raise ValueError(f"delta nets of {h.ssm_k_heads} key and {h.ssm_v_heads} value heads of {h.ssm_head}: "
+                             "heads a multiple of 16, value heads a multiple of key heads")
         if h.n_expert and not 0 < h.n_expert_used <= h.n_expert <= 256 or h.n_expert < 0 or \
                 (h.n_expert and h.n_ff_exp <= 0) or h.attn_softcap < 0 or h.final_softcap < 0:
             raise ValueError("invalid expert or soft-capping hyper-parameters")
@@ -113,7 +118,7 @@ cdef class Weights:
     cdef int _layer(self, rase_layer *L, int il, object spec) except -1:
         cdef rase_hparams *h = &self.w.hp
         nq, nkv = h.n_head * h.head_dim, h.n_head_kv * h.head_dim
-        shapes = {"wq": (nq, h.n_embd), "wk": (nkv, h.n_embd), "wv": (nkv, h.n_embd),
+        shapes = {"wq": ((2 if h.attn_gate else 1) * nq, h.n_embd), "wk": (nkv, h.n_embd), "wv": (nkv, h.n_embd),
                   "wo": (h.n_embd, nq), "wgate": (h.n_ff, h.n_embd), "wup": (h.n_ff, h.n_embd),
                   "wdown": (h.n_embd, h.n_ff)}
         L.qk_norm_full = bool(spec.qk_norm_full)
@@ -133,6 +138,8 @@ cdef class Weights:
         L.mixer, L.kv_layer = _MIXERS[spec.mixer], -1
         if L.mixer == RASE_MIXER_SHORTCONV:
             self._shortconv(L, il, spec)
+        elif L.mixer == RASE_MIXER_DELTANET:
+            self._deltanet(L, il, spec)
         else:
             L.kv_layer, h.n_kv_layer = h.n_kv_layer, h.n_kv_layer + 1
         for j, name in enumerate(_MATS):
@@ -159,7 +166,7 @@ cdef class Weights:
 
     cdef int _shortconv(self, rase_layer *L, int il, object spec) except -1:
         """LFM2's conv block: in/out projections, the taps (n_conv, n_embd) tap-major, and this
-        layer's (n_conv - 1, n_embd) share of a block's state."""
+        layer's (n_conv - 1, n_embd) share of a state slot."""
         cdef rase_hparams *h = &self.w.hp
         if not h.n_conv:
             raise ValueError(f"layer {il}: a short convolution in a model without n_conv")
@@ -168,6 +175,29 @@ cdef class Weights:
         L.conv_w = self._vec(_np.asarray(spec.conv_w).reshape(-1), h.n_conv * h.n_embd, f"blk.{il}.shortconv.conv")
         L.state_off = h.state_floats
         h.state_floats += (h.n_conv - 1) * h.n_embd
+        return 0
+
+    cdef int _deltanet(self, rase_layer *L, int il, object spec) except -1:
+        """Qwen3.5's delta net: its five projections, the conv taps (n_conv, channels) tap-major,
+        the gates' vectors, the output norm, and this layer's share of a state slot: the conv's
+        (n_conv - 1, channels), then H_v matrices (S, S)."""
+        cdef rase_hparams *h = &self.w.hp
+        cdef int64_t S = h.ssm_head, val = h.ssm_v_heads * h.ssm_head
+        cdef int64_t cd = 2 * h.ssm_k_heads * S + val
+        if not h.n_conv or not h.ssm_v_heads:
+            raise ValueError(f"layer {il}: a delta net in a model without n_conv and delta-net heads")
+        p = f"blk.{il}."
+        self._mat(&L.conv_in, spec.conv_in, cd, h.n_embd, p + "attn_qkv")
+        self._mat(&L.ssm_z, spec.ssm_z, val, h.n_embd, p + "attn_gate")
+        self._mat(&L.ssm_beta, spec.ssm_beta, h.ssm_v_heads, h.n_embd, p + "ssm_beta")
+        self._mat(&L.ssm_alpha, spec.ssm_alpha, h.ssm_v_heads, h.n_embd, p + "ssm_alpha")
+        self._mat(&L.conv_out, spec.conv_out, h.n_embd, val, p + "ssm_out")
+        L.conv_w = self._vec(_np.asarray(spec.conv_w).reshape(-1), h.n_conv * cd, p + "ssm_conv1d")
+        L.ssm_dt = self._vec(spec.ssm_dt, h.ssm_v_heads, p + "ssm_dt")
+        L.ssm_a = self._vec(spec.ssm_a, h.ssm_v_heads, p + "ssm_a")
+        L.ssm_norm = self._vec(spec.ssm_norm, S, p + "ssm_norm")
+        L.state_off = h.state_floats
+        h.state_floats += (h.n_conv - 1) * cd + h.ssm_v_heads * S * S
         return 0
 
     cdef int _rope(self, rase_rope_params *out, object r, int slot) except -1:
@@ -280,14 +310,12 @@ cdef class Weights:
 
     @property
     def kv_bytes_per_token(self):
-        """f16 K and V of one position, every attention layer, and a block's recurrent state
-        spread over its positions (rounded up)."""
-        state = -(-self.w.hp.state_floats * 4 // RASE_KV_BLOCK)
-        return 2 * 2 * self.w.hp.n_kv_layer * self.w.hp.n_head_kv * self.w.hp.head_dim + state
+        """f16 K and V of one position, every attention layer."""
+        return 2 * 2 * self.w.hp.n_kv_layer * self.w.hp.n_head_kv * self.w.hp.head_dim
 
     @property
-    def state_bytes_per_block(self):
-        """f32 recurrent state one KV block carries (the short-convolution layers'); 0 without."""
+    def state_bytes(self):
+        """f32 recurrent state of one sequence (every recurrent layer's); 0 without."""
         return self.w.hp.state_floats * 4
 
 

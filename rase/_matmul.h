@@ -101,9 +101,9 @@ static void rase_act(float *g, int64_t n, const uint16_t *gelu_table) {
 static void rase_matmuls(rase_model *m, int n, const rase_mat *const *w, const float *X, float *const *Y, int T,
                          int epi, const float *const *bias, int ith, int nth) {
     const int gate_u = epi == RASE_EPI_GATE;
-    const uint8_t *A[3];
-    size_t as[3];
-    int act[3];
+    const uint8_t *A[4];  // n <= 4 (a delta net's four in-projections)
+    size_t as[4];
+    int act[4];
     for (int i = 0; i < n; ++i) {  // shared formats are quantized once (rase_quantize_input)
         act[i] = rase_act_for(w[i]->type, m->isa, T, w[i]->cols);
         A[i] = rase_quantize_input(m, act[i], X, T, w[i]->cols, ith, nth, &as[i]);

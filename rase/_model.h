@@ -12,6 +12,7 @@
 #include "_sample.h"
 #include "_ops.h"
 #include "_conv.h"
+#include "_deltanet.h"
 
 typedef struct {
     const uint8_t *data;  // the plain ggml rows (the mmap)
@@ -41,15 +42,19 @@ typedef struct {
     const rase_mat *exp_gate, *exp_up, *exp_down;
     const float *gate_inp_b;                     // (n_expert,) router bias or NULL (gpt-oss)
     const float *exp_bgate, *exp_bup, *exp_bdown;  // (n_expert, rows) expert biases or NULL
-    // the token mixer: attention (K/V in pool layer kv_layer), or LFM2's short convolution
+    // the token mixer: attention (K/V in pool layer kv_layer), LFM2's short convolution or
+    // Qwen3.5's gated delta net (their state in a sequence's slot, from state_off floats on)
     int mixer;                   // RASE_MIXER_*
     int kv_layer;                // attention: this layer's index in the KV pool; -1 otherwise
-    rase_mat conv_in, conv_out;  // shortconv: (3 n_embd, n_embd) -> b, c, x; (n_embd, n_embd)
-    const float *conv_w;         // (n_conv, n_embd) taps, tap-major (_conv.h)
-    int64_t state_off;           // floats into a block's state where this layer's (n_conv - 1, n_embd) begins
+    rase_mat conv_in, conv_out;  // in/out projections: shortconv (3E, E) -> b, c, x and (E, E);
+                                 // delta net (conv_dim, E) -> q, k, v channels and (E, d_inner)
+    const float *conv_w;         // (n_conv, channels) taps, tap-major (_conv.h)
+    int64_t state_off;
+    rase_mat ssm_z, ssm_beta, ssm_alpha;  // delta net: (d_inner, E) output gate; (H_v, E) twice
+    const float *ssm_dt, *ssm_a, *ssm_norm;  // (H_v,) gate bias, (H_v,) -exp(A_log), (S,) the output norm
 } rase_layer;
 
-enum { RASE_MIXER_ATTENTION, RASE_MIXER_SHORTCONV };
+enum { RASE_MIXER_ATTENTION, RASE_MIXER_SHORTCONV, RASE_MIXER_DELTANET };
 
 enum {  // how a MoE layer weighs its chosen experts (llama.cpp's expert_gating_func)
     RASE_GATING_SOFTMAX,         // softmax over all router logits; the top k probabilities
@@ -79,9 +84,11 @@ typedef struct {
     int expert_gating;  // RASE_GATING_*
     float swiglu_limit, swiglu_alpha;  // limit > 0: experts' act is gpt-oss's (rase_swiglu_oai)
     rase_rope_params rope[2];  // rope[1] unused when its base is 0
-    int n_conv;            // taps of the short-convolution layers (LFM2's l_cache), 0 without
+    int n_conv;            // taps of the recurrent layers' convolution (LFM2's l_cache, Qwen3.5's d_conv), 0 without
+    int ssm_head, ssm_k_heads, ssm_v_heads;  // delta net: head size S, key heads, value heads (H_v)
+    int attn_gate;         // 1: attn_q holds each head's query then its output gate (Qwen3.5): out *= sigmoid(gate)
     int n_kv_layer;        // layers with K/V in the pool (the attention layers)
-    int64_t state_floats;  // floats of recurrent state one KV block carries (every recurrent layer's)
+    int64_t state_floats;  // floats of one sequence's recurrent state (every recurrent layer's)
 } rase_hparams;
 
 typedef struct {  // read-only during a forward
@@ -101,10 +108,11 @@ typedef struct {
     // taken in order reads each head's K and V as one stream
     uint16_t *k, *v;
     int32_t n_blocks, n_layer, n_head_kv, head_dim;  // n_layer: the attention layers
-    // (n_blocks, state_floats) f32: each block's recurrent state after its last computed position,
-    // so a full block's is the checkpoint at its end, shared with the prefix cache like its K/V
+    // (n_slots, state_floats) f32: recurrent state slots. A running sequence's is updated in place
+    // by its rows; the others are checkpoints (copies at a position the prefix cache keeps)
     float *state;
     int64_t state_floats;
+    int32_t n_slots;
 } rase_kv_pool;
 
 typedef struct {
@@ -119,6 +127,11 @@ typedef struct {
     int32_t *ptok;         // (max_rows * n_expert_used,): the token of each pair slot
     int32_t *seg, *cursor; // (n_expert + 1,), (n_expert,): expert e's pairs are slots [seg[e], seg[e+1])
     int32_t *order;        // (max_rows,): the step's rows by (sequence, position), for recurrent layers
+    int32_t *runs;         // (max_rows + 1,): order[runs[i] .. runs[i + 1]) are one sequence's rows
+    int n_runs;
+    float *mix;            // (max_rows, mix_stride): a delta net's convolved q, k, v; a gated attention's q + gate
+    float *gates;          // (2, max_rows, ssm_v_heads): a delta net's beta, then alpha, per row and value head
+    int64_t mix_stride;
     float *pg, *pu, *pd;   // (max_rows * n_expert_used, n_ff_exp | n_ff_exp | n_embd): per pair
     uint8_t *pact;         // (2, max_rows * n_expert_used, act_stride): quantized pair inputs
     float *rope;           // (2, max_rows, n_rot / 2, 2): cos, sin per row and rope slot
@@ -149,6 +162,7 @@ typedef struct {  // one step
     float *logits;             // (n_out, n_vocab)
     const int32_t *seq_len;    // an encoder (not read otherwise): seq s attends to its positions
     const int32_t *seq_first;  // [0, seq_len[s]), rows seq_first[s] + p of the step
+    const int32_t *slots;      // a model with recurrent layers: seq s's state is in slot slots[s]
     const int32_t *embd_rows;  // (n_embd,): rows whose final hidden state is wanted (embeddings)
     int n_embd;
     float *embd;               // (n_embd, n_embd floats): after the final norm when the model has one
@@ -201,35 +215,37 @@ static void rase_kv_pool_free(rase_kv_pool *kv) {
 }
 
 // 0 on success, -1 when out of memory
-static int rase_kv_pool_alloc(rase_kv_pool *kv, const rase_hparams *hp, int32_t n_blocks) {
+static int rase_kv_pool_alloc(rase_kv_pool *kv, const rase_hparams *hp, int32_t n_blocks, int32_t n_slots) {
     kv->n_blocks = n_blocks;
     kv->n_layer = hp->n_kv_layer;
     kv->n_head_kv = hp->n_head_kv;
     kv->head_dim = hp->head_dim;
     kv->state_floats = hp->state_floats;
+    kv->n_slots = n_slots;
     const size_t bytes = (size_t)n_blocks * hp->n_kv_layer * hp->n_head_kv * RASE_KV_BLOCK * hp->head_dim * sizeof(uint16_t);
     kv->k = rase_alloc(bytes);  // never written here: pages are touched as positions fill
     kv->v = rase_alloc(bytes);
-    kv->state = hp->state_floats ? rase_alloc((size_t)n_blocks * hp->state_floats * sizeof(float)) : NULL;
+    kv->state = hp->state_floats ? rase_alloc((size_t)n_slots * hp->state_floats * sizeof(float)) : NULL;
     if (!kv->k || !kv->v || (hp->state_floats && !kv->state)) { rase_kv_pool_free(kv); return -1; }
     return 0;
 }
 
 // pool offset (elements) of row `row` of block `blk`, layer il, KV head h
-// block blk's recurrent state (state_floats floats)
-static inline float *rase_state_at(const rase_kv_pool *kv, int64_t blk) { return kv->state + blk * kv->state_floats; }
+// slot's recurrent state (state_floats floats)
+static inline float *rase_state_at(const rase_kv_pool *kv, int64_t slot) { return kv->state + slot * kv->state_floats; }
+
+static void rase_state_copy(rase_kv_pool *kv, int32_t src, int32_t dst) {
+    memcpy(rase_state_at(kv, dst), rase_state_at(kv, src), (size_t)kv->state_floats * sizeof(float));
+}
 
 static inline int64_t rase_kv_at(const rase_kv_pool *kv, int il, int h, int64_t blk, int row) {
     return ((((int64_t)il * kv->n_head_kv + h) * kv->n_blocks + blk) * RASE_KV_BLOCK + row) * kv->head_dim;
 }
 
-// rows [0, n) of block src copied into block dst, every attention layer, K and V, and the block's
-// recurrent state (a cached block's leading positions reused by a sequence that shares only
-// them; with recurrent state, n must be the positions src holds: its state is the one after them)
+// rows [0, n) of block src copied into block dst, every attention layer, K and V (a cached
+// block's leading positions reused by a sequence that shares only them)
 static void rase_kv_copy_rows(rase_kv_pool *kv, int32_t src, int32_t dst, int n) {
     const size_t bytes = (size_t)n * kv->head_dim * sizeof(uint16_t);
-    if (kv->state_floats)
-        memcpy(rase_state_at(kv, dst), rase_state_at(kv, src), (size_t)kv->state_floats * sizeof(float));
     for (int il = 0; il < kv->n_layer; ++il)
         for (int h = 0; h < kv->n_head_kv; ++h) {
             const int64_t s = rase_kv_at(kv, il, h, src, 0), d = rase_kv_at(kv, il, h, dst, 0);
@@ -241,7 +257,8 @@ static void rase_kv_copy_rows(rase_kv_pool *kv, int32_t src, int32_t dst, int n)
 static void rase_scratch_free(rase_scratch *s) {
     void *bufs[] = {s->x, s->h, s->o, s->q, s->att, s->k, s->v, s->g, s->u, s->rope, s->scores, s->shared,
                     s->act, s->act_rows, (void *)s->act_src, s->router, s->sel, s->pair, s->wsel,
-                    s->ptok, s->seg, s->cursor, s->pg, s->pu, s->pd, s->pact, s->jobs, s->work, s->order};
+                    s->ptok, s->seg, s->cursor, s->pg, s->pu, s->pd, s->pact, s->jobs, s->work, s->order,
+                    s->runs, s->mix, s->gates};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); ++i) free(bufs[i]);
     memset(s, 0, sizeof(*s));
 }
@@ -255,11 +272,19 @@ static int rase_scratch_alloc(rase_scratch *s, const rase_hparams *hp, int max_r
     const int64_t B = max_rows, nq = (int64_t)hp->n_head * hp->head_dim;
     const int64_t nkv = (int64_t)hp->n_head_kv * hp->head_dim;
     int64_t max_cols = hp->n_embd;
-    const int64_t ng = hp->n_conv && 3 * hp->n_embd > hp->n_ff ? 3 * hp->n_embd : hp->n_ff;  // g: FFN gate, conv b/c/x
-    const int64_t natt = nq > hp->n_embd ? nq : hp->n_embd;                                 // att: heads, conv output
+    const int64_t d_inner = (int64_t)hp->ssm_v_heads * hp->ssm_head;
+    const int64_t conv_dim = 2 * (int64_t)hp->ssm_k_heads * hp->ssm_head + d_inner;  // a delta net's channels
+    int64_t ng = hp->n_ff, nu = hp->n_ff, natt = nq > hp->n_embd ? nq : hp->n_embd;
+    if (hp->n_conv && 3 * hp->n_embd > ng) ng = 3 * hp->n_embd;  // g: FFN gate, shortconv b/c/x, delta net q/k/v
+    if (conv_dim > ng) ng = conv_dim;
+    if (d_inner > nu) nu = d_inner;                              // u: FFN up, the delta net's z
+    if (d_inner > natt) natt = d_inner;                          // att: heads, the conv / delta net output
+    s->mix_stride = hp->attn_gate ? 2 * nq : 0;
+    if (hp->ssm_v_heads && conv_dim > s->mix_stride) s->mix_stride = conv_dim;
     if (nq > max_cols) max_cols = nq;
     if (hp->n_ff > max_cols) max_cols = hp->n_ff;
     if (hp->n_ff_exp > max_cols) max_cols = hp->n_ff_exp;
+    if (d_inner > max_cols) max_cols = d_inner;  // the delta net's out-projection reads d_inner
     s->act_stride = (int64_t)rase_act_bytes(ACT_F32, max_cols) + 64;
     s->x = rase_alloc(B * hp->n_embd * 4);
     s->h = rase_alloc(B * hp->n_embd * 4);
@@ -269,7 +294,7 @@ static int rase_scratch_alloc(rase_scratch *s, const rase_hparams *hp, int max_r
     s->k = rase_alloc(B * nkv * 4);
     s->v = rase_alloc(B * nkv * 4);
     s->g = rase_alloc(B * ng * 4);
-    s->u = rase_alloc(B * hp->n_ff * 4);
+    s->u = rase_alloc(B * nu * 4);
     s->rope = rase_alloc(2 * B * (hp->n_rot / 2) * 2 * 4);
     s->attn_stride = rase_attend_scratch(hp->n_ctx, hp->head_dim);
     s->scores = rase_alloc((size_t)n_threads * RASE_ATTN_G * s->attn_stride * 4);
@@ -279,6 +304,9 @@ static int rase_scratch_alloc(rase_scratch *s, const rase_hparams *hp, int max_r
     s->act_src = rase_alloc((size_t)n_threads * 2 * ACT_COUNT * sizeof(float *));
     s->jobs = rase_alloc((size_t)n_threads * sizeof(rase_job_slot));
     s->order = rase_alloc((size_t)B * sizeof(int32_t));
+    s->runs = rase_alloc((size_t)(B + 1) * sizeof(int32_t));
+    s->mix = rase_alloc((size_t)B * s->mix_stride * 4);
+    s->gates = rase_alloc((size_t)2 * B * (hp->ssm_v_heads ? hp->ssm_v_heads : 1) * 4);
     s->work_stride = (RASE_CHUNK_ROWS * max_cols + 15) / 16 * 16;  // pages touched only by a GEMM that uses them
     s->work = rase_alloc((size_t)n_threads * s->work_stride * sizeof(float));
     if (hp->n_expert > 0) {
@@ -301,7 +329,8 @@ static int rase_scratch_alloc(rase_scratch *s, const rase_hparams *hp, int max_r
         }
     }
     if (!s->x || !s->h || !s->o || !s->q || !s->att || !s->k || !s->v || !s->g || !s->u || !s->rope ||
-        !s->scores || !s->shared || !s->act || !s->act_rows || !s->act_src || !s->jobs || !s->work || !s->order) {
+        !s->scores || !s->shared || !s->act || !s->act_rows || !s->act_src || !s->jobs || !s->work || !s->order ||
+        !s->runs || !s->mix || !s->gates) {
         rase_scratch_free(s);
         return -1;
     }

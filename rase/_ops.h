@@ -86,6 +86,20 @@ RASE_TARGET_AVX2 static void gate_avx2(float *g, const float *u, int64_t n, cons
 }
 #endif
 
+// x = silu(x) over n elements, as llama.cpp's ggml_silu computes a row of a multiple of 8:
+// ggml_v_silu on x86 (the same 8-lane arithmetic as gate_avx2 times 1), libm's expf otherwise
+static void rase_silu_row(float *x, int64_t n, int isa) {
+#if RASE_HAVE_X86
+    if (isa >= RASE_ISA_AVX2) {
+        float ones[64];
+        for (int i = 0; i < 64; ++i) ones[i] = 1.0f;
+        for (int64_t i = 0; i < n; i += 64) gate_avx2(x + i, ones, n - i < 64 ? n - i : 64, NULL);
+        return;
+    }
+#endif
+    for (int64_t i = 0; i < n; ++i) x[i] = rase_silu(x[i]);
+}
+
 static void rase_gate(float *g, const float *u, int64_t n, const uint16_t *gelu_table, int isa) {
 #if RASE_HAVE_X86
     if (isa >= RASE_ISA_AVX2) { gate_avx2(g, u, n, gelu_table); return; }

@@ -21,7 +21,7 @@ from typing import Sequence
 
 
 class Node:
-    __slots__ = ("id", "parent", "tokens", "block", "refs", "children", "last_used")
+    __slots__ = ("id", "parent", "tokens", "block", "refs", "children", "last_used", "ckpt")
 
     def __init__(self, id: int, parent: "Node | None", tokens: tuple[int, ...], block: int) -> None:
         self.id = id
@@ -31,6 +31,7 @@ class Node:
         self.refs = 0
         self.children: dict[tuple[int, ...], Node] = {}
         self.last_used = 0
+        self.ckpt = -1  # a hybrid's recurrent-state checkpoint at the node's end (state_cache.py), or -1
 
 
 class PrefixCache:
@@ -43,6 +44,7 @@ class PrefixCache:
         self.n_nodes = 0       # cached blocks (refs or not)
         self.n_evictable = 0   # nodes with refs == 0
         self.stats = dict(queries=0, hit_tokens=0, inserted_blocks=0, evicted_blocks=0)
+        self.on_evict = None  # called with each node that leaves (its checkpoint is freed)
 
     # ---------------------------------------------------------------- lookups
 
@@ -66,8 +68,8 @@ class PrefixCache:
     def partial(self, parent: Node | None, tokens: Sequence[int], whole: bool = False) -> tuple[Node | None, int]:
         """The cached child of parent (None: the root) whose block begins with the longest run
         of `tokens` (fewer than a block), and that run's length; (None, 0) if none. whole: only
-        tail nodes whose every position is in the run (a block's recurrent state is the one
-        after its last position: a hybrid model resumes there or not at all)."""
+        tail nodes whose every position is in the run (a hybrid model's recurrent state is
+        checkpointed after a tail's last position: it resumes there or not at all)."""
         best, k_best = None, 0
         want = tuple(tokens[:self.block_size - 1])
         for child in (parent or self.root).children.values():
@@ -139,6 +141,8 @@ class PrefixCache:
             node = entry[2]
             parent = node.parent
             del parent.children[node.tokens]
+            if self.on_evict is not None:
+                self.on_evict(node)
             node.parent = None
             self.n_nodes -= 1
             self.n_evictable -= 1
@@ -147,6 +151,22 @@ class PrefixCache:
                 heapq.heappush(self._lru, (parent.last_used, parent.id, parent))
         self.stats["evicted_blocks"] += len(out)
         return out
+
+    def drop(self, node: Node) -> bool:
+        """Evict one particular node now if it is an evictable leaf (a tail past its budget)."""
+        parent = node.parent
+        if node.refs or node.children or parent is None or parent.children.get(node.tokens) is not node:
+            return False
+        del parent.children[node.tokens]
+        node.parent = None
+        self.n_nodes -= 1
+        self.n_evictable -= 1
+        if self.on_evict is not None:
+            self.on_evict(node)
+        self.stats["evicted_blocks"] += 1
+        if parent is not self.root and parent.refs == 0 and not parent.children:
+            heapq.heappush(self._lru, (parent.last_used, parent.id, parent))
+        return True
 
     def clear(self) -> list[int]:
         """Evict everything evictable; the blocks freed."""

@@ -59,6 +59,7 @@ class Request:
     nodes: list = field(default_factory=list)
     reserved: int = 0
     cache_chain: bool = True
+    slot: int = -1               # a hybrid's recurrent-state slot while it runs (state_cache.StateSlots)
     cached_tokens: int = 0
     generated: int = 0
     stop_reason: GenerationStopReason | None = None

@@ -49,6 +49,7 @@ class Step:
     samplers: list = field(default_factory=list)
     embd_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))  # rows whose hidden states are read
     reads: list = field(default_factory=list)  # (request, start, stop): its slice of hidden (embd_rows) or logits
+    slots: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))  # seq -> recurrent-state slot
 
 
 class _Ema:
@@ -164,6 +165,8 @@ class Scheduler:
             if (req.remaining == 1 and req.collect is None) or budget <= 0:
                 continue
             take = self._take(req, budget, len(logit_rows))
+            if self.kv.state and take > 0:  # a hybrid's chunk ends at its next checkpoint boundary
+                take = self.kv.state.chunk(req.n_computed, take, self.kv.block_size)
             if take <= 0 or (not self.causal and take < req.remaining):
                 continue  # an encoder's input is whole in one step: a later step has room
             budget -= take
@@ -194,8 +197,8 @@ class Scheduler:
         n_out = len(out_rows)  # logits reads follow the sampled rows in the logits
         reads = [(r, a + n_out, b + n_out) if r.collect.source == "logits" else (r, a, b) for r, a, b in reads]
         return Step(np.array(rows, np.int32).reshape(-1, 3), tables, np.array(out_rows + logit_rows, np.int32),
-                        out, seqs, counts, len(decode), n_prefill, [r.sampler for r in out] + [None] * len(logit_rows),
-                        np.array(embd_rows, np.int32), reads)
+                    out, seqs, counts, len(decode), n_prefill, [r.sampler for r in out] + [None] * len(logit_rows),
+                    np.array(embd_rows, np.int32), reads, np.array([r.slot for r in seqs], np.int32))
 
     def _take(self, req: Request, budget: int, logit_rows: int) -> int:
         """Prompt positions req computes this step: within the budget and, when it reads logits,

@@ -23,6 +23,7 @@ from .profiling import profile_add
 from .request import NoText, Request
 from .channel import RequestHandle
 from .scheduler import Event, Scheduler
+from .state_cache import StateSlots
 from .textstate import ReasoningDelta
 
 MAX_CHUNK = 512            # prompt tokens per step at most (llama.cpp's default ubatch)
@@ -44,6 +45,19 @@ def pool_blocks(plan: ModelPlan, max_batch: int, kv_cache_mb: float | None, pref
     return blocks_for(max_batch * plan.n_ctx, _kernels.KV_BLOCK) + room
 
 
+def state_slots(plan: ModelPlan, max_batch: int, n_blocks: int) -> tuple[int, int, int]:
+    """A hybrid's recurrent-state slots: (running: one per batched request, checkpoints, every:
+    checkpoint interval in blocks). The interval makes a checkpoint cost about the K/V of the
+    blocks it spans, so checkpoints take about as much memory as the KV pool; at least two per
+    running request (their turns' ends)."""
+    state = plan.weights.state_bytes
+    if not state:
+        return 1, 0, 1
+    per_block = max(1, plan.kv_bytes_per_token * _kernels.KV_BLOCK)
+    every = max(1, -(-state // per_block))
+    return max_batch, max(2 * max_batch, -(-n_blocks // every)), every
+
+
 class ModelWorker:
     def __init__(self, plan: ModelPlan, *, max_batch: int = 8, kv_cache_mb: float | None = None,
                  n_threads: int | None = None, tbt_target_ms: float = 100.0, prefix_cache: bool = True,
@@ -57,10 +71,13 @@ class ModelWorker:
         # an encoder: every input whole in one step (up to a full context), no KV pool
         n_blocks = pool_blocks(plan, max_batch, kv_cache_mb, prefix_cache) if self.causal else 1
         self.max_chunk = MAX_CHUNK if self.causal else plan.n_ctx
+        running, checkpoints, every = state_slots(plan, max_batch, n_blocks)
         self.fwd = _kernels.Forward(plan.weights, n_blocks, max_batch + self.max_chunk,
-                                    n_threads or default_threads())
+                                    n_threads or default_threads(), running + checkpoints)
+        state = StateSlots(running, checkpoints, every, self.fwd.copy_state, plan.weights.state_bytes) \
+            if plan.weights.state_bytes else None
         self.kv = KVCache(n_blocks, _kernels.KV_BLOCK, prefix_cache and self.causal, copy_rows=self.fwd.copy_rows,
-                          state_bytes_per_block=plan.weights.state_bytes_per_block)
+                          state=state, max_tails=2 * max_batch)
         logit_rows = max(1, min(self.max_chunk, LOGIT_READS_MB * (1 << 20) // (4 * plan.vocab_size)))
         self.scheduler = Scheduler(self.kv, max_batch=max_batch, max_chunk=self.max_chunk, tbt_target_ms=tbt_target_ms,
                                    causal=self.causal, max_logit_rows=logit_rows)
@@ -209,7 +226,7 @@ class ModelWorker:
             t1 = time.perf_counter()
             try:
                 tokens, logits = self.fwd.step(step.rows, step.tables, step.out_rows, step.samplers,
-                                               embd_rows=step.embd_rows)
+                                               embd_rows=step.embd_rows, slots=step.slots)
             except Exception as exc:  # a bug, not bad input (inputs were checked): fail, stay alive
                 self._deliver(self.scheduler.fail_all(RaseError(f"forward step failed: {exc}")))
                 continue

@@ -7,6 +7,8 @@ check the C forward, layer by layer when they disagree.
 """
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import math
 from dataclasses import replace
 
@@ -158,6 +160,10 @@ def _softmax(x: np.ndarray) -> np.ndarray:
     return p / p.sum(axis=-1, keepdims=True)
 
 
+_LIBM = ctypes.CDLL(ctypes.util.find_library("m"))
+_LIBM.expf.restype, _LIBM.expf.argtypes = ctypes.c_float, [ctypes.c_float]
+
+
 def fma32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     """fmaf: the f32 product is exact in f64, so one f64 add and one rounding to f32 (a double
     rounding that differs from a fused one only when the f64 sum lands exactly on an f32 tie)."""
@@ -167,14 +173,15 @@ def fma32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
 def causal_conv(x: np.ndarray, w: np.ndarray, state: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
     """ggml_ssm_conv over one sequence's rows x (T, E) with taps w (L, E): each position's window
     is the L - 1 previous inputs (state first, zeros at position 0) and its own, summed tap by tap
-    as an FMA chain from 0. Returns y (T, E) and the last L - 1 inputs (the state after)."""
+    from 0 as GCC compiles ggml's loop for x86: the first 4 * (L // 4) products rounded, then
+    added; the rest as FMAs. Returns y (T, E) and the last L - 1 inputs (the state after)."""
     L, E = w.shape
     hist = np.concatenate([np.zeros((L - 1, E), np.float32) if state is None else state, x]).astype(np.float32)
     y = np.empty(x.shape, np.float32)
     for t in range(x.shape[0]):
         acc = np.zeros(E, np.float32)
         for k in range(L):
-            acc = fma32(hist[t + k], w[k], acc)
+            acc = acc + hist[t + k] * w[k] if k < L // 4 * 4 else fma32(hist[t + k], w[k], acc)
         y[t] = acc
     return y, hist[-(L - 1):]
 
@@ -185,6 +192,38 @@ def shortconv(bcx: np.ndarray, w: np.ndarray, state: np.ndarray | None) -> tuple
     E = w.shape[1]
     y, after = causal_conv(bcx[:, :E] * bcx[:, 2 * E:], w, state)
     return bcx[:, E:2 * E] * y, after
+
+
+def expf(x: float) -> np.float32:
+    """libm's expf, which llama.cpp's f32 ops call (numpy's float32 exp may differ in the last bit)."""
+    return np.float32(_LIBM.expf(np.float32(x)))
+
+
+def dot_f32(x: np.ndarray, y: np.ndarray, simd: bool) -> np.float32:
+    """ggml_vec_dot_f32: on x86 (simd) 4 x 8 FMA lanes over 32-element steps, then its reduction
+    ((a0 + a2) + (a1 + a3), halves added, two hadds); the scalar build sums in double.
+    len(x) a multiple of 32 when simd."""
+    if not simd:
+        return np.float32(np.cumsum(x.astype(np.float64) * y.astype(np.float64))[-1])  # in order
+    acc = np.zeros((4, 8), np.float32)
+    for i in range(0, len(x), 32):
+        for j in range(4):
+            acc[j] = fma32(x[i + 8 * j:i + 8 * j + 8], y[i + 8 * j:i + 8 * j + 8], acc[j])
+    s = (acc[0] + acc[2]) + (acc[1] + acc[3])
+    t0 = s[:4] + s[4:]
+    return (t0[0] + t0[1]) + (t0[2] + t0[3])
+
+
+def delta_step(state: np.ndarray, q, k, v, g: float, beta: float, simd: bool) -> tuple[np.ndarray, np.ndarray]:
+    """One token of Qwen3.5's gated delta rule for one value head, as ggml_gated_delta_net on the
+    CPU: state (S, S), row j = column j of the rule's matrix; returns (o, the state after)."""
+    S = len(q)
+    f32 = np.float32
+    st = (state * expf(g)).astype(f32)
+    delta = np.array([(v[j] - dot_f32(st[j], k, simd)) * f32(beta) for j in range(S)], f32)
+    st = np.stack([fma32(k, np.full(S, delta[j], f32), st[j]) for j in range(S)])
+    scale = f32(1.0) / np.sqrt(f32(S), dtype=f32)
+    return np.array([dot_f32(st[j], q, simd) * scale for j in range(S)], f32), st
 
 
 def swiglu_oai(g: np.ndarray, u: np.ndarray, alpha: float, limit: float) -> np.ndarray:

@@ -3,7 +3,8 @@ each family's F32 source regenerates byte for byte (its SHA-256 is in binds.json
 quantizer turns it into the committed Q8_0 file; and each family's distinctive feature binds in
 llama.cpp itself: the same source with the feature neutralized (factors 1, multipliers 1, RoPE in
 every layer, causal attention without positions or token types; gpt-oss: sinks at -1e4, then a
-window past the context; lfm2: convolution taps that see only the current position) gives different outputs, so a file cannot pass the conformance tests by
+window past the context; lfm2: convolution taps that see only the current position; qwen35: those
+taps too and a delta rule that forgets at once) gives different outputs, so a file cannot pass the conformance tests by
 not exercising its feature."""
 from __future__ import annotations
 

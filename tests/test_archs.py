@@ -33,8 +33,8 @@ def _fixture(name: str, t1: bool, variant: str = "") -> dict:
 
 def test_every_architecture_is_here():
     archs = {GGUFFile(ARCHS / f"{n}.gguf").architecture for n in NAMES}
-    assert len(NAMES) == 32 and archs == {"qwen2", "phi3", "gemma", "gemma2", "olmo2", "llama", "qwen3moe", "olmoe",
-                                          "smollm3", "granite", "gpt-oss", "lfm2"}
+    assert len(NAMES) == 34 and archs == {"qwen2", "phi3", "gemma", "gemma2", "olmo2", "llama", "qwen3moe", "olmoe",
+                                          "smollm3", "granite", "gpt-oss", "lfm2", "qwen35"}
     assert len(ENCODERS) == 4 and {GGUFFile(ARCHS / f"{n}.gguf").architecture for n in ENCODERS} == {"bert", "nomic-bert"}
     assert len(list(ARCHS.glob("*.gguf"))) == len(NAMES) + len(ENCODERS)
 

@@ -1,8 +1,9 @@
-"""A hybrid model (LFM2: short-convolution layers beside attention, tests/fixtures/archs) in the
-serving engine. Its recurrent state lives with the KV blocks (a block's state is the one after its
-last computed position), so batched, chunked, cached and cancelled requests answer exactly as the
-single-stream loop does, a conversation's next turn resumes from the cache, and every block comes
-back to the pool."""
+"""Hybrid models (LFM2: short convolutions beside attention; Qwen3.5: gated delta nets beside gated
+attention; tests/fixtures/archs) in the serving engine. A running sequence's recurrent state is a
+slot, and checkpoints of it hang on the prefix cache's nodes (rase/state_cache.py), so batched,
+chunked, cached and cancelled requests answer exactly as the single-stream loop does, a
+conversation's next turn resumes after the last computed position, and every KV block and state
+slot comes back."""
 from __future__ import annotations
 
 import threading
@@ -20,6 +21,9 @@ from tests.single_stream import generate_with
 
 ARCHS = Path(__file__).resolve().parent / "fixtures" / "archs"
 GREEDY = dict(temperature=0.0, max_tokens=24)
+MODELS = {"lfm2": "lfm2-tiny-q8_0.gguf", "qwen35": "qwen35-tiny-q4_k_m.gguf"}
+# f32 state of a sequence: (taps - 1) x channels per conv layer, H_v (S, S) matrices per delta net
+STATE_BYTES = {"lfm2": 3 * 2 * 256 * 4, "qwen35": 3 * (3 * 512 + 8 * 32 * 32) * 4}
 SAMPLED = dict(temperature=0.9, top_p=0.95, seed=5, max_tokens=24)
 
 
@@ -28,14 +32,20 @@ def store(tmp_path_factory):
     from rase.registry import ModelRegistry
 
     root = tmp_path_factory.mktemp("hybrid-store")
-    ModelRegistry(root).import_local("lfm2", ARCHS / "lfm2-tiny-q8_0.gguf")
+    for model, file in MODELS.items():
+        ModelRegistry(root).import_local(model, ARCHS / file)
     return root
 
 
+@pytest.fixture(scope="module", params=sorted(MODELS))
+def model(request):
+    return request.param
+
+
 @pytest.fixture(scope="module")
-def decoder(store):
+def decoder(store, model):
     with Engine(store, max_batch=1, n_ctx=4096) as e:
-        yield GGUFDecoder(e.session("lfm2").plan, n_threads=1)
+        yield GGUFDecoder(e.session(model).plan, n_threads=1)
 
 
 def _alone(decoder, ids: list[int], gen: dict) -> list[int]:
@@ -49,8 +59,8 @@ def _ids(rng, n: int) -> list[int]:
     return [int(t) for t in rng.integers(3, 512, n)]
 
 
-def _pool_is_whole(engine) -> None:
-    worker = engine.session("lfm2").worker
+def _pool_is_whole(engine, model: str) -> None:
+    worker = engine.session(model).worker
     for _ in range(200):  # the worker releases a request just after its handle ends
         if not worker.scheduler.running:
             break
@@ -59,11 +69,11 @@ def _pool_is_whole(engine) -> None:
     assert worker.kv.reserved == 0 and worker.kv.available() == worker.kv.n_blocks
 
 
-def _text(engine, tokens: list[int]) -> str:
-    return engine.session("lfm2").tokenizer.decode(tokens)
+def _text(engine, model: str, tokens: list[int]) -> str:
+    return engine.session(model).tokenizer.decode(tokens)
 
 
-def test_an_eight_turn_conversation_resumes_from_the_cache(store, decoder):
+def test_an_eight_turn_conversation_resumes_from_the_cache(store, model, decoder):
     """Turn after turn (the conversation's ids kept, as an agent loop with a chat template
     does): the cached tokens cover at least 90% of the previous turn's prompt and answer, and
     every answer equals the one computed alone from nothing."""
@@ -72,18 +82,18 @@ def test_an_eight_turn_conversation_resumes_from_the_cache(store, decoder):
     with Engine(store, n_ctx=4096) as engine:
         previous = None
         for turn in range(8):
-            out = engine.complete("lfm2", ids, **GREEDY)
+            out = engine.complete(model, ids, **GREEDY)
             want = _alone(decoder, ids, GREEDY)
-            assert out.text == _text(engine, want) and out.completion_tokens == len(want), turn
+            assert out.text == _text(engine, model, want) and out.completion_tokens == len(want), turn
             if previous is not None:
                 assert out.cached_tokens >= 0.9 * previous, (turn, out.cached_tokens, previous)
             previous = len(ids) + len(want)
             ids = ids + want + _ids(rng, int(rng.integers(5, 30)))
         assert engine.stats["prefix_hit_tokens"] > 0
-        _pool_is_whole(engine)
+        _pool_is_whole(engine, model)
 
 
-def test_concurrent_requests_with_cancellations_equal_served_alone(store, decoder):
+def test_concurrent_requests_with_cancellations_equal_served_alone(store, model, decoder):
     """8 requests with long and short prompts in mixed steps, small prompt chunks beside decodes;
     one cancelled mid-prompt and one mid-answer. The others answer as alone; the pool is whole."""
     rng = np.random.default_rng(2)
@@ -91,15 +101,15 @@ def test_concurrent_requests_with_cancellations_equal_served_alone(store, decode
     gens = [GREEDY if i % 2 else SAMPLED for i in range(len(prompts))]
     want = {i: _alone(decoder, p, g) for i, (p, g) in enumerate(zip(prompts, gens)) if i not in (0, 1)}
     with Engine(store, n_ctx=4096, max_batch=8, tbt_target_ms=2.0) as engine:
-        worker = engine.session("lfm2").worker
-        doomed_answer = engine.submit_complete("lfm2", prompts[1], temperature=0.7, max_tokens=500)
+        worker = engine.session(model).worker
+        doomed_answer = engine.submit_complete(model, prompts[1], temperature=0.7, max_tokens=500)
         it = iter(doomed_answer)
         next(it), next(it)  # decoding: the long prompt beside it goes in small chunks
-        doomed_prompt = engine.submit_complete("lfm2", prompts[0], max_tokens=8)
+        doomed_prompt = engine.submit_complete(model, prompts[0], max_tokens=8)
         results: dict = {}
 
         def one(i):
-            results[i] = engine.complete("lfm2", prompts[i], **gens[i])
+            results[i] = engine.complete(model, prompts[i], **gens[i])
 
         threads = [threading.Thread(target=one, args=(i,)) for i in want]
         for t in threads:
@@ -115,11 +125,11 @@ def test_concurrent_requests_with_cancellations_equal_served_alone(store, decode
         assert doomed_prompt.result(timeout=60).finish_reason == "cancelled"
         assert doomed_answer.result(timeout=60).finish_reason == "cancelled"
         for i, tokens in want.items():
-            assert results[i].text == _text(engine, tokens) and results[i].completion_tokens == len(tokens), i
-        _pool_is_whole(engine)
+            assert results[i].text == _text(engine, model, tokens) and results[i].completion_tokens == len(tokens), i
+        _pool_is_whole(engine, model)
         stats = engine.stats
-        model = stats["models"]["lfm2"]
-        assert stats["cancelled"] == 2 and model["state_bytes_per_block"] == 2 * 256 * 4 * 3  # 3 conv layers
+        m = stats["models"][model]
+        assert stats["cancelled"] == 2 and m["state_bytes_total"] == m["state_slots_total"] * STATE_BYTES[model]
 
 
 def test_token_prompts_are_checked(store):
@@ -135,17 +145,19 @@ def test_health_and_metrics_count_the_state(store):
 
     from rase.server import create_app
 
-    per_block = 2 * 256 * 4 * 3  # (taps - 1) x n_embd f32, 3 convolution layers
     with Engine(store, n_ctx=256) as engine:
         engine.complete("lfm2", _ids(np.random.default_rng(4), 40), max_tokens=4)
         client = TestClient(create_app(engine))
         health = client.get("/health").json()
-        assert health["state_bytes_total"] == health["kv_blocks_total"] * per_block > 0
-        assert health["models"]["lfm2"]["state_checkpoints_cached"] == 2  # a full block and the tail
+        m = health["models"]["lfm2"]
+        assert health["state_bytes_total"] == m["state_slots_total"] * STATE_BYTES["lfm2"] > 0
+        # 43 positions computed: a checkpoint at the first block's end (a block of K/V costs more than
+        # a state: every block is a boundary) and one at the request's end
+        assert m["state_checkpoint_every_blocks"] == 1 and m["state_checkpoints"] == 2
         samples = {s.name: s.value for f in text_string_to_metric_families(client.get("/metrics").text)
                    for s in f.samples}
         assert samples["rase_state_bytes_total"] == health["state_bytes_total"]
-        assert samples["rase_state_bytes_used"] == 0  # nothing running: the checkpoints are cached, evictable
+        assert samples["rase_state_bytes_used"] == 2 * STATE_BYTES["lfm2"]  # nothing running: the checkpoints
 
 
 def test_token_prompts_over_http(store):

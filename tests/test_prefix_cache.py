@@ -7,6 +7,7 @@ import pytest
 
 from rase.kv_cache import KVCache
 from rase.prefix_cache import PrefixCache
+from rase.state_cache import StateSlots
 
 BS = 4
 
@@ -18,7 +19,7 @@ class Seq:
         self.tokens = list(tokens)
         self.max_positions = len(tokens) + max_new
         self.n_computed = 0
-        self.table, self.nodes, self.reserved, self.cache_chain = [], [], 0, True
+        self.table, self.nodes, self.reserved, self.cache_chain, self.slot = [], [], 0, True, -1
 
 
 def _leaves(cache: PrefixCache):
@@ -174,12 +175,17 @@ def test_a_prompt_sharing_part_of_a_cached_block_copies_those_rows():
 
 
 def _turn(kv: KVCache, tokens) -> Seq:
-    """A request computed to its end and released (a finished turn)."""
+    """A request computed to its end and released (a finished turn); a hybrid's steps end at its
+    checkpoint boundaries, as the scheduler's chunks do."""
     seq = Seq(tokens, 1)
     assert kv.admit(seq, seq.max_positions)
-    kv.grow(seq, len(tokens))
-    seq.n_computed = len(tokens)
-    kv.commit(seq)
+    while seq.n_computed < len(tokens):
+        take = len(tokens) - seq.n_computed
+        if kv.state:
+            take = kv.state.chunk(seq.n_computed, take, BS)
+        kv.grow(seq, seq.n_computed + take)
+        seq.n_computed += take
+        kv.commit(seq)
     kv.release(seq)
     return seq
 
@@ -197,20 +203,48 @@ def test_a_finished_turns_last_positions_are_a_tail_the_next_turn_resumes_after(
     assert kv.cache.evict(8) == [tail.block]      # a leaf like any other: evicted first (LRU)
 
 
-def test_a_hybrid_resumes_only_after_a_whole_tail():
-    """A block's recurrent state is the one after its last position: a hybrid model copies a
-    tail whose every position the prompt shares, never the leading rows of a block."""
-    copies = []
-    kv = KVCache(8, BS, copy_rows=lambda src, dst, n: copies.append((src, dst, n)), state_bytes_per_block=64)
-    _turn(kv, [1, 2, 3, 4, 5, 6])
-    part = Seq([1, 2, 3, 4, 5, 0, 0], 1)         # one of the tail's two positions
+def _hybrid(n_blocks: int, every: int, checkpoints: int = 4):
+    """A KVCache with recurrent-state slots (3 running), recording the K/V and state copies."""
+    copies, states = [], []
+    state = StateSlots(3, checkpoints, every, lambda src, dst: states.append((src, dst)), 64)
+    kv = KVCache(n_blocks, BS, copy_rows=lambda src, dst, n: copies.append((src, dst, n)), state=state)
+    return kv, copies, states
+
+
+def test_a_hybrid_resumes_only_after_a_whole_tail_with_its_checkpoint():
+    """A recurrent state is a slot, not per position: a hybrid resumes only where a checkpoint
+    was taken: the end of a turn (a whole tail node), never the leading rows of a block."""
+    kv, copies, states = _hybrid(8, every=1)
+    first = _turn(kv, [1, 2, 3, 4, 5, 6])       # checkpoints: block [1 2 3 4]'s end (every block), the tail's
+    tail = kv.cache.root.children[(1, 2, 3, 4)].children[(5, 6)]
+    assert tail.ckpt >= 3 and kv.cache.root.children[(1, 2, 3, 4)].ckpt >= 3 and first.slot == -1
+    part = Seq([1, 2, 3, 4, 5, 0, 0], 1)         # one of the tail's two positions: the block's checkpoint
     assert kv.admit(part, part.max_positions) and part.n_computed == 4 and copies == []
-    head = Seq([1, 2, 0], 1)                      # the leading rows of a full block
+    assert states[-1] == (kv.cache.root.children[(1, 2, 3, 4)].ckpt, part.slot)
+    head = Seq([1, 2, 0], 1)                      # the leading rows of a full block: nothing
     assert kv.admit(head, head.max_positions) and head.n_computed == 0 and copies == []
     whole = Seq([1, 2, 3, 4, 5, 6, 7], 1)
     assert kv.admit(whole, whole.max_positions) and whole.n_computed == 6 and len(copies) == 1
+    assert states[-1] == (tail.ckpt, whole.slot)
+    assert not kv.admit(Seq([9], 1), 2)          # 3 running slots, all held: it waits
     kv.check([part, head, whole])
-    assert kv.usage()["state_bytes_per_block"] == 64
+    assert kv.usage()["state_slots_total"] == 7 and kv.usage()["state_checkpoints"] == 2
+
+
+def test_a_hybrid_resumes_at_the_deepest_checkpoint_and_checkpoints_are_a_budget():
+    kv, copies, states = _hybrid(16, every=2, checkpoints=2)
+    _turn(kv, list(range(10, 22)))              # 12 positions, 3 blocks: a checkpoint at 2 blocks and at the end
+    chain = kv.cache.match(list(range(10, 22)), 12)
+    kv.cache.release(chain)
+    assert [n.ckpt >= 0 for n in chain] == [False, True, True]
+    again = Seq(list(range(10, 20)) + [0, 0], 1)  # shares two blocks and a half: resumes at block 2's end
+    assert kv.admit(again, again.max_positions) and again.n_computed == 8
+    kv.release(again)                            # 8 computed: ends on a block boundary, already checkpointed
+    _turn(kv, [50, 51, 52, 53, 54])             # a third checkpoint (its tail): the least recent is dropped
+    assert sum(n.ckpt >= 0 for n in chain) == 1 and len(kv.state.owner) == 2
+    kv.check([])
+    assert kv.drop_cache() and not kv.state.owner  # evicted nodes give their checkpoints back
+    kv.check([])
 
 
 def test_partial_reuse_never_takes_the_room_the_reservation_counted_on():
@@ -241,3 +275,16 @@ def test_partial_reuse_never_takes_the_room_the_reservation_counted_on():
     (src, dst, n), = copies
     assert src != dst and n == 2
     roomy.check([again])
+
+
+def test_only_the_newest_tails_are_kept():
+    """Each finished request leaves its last block as a tail; past max_tails the oldest goes back
+    to the free list, so unrelated requests do not spread the cache over untouched pool pages."""
+    kv = KVCache(16, BS, copy_rows=lambda src, dst, n: None, max_tails=2)
+    for first in (10, 20, 30):
+        _turn(kv, [first, first + 1, first + 2])
+    assert [n.tokens[0] for n in kv.cache.root.children.values()] == [20, 30]
+    assert kv.n_cached == 2 and len(kv.free) == 14
+    kv.check([])
+    again = Seq([30, 31, 32, 33], 1)              # the newest still resumes
+    assert kv.admit(again, again.max_positions) and again.n_computed == 3

@@ -21,7 +21,8 @@ def alone(plan, prompt: list[int], threads: int = 1) -> np.ndarray:
     table = np.arange(fwd.n_blocks, dtype=np.int32).reshape(1, -1)
     out = []
     for pos, tok in enumerate(prompt):
-        _, logits = fwd.step(np.array([[tok, 0, pos]], np.int32), table, np.array([0], np.int32))
+        _, logits = fwd.step(np.array([[tok, 0, pos]], np.int32), table, np.array([0], np.int32),
+                             slots=np.zeros(1, np.int32))
         out.append(logits[0].copy())
     return np.array(out)
 
@@ -39,7 +40,7 @@ def mixed(plan, prompts: list[list[int]], seed: int, threads: int, max_rows: int
     for s, n in enumerate(need):
         tables[s, :n] = pool[at:at + n]
         at += n
-    fwd = _kernels.Forward(plan.weights, len(pool), max_rows, threads)
+    fwd = _kernels.Forward(plan.weights, len(pool), max_rows, threads, len(prompts))  # a state slot each
     done = [0] * len(prompts)
     logits = [np.zeros((len(p), plan.vocab_size), np.float32) for p in prompts]
     while any(d < len(p) for d, p in zip(done, prompts)):
@@ -53,7 +54,7 @@ def mixed(plan, prompts: list[list[int]], seed: int, threads: int, max_rows: int
                 break
         rows = np.array(rows, np.int32)[rng.permutation(len(rows))]
         wanted = np.flatnonzero(rows[:, 2] % every == 0).astype(np.int32)
-        _, out = fwd.step(np.ascontiguousarray(rows), tables, wanted)
+        _, out = fwd.step(np.ascontiguousarray(rows), tables, wanted, slots=np.arange(len(prompts), dtype=np.int32))
         for (tok, s, p), row in zip(rows[wanted], out):
             logits[s][p] = row
     return logits
@@ -118,7 +119,8 @@ def test_sampling_inside_the_step_equals_sampling_alone(tiny_models):
 @pytest.mark.parametrize("name", ["qwen2-tiny-q4_k_m", "gemma2-tiny-q8_0", "qwen3moe-tiny-q4_k_m",
                                   "olmoe-tiny-q8_0", "llama-moe-tiny-q4_k_m", "llama3-tiny-q4_k_m",
                                   "llama-yarn-tiny-q8_0", "phi3-longrope-tiny-q4_k_m", "smollm3-tiny-q8_0",
-                                  "granite-tiny-q4_k_m", "gpt-oss-tiny-mxfp4", "lfm2-tiny-q4_k_m", "lfm2-tiny-q8_0"])
+                                  "granite-tiny-q4_k_m", "gpt-oss-tiny-mxfp4", "lfm2-tiny-q4_k_m", "lfm2-tiny-q8_0",
+                                  "qwen35-tiny-q4_k_m", "qwen35-tiny-q8_0"])
 def test_llamacpp_quantized_architectures_batched_equal_alone(name):
     """Files made by llama.cpp's quantizer, dense and MoE (tests/fixtures/archs): a sequence's
     logits in mixed steps, at 1 and 2 threads, equal it fed alone; in a MoE layer the other rows

@@ -366,6 +366,72 @@ def lfm2(path: Path, neutral: bool) -> None:
     s.close()
 
 
+QWEN35_LAYERS, QWEN35_ROT, QWEN35_SECTIONS = 4, 32, [6, 5, 5, 0]  # layer 3 attends, 0-2 are delta nets
+QWEN35_SSM = dict(d_conv=4, head=32, k_heads=4, v_heads=8)
+
+
+def qwen35(path: Path, neutral: bool) -> None:
+    """Qwen3.5's layout (convert_hf_to_gguf's Qwen3_5TextModel): every 4th layer full attention
+    with Q and its output gate interleaved per head in attn_q (2 x H x HD rows), per-head Q/K
+    norms, partial interleaved multi-section RoPE (32 of 64 dims); the others gated delta nets:
+    attn_qkv (q | k | v channels), attn_gate (z), ssm_conv1d (4 taps), ssm_beta / ssm_alpha (a
+    value per value head), ssm_dt.bias, ssm_a (-exp(A_log)), ssm_norm, ssm_out; 4 key heads
+    shared by 8 value heads of 32 (8 rows of ssm_beta / ssm_alpha: llama.cpp repacks a Q4_K
+    matrix only when its rows are a multiple of 8, as every real Qwen3.5's are). The FFN norm is
+    post_attention_norm; the output untied.
+    neutral: the delta rule forgets at once (ssm_a -1e4: exp(g) = 0, so no state carries over,
+    and the conv taps of earlier positions 0)."""
+    ssm = QWEN35_SSM
+    key_dim, value_dim = ssm["head"] * ssm["k_heads"], ssm["head"] * ssm["v_heads"]
+    conv_dim = 2 * key_dim + value_dim
+    s = Source(path, "qwen35", "tiny-qwen35")
+    decoder_hparams(s, QWEN35_LAYERS, 1e7, eps=1e-6, n_rot=QWEN35_ROT)
+    s.w.add_key_length(HD)
+    s.w.add_value_length(HD)
+    s.w.add_rope_dimension_sections(QWEN35_SECTIONS)
+    s.w.add_ssm_conv_kernel(ssm["d_conv"])
+    s.w.add_ssm_inner_size(value_dim)
+    s.w.add_ssm_state_size(ssm["head"])
+    s.w.add_ssm_time_step_rank(ssm["v_heads"])
+    s.w.add_ssm_group_count(ssm["k_heads"])
+    s.w.add_full_attention_interval(4)
+    bpe_tokenizer(s)
+    s.embedding("token_embd.weight", 512, 1.0)
+    s.vec("output_norm.weight", D)
+    out = s.rng.standard_normal((512, D)).astype(np.float32) * 4 / math.sqrt(D)
+    out[:3] *= 0.25
+    s.raw("output.weight", out)
+    for i in range(QWEN35_LAYERS):
+        p = f"blk.{i}."
+        s.vec(p + "attn_norm.weight", D)
+        if (i + 1) % 4 == 0:
+            s.mat(p + "attn_q.weight", 2 * H * HD, D)
+            s.mat(p + "attn_k.weight", KV * HD, D)
+            s.mat(p + "attn_v.weight", KV * HD, D)
+            s.vec(p + "attn_q_norm.weight", HD)
+            s.vec(p + "attn_k_norm.weight", HD)
+            s.mat(p + "attn_output.weight", D, H * HD)
+        else:
+            s.mat(p + "attn_qkv.weight", conv_dim, D, 2.0)
+            s.mat(p + "attn_gate.weight", value_dim, D)
+            taps = s.rng.standard_normal((conv_dim, ssm["d_conv"])).astype(np.float32) * 0.5
+            if neutral:
+                taps[:, :-1] = 0.0
+            s.raw(p + "ssm_conv1d.weight", taps)
+            s.raw(p + "ssm_dt.bias", s.rng.standard_normal(ssm["v_heads"]))
+            a_log = s.rng.uniform(-1.5, 0.5, ssm["v_heads"])
+            s.raw(p + "ssm_a", np.full(ssm["v_heads"], -1e4) if neutral else -np.exp(a_log))
+            s.mat(p + "ssm_beta.weight", ssm["v_heads"], D, 2.0)
+            s.mat(p + "ssm_alpha.weight", ssm["v_heads"], D, 2.0)
+            s.vec(p + "ssm_norm.weight", ssm["head"])
+            s.mat(p + "ssm_out.weight", D, value_dim)
+        s.vec(p + "post_attention_norm.weight", D)
+        s.mat(p + "ffn_gate.weight", F, D)
+        s.mat(p + "ffn_up.weight", F, D)
+        s.mat(p + "ffn_down.weight", D, F)
+    s.close()
+
+
 def _encoder(path: Path, arch: str, name: str, neutral: bool, nomic: bool) -> None:
     texts = encoder_texts()
     s = Source(path, arch, name)
@@ -440,7 +506,7 @@ FAMILIES = {
     "llama-linear-tiny": (llama_linear, "decoder"), "phi3-longrope-tiny": (phi3_longrope, "decoder"),
     "smollm3-tiny": (smollm3, "decoder"), "granite-tiny": (granite, "decoder"),
     "bert-tiny": (bert, "encoder"), "nomic-bert-tiny": (nomic_bert, "encoder"),
-    "gpt-oss-tiny": (gpt_oss, "decoder"), "lfm2-tiny": (lfm2, "decoder"),
+    "gpt-oss-tiny": (gpt_oss, "decoder"), "lfm2-tiny": (lfm2, "decoder"), "qwen35-tiny": (qwen35, "decoder"),
 }
 # families whose features are neutralized one at a time (binds.json keeps one record each)
 FEATURES = {"gpt-oss-tiny": ("sinks", "swa")}

@@ -63,7 +63,7 @@ class LayerSpec:
                                # or of the sum after it when ModelSpec.norm_after_add (bert)
     window: int = 0            # sliding-window length; 0 = full causal attention
     rope_slot: int = 0         # index into ModelSpec.rope; -1: no RoPE (SmolLM3's NoPE layers)
-    mixer: str = "attention"   # the token mixer: "attention", or "shortconv" (LFM2's gated convolution)
+    mixer: str = "attention"   # the token mixer: "attention", "shortconv" (LFM2) or "deltanet" (Qwen3.5)
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,10 @@ class ModelSpec:
     ffn_norm: str = "ffn_norm.weight"  # the FFN's pre-norm tensor under blk.{i}. (gpt-oss: post_attention_norm)
     sinks: bool = False        # attn_sinks: a learned logit per head in the softmax's denominator (gpt-oss)
     expert_biases: bool = False  # the router's and the experts' biases (gpt-oss); elsewhere refused, as llama.cpp
-    n_conv: int = 0            # taps of the short-convolution layers (LFM2's shortconv.l_cache)
+    n_conv: int = 0            # taps of the recurrent layers' convolution (LFM2's l_cache, Qwen3.5's d_conv)
+    ssm: tuple[int, int, int] = (0, 0, 0)  # delta nets: head size S, key heads, value heads
+    attn_gate: bool = False    # attn_q holds each head's query then its output gate (Qwen3.5)
+    skip_blocks: range = range(0)  # blk.{i}. tensors not run (Qwen3.5's multi-token-prediction blocks)
     output_norm: str = "output_norm.weight"  # the final norm's tensor (LFM2: token_embd_norm.weight)
 
     def __post_init__(self) -> None:
@@ -152,7 +155,13 @@ class LayerLayout:
     mixer: str = "attention"
     conv_in: Matrix | None = None   # shortconv: (3 n_embd, n_embd): b, c, x
     conv_out: Matrix | None = None  # (n_embd, n_embd)
-    conv_w: np.ndarray | None = None  # (n_conv, n_embd) float32 taps, tap-major
+    conv_w: np.ndarray | None = None  # (n_conv, channels) float32 taps, tap-major
+    ssm_z: Matrix | None = None       # delta net: (d_inner, n_embd) output gate
+    ssm_beta: Matrix | None = None    # (H_v, n_embd)
+    ssm_alpha: Matrix | None = None   # (H_v, n_embd)
+    ssm_dt: np.ndarray | None = None  # (H_v,) gate bias
+    ssm_a: np.ndarray | None = None   # (H_v,) -exp(A_log)
+    ssm_norm: np.ndarray | None = None  # (S,)
 
 
 @dataclass(frozen=True)
@@ -197,6 +206,8 @@ class ForwardLayout:
     swiglu_limit: float = 0.0
     swiglu_alpha: float = 0.0
     n_conv: int = 0
+    ssm: tuple[int, int, int] = (0, 0, 0)
+    attn_gate: bool = False
 
 
 ROPE_SCALINGS = ("none", "linear", "yarn", "longrope")  # llama.cpp's rope.scaling.type names

@@ -138,7 +138,28 @@ def _shortconv_parts(ts: _Tensors, il: int, hp: HParams, ls: LayerSpec, spec: Mo
                 conv_out=_matrix(ts.take(blk + SHORTCONV["conv_out"])), conv_w=conv_w)
 
 
-MIXER_PARTS = {"attention": _attention_parts, "shortconv": _shortconv_parts}
+DELTANET = {"conv_in": "attn_qkv.weight", "ssm_z": "attn_gate.weight", "ssm_beta": "ssm_beta.weight",
+            "ssm_alpha": "ssm_alpha.weight", "conv_out": "ssm_out.weight", "conv_w": "ssm_conv1d.weight",
+            "ssm_dt": "ssm_dt.bias", "ssm_a": "ssm_a", "ssm_norm": "ssm_norm.weight"}
+
+
+def _deltanet_parts(ts: _Tensors, il: int, hp: HParams, ls: LayerSpec, spec: ModelSpec) -> dict:
+    """Qwen3.5's gated delta net: its projections (q | k | v channels, z, beta, alpha, out), the
+    conv taps ({d_conv, channels}: each channel's taps contiguous) made tap-major, the gates'
+    vectors and the output norm."""
+    blk = f"blk.{il}."
+    S, Hk, Hv = spec.ssm
+    channels = 2 * S * Hk + S * Hv
+    taps = ts.vector(blk + DELTANET["conv_w"])
+    if taps.size != spec.n_conv * channels:
+        raise CorruptModelFile(ts.g.path, f"{blk}ssm_conv1d has {taps.size} values, {spec.n_conv} x {channels} expected")
+    parts = {k: _matrix(ts.take(blk + DELTANET[k])) for k in ("conv_in", "ssm_z", "ssm_beta", "ssm_alpha", "conv_out")}
+    parts.update({k: ts.vector(blk + DELTANET[k]) for k in ("ssm_dt", "ssm_a", "ssm_norm")})
+    return dict(parts, wq=None, wk=None, wv=None, wo=None, attn_norm=ts.vector(blk + LAYER_TENSORS["attn_norm"]),
+                conv_w=np.ascontiguousarray(taps.reshape(channels, spec.n_conv).T))
+
+
+MIXER_PARTS = {"attention": _attention_parts, "shortconv": _shortconv_parts, "deltanet": _deltanet_parts}
 
 
 def _ffn_parts(ts: _Tensors, il: int, hp: HParams, ls: LayerSpec, spec: ModelSpec) -> dict:
@@ -231,9 +252,10 @@ def build_layout(g: GGUFFile, hp: HParams, spec: ModelSpec, n_ctx: int) -> Forwa
         layers.append(LayerLayout(**parts, qk_norm_full=ls.qk_norm_full, window=ls.window, rope_slot=ls.rope_slot,
                                   mixer=ls.mixer))
     output_norm = None if spec.encoder else ts.vector(spec.output_norm)
+    ts.taken.update(n for n in g.tensors if (m := _BLK.match(n)) and int(m.group(1)) in spec.skip_blocks)
     _refuse_unused(g, ts)
     return ForwardLayout(
-        n_layer=hp.n_layer, n_embd=hp.n_embd, n_head=hp.n_head, n_head_kv=hp.n_head_kv,
+        n_layer=len(spec.layers), n_embd=hp.n_embd, n_head=hp.n_head, n_head_kv=hp.n_head_kv,
         head_dim=hp.head_dim, n_ff=hp.n_ff, n_vocab=hp.n_vocab, n_ctx=n_ctx, n_rot=hp.n_rot,
         rope_neox=spec.rope_neox, gelu=spec.gelu, attn_prescale=spec.attn_prescale, eps=hp.eps,
         embd_scale=spec.embd_scale,
@@ -243,5 +265,5 @@ def build_layout(g: GGUFFile, hp: HParams, spec: ModelSpec, n_ctx: int) -> Forwa
         causal=spec.causal, n_expert=hp.n_expert,
         n_expert_used=hp.n_expert_used, n_ff_exp=hp.n_ff_exp, expert_norm=spec.expert_norm,
         expert_gating=spec.expert_gating, swiglu_limit=spec.swiglu_limit, swiglu_alpha=spec.swiglu_alpha,
-        n_conv=spec.n_conv, rope=(rope[0], rope[1]), tok_embd=_matrix(embd), output=None if output is None else _matrix(output),
-        output_norm=output_norm, layers=tuple(layers), **extra)
+        n_conv=spec.n_conv, ssm=spec.ssm, attn_gate=spec.attn_gate, rope=(rope[0], rope[1]), tok_embd=_matrix(embd),
+        output=None if output is None else _matrix(output), output_norm=output_norm, layers=tuple(layers), **extra)

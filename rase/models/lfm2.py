@@ -3,7 +3,7 @@ count is 0 mix tokens with a short gated convolution (in_proj to b, c, x; c * co
 the last shortconv.l_cache positions; out_proj), the others with attention (per-head Q/K RMSNorm,
 NeoX RoPE); every layer then a SwiGLU FFN, pre-norms throughout. The final norm is stored as
 token_embd_norm, and the output is tied to the embeddings when the file has no output.weight.
-The convolution's state (its last l_cache - 1 inputs) lives with the KV blocks (_forward.h)."""
+The convolution's state (its last l_cache - 1 inputs) is a sequence's state slot (state_cache.py)."""
 from __future__ import annotations
 
 import numpy as np
