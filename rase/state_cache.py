@@ -91,6 +91,7 @@ class StateSlots:
         held = self.running - len(self.free_running) + len(self.owner)
         return dict(state_slots_total=self.running + self.checkpoints, state_slots_running=self.running,
                     state_checkpoints=len(self.owner), state_checkpoint_every_blocks=self.every,
+                    state_checkpoints_taken=self.taken, state_checkpoints_restored=self.restored,
                     state_bytes_total=(self.running + self.checkpoints) * self.state_bytes,
                     state_bytes_used=held * self.state_bytes)
 

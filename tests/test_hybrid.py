@@ -89,7 +89,8 @@ def test_an_eight_turn_conversation_resumes_from_the_cache(store, model, decoder
                 assert out.cached_tokens >= 0.9 * previous, (turn, out.cached_tokens, previous)
             previous = len(ids) + len(want)
             ids = ids + want + _ids(rng, int(rng.integers(5, 30)))
-        assert engine.stats["prefix_hit_tokens"] > 0
+        m = engine.stats["models"][model]
+        assert m["prefix_hit_tokens"] > 0 and m["state_checkpoints_restored"] == 7  # turns 2..8 each resumed
         _pool_is_whole(engine, model)
 
 
