@@ -114,10 +114,12 @@ PRE_TEXTS = [
     "Hello world", "  leading spaces\tand\ttabs\n\nnewlines\r\n\r\nx", "1234567 + 89 = 1234656 and ١٢٣",
     "I'm sure they'll say: \"we've done it!\" DON'T IT'S", "Café naïve — 日本語 ok?  ", "a\n\n\n   b  \n",
     "def add(a, b):\n    return a + b\n", "emoji 🙂🙂 and punctuation!!! ...", "",
+    "cafe\u0301 x\u0308y \u0915\u094d\u0937\u093f \u0301lead", "'s marks\u0301!! \u0300\u0301\u0302 ok",
 ]
 
 
-@pytest.mark.parametrize("pre", ["qwen2", "deepseek-r1-qwen", "olmo", "gpt-2", "llama-bpe", "smollm"])
+@pytest.mark.parametrize("pre", ["qwen2", "deepseek-r1-qwen", "olmo", "gpt-2", "llama-bpe", "smollm", "qwen35",
+                                 "gpt-4o"])
 def test_pre_tokenizers_equal_llamacpp(tmp_path, pre):
     """The byte-level BPE pre-tokenizers rase knows, on one vocabulary (the qwen2 tiny file's)
     relabelled with each `tokenizer.ggml.pre`, tokenize as llama.cpp itself does."""
@@ -132,3 +134,19 @@ def test_pre_tokenizers_equal_llamacpp(tmp_path, pre):
     for text in PRE_TEXTS:
         want = ref.tokenize(text.encode(), add_bos=False, special=False)
         assert tok.encode(text, add_special_tokens=False, parse_special=False) == want, (pre, text)
+
+
+def test_qwen35_keeps_combining_marks_with_their_letters():
+    """Qwen3.5's pre-tokenizer is qwen2's with \\p{M} beside \\p{L}: a combining mark stays in its
+    word (qwen2 starts a new piece at it). The tiny vocabulary has no merge across that split, so
+    llama.cpp's ids above cannot tell the two apart; the pieces can."""
+    from tokenizers import Regex, pre_tokenizers
+
+    from rase.tokenizer import PRE_REGEXES
+
+    def pieces(pre: str, text: str) -> list[str]:
+        split = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(r), behavior="isolated") for r in PRE_REGEXES[pre]])
+        return [p for p, _ in split.pre_tokenize_str(text)]
+
+    assert pieces("qwen35", "cafe\u0301 au lait") == ["cafe\u0301", " au", " lait"]
+    assert pieces("qwen2", "cafe\u0301 au lait") == ["cafe", "\u0301", " au", " lait"]
