@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 SHAPE = dict(layers=24, d=2048, heads=8, kv=2, hd=256, rot=64, ff=6144, vocab=248320, conv=4, s=128, hk=16, hv=16)
 SECTIONS = [11, 11, 10, 0]
-FTYPES = {"q4_k_m": 15, "q8_0": 7}  # llama_ftype
+FTYPES = ("q4_k_m", "q8_0")  # of sized_model.FTYPES
 
 
 def write_f16(path: Path, shape: dict = SHAPE, seed: int = 0) -> Path:
@@ -112,19 +112,12 @@ def write_f16(path: Path, shape: dict = SHAPE, seed: int = 0) -> Path:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out_dir")
-    ap.add_argument("--quant", nargs="*", default=["q4_k_m"], choices=sorted(FTYPES))
+    ap.add_argument("--quant", nargs="*", default=["q4_k_m"], choices=FTYPES)
     ap.add_argument("--keep-f16", action="store_true")
     args = ap.parse_args()
-    from tools.make_arch_fixtures import quantize
+    from benchmarks.sized_model import write_quantized
 
-    out = Path(args.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    f16 = write_f16(out / "qwen35-2b-shape-f16.gguf")
-    for q in args.quant:
-        quantize(f16, out / f"qwen35-2b-shape-{q}.gguf", FTYPES[q])
-        print(out / f"qwen35-2b-shape-{q}.gguf")
-    if not args.keep_f16:
-        f16.unlink()
+    write_quantized(Path(args.out_dir), "qwen35-2b-shape", write_f16, args.quant, args.keep_f16)
 
 
 if __name__ == "__main__":

@@ -89,15 +89,19 @@ def main() -> None:
     ap.add_argument("--quant", nargs="*", default=["q4_k_m"], choices=sorted(FTYPES))
     ap.add_argument("--keep-f16", action="store_true")
     args = ap.parse_args()
+    write_quantized(Path(args.out_dir), "llama-3.2-1b-shape", write_f16, args.quant, args.keep_f16)
+
+
+def write_quantized(out: Path, stem: str, write, quants: list[str], keep_f16: bool) -> None:
+    """OUT/stem-f16.gguf by write(path), then each of quants (FTYPES) by llama.cpp's quantizer."""
     from tools.make_arch_fixtures import quantize
 
-    out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    f16 = write_f16(out / "llama-3.2-1b-shape-f16.gguf")
-    for q in args.quant:
-        quantize(f16, out / f"llama-3.2-1b-shape-{q}.gguf", FTYPES[q])
-        print(out / f"llama-3.2-1b-shape-{q}.gguf")
-    if not args.keep_f16:
+    f16 = write(out / f"{stem}-f16.gguf")
+    for q in quants:
+        quantize(f16, out / f"{stem}-{q}.gguf", FTYPES[q])
+        print(out / f"{stem}-{q}.gguf")
+    if not keep_f16:
         f16.unlink()
 
 

@@ -17,6 +17,7 @@ from rase.api import Engine
 from rase.decoder import GGUFDecoder
 from rase.errors import InvalidRequest
 from rase.sampling import GenerationConfig
+from tests.conftest import pool_is_whole
 from tests.single_stream import generate_with
 
 ARCHS = Path(__file__).resolve().parent / "fixtures" / "archs"
@@ -59,16 +60,6 @@ def _ids(rng, n: int) -> list[int]:
     return [int(t) for t in rng.integers(3, 512, n)]
 
 
-def _pool_is_whole(engine, model: str) -> None:
-    worker = engine.session(model).worker
-    for _ in range(200):  # the worker releases a request just after its handle ends
-        if not worker.scheduler.running:
-            break
-        time.sleep(0.01)
-    worker.kv.check([])
-    assert worker.kv.reserved == 0 and worker.kv.available() == worker.kv.n_blocks
-
-
 def _text(engine, model: str, tokens: list[int]) -> str:
     return engine.session(model).tokenizer.decode(tokens)
 
@@ -91,7 +82,7 @@ def test_an_eight_turn_conversation_resumes_from_the_cache(store, model, decoder
             ids = ids + want + _ids(rng, int(rng.integers(5, 30)))
         m = engine.stats["models"][model]
         assert m["prefix_hit_tokens"] > 0 and m["state_checkpoints_restored"] == 7  # turns 2..8 each resumed
-        _pool_is_whole(engine, model)
+        pool_is_whole(engine, model)
 
 
 def test_concurrent_requests_with_cancellations_equal_served_alone(store, model, decoder):
@@ -127,7 +118,7 @@ def test_concurrent_requests_with_cancellations_equal_served_alone(store, model,
         assert doomed_answer.result(timeout=60).finish_reason == "cancelled"
         for i, tokens in want.items():
             assert results[i].text == _text(engine, model, tokens) and results[i].completion_tokens == len(tokens), i
-        _pool_is_whole(engine, model)
+        pool_is_whole(engine, model)
         stats = engine.stats
         m = stats["models"][model]
         assert stats["cancelled"] == 2 and m["state_bytes_total"] == m["state_slots_total"] * STATE_BYTES[model]

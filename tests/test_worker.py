@@ -13,6 +13,7 @@ from rase.api import Engine
 from rase.decoder import GGUFDecoder
 from rase.errors import ContextOverflow
 from rase.sampling import GenerationConfig
+from tests.conftest import pool_is_whole
 from tests.single_stream import run_text
 
 QUESTIONS = ["Tell me about cats.", "What is 2+2?", "Write a poem about the sea.", "Explain gravity.",
@@ -61,16 +62,6 @@ def _serve_all(engine, jobs, stagger: float = 0.0, seed: int = 0) -> dict:
     return results
 
 
-def _pool_is_whole(engine) -> None:
-    worker = engine.session("smollm2").worker
-    for _ in range(100):  # the worker releases a request just after its handle ends
-        if not worker.scheduler.running:
-            break
-        time.sleep(0.01)
-    worker.kv.check([])
-    assert worker.kv.reserved == 0 and worker.kv.available() == worker.kv.n_blocks
-
-
 @pytest.mark.parametrize("threads", [1, 2])
 def test_eight_at_once_staggered_equal_served_alone(store, oracle, threads):
     engine = Engine(store, max_batch=8, n_threads=threads)
@@ -83,7 +74,7 @@ def test_eight_at_once_staggered_equal_served_alone(store, oracle, threads):
     assert engine.stats["prefix_hit_tokens"] > before
     # the chat preamble the prompts share is shorter than a block: its rows were copied
     assert engine.stats["models"]["smollm2"]["prefix_copied_tokens"] > 0
-    _pool_is_whole(engine)
+    pool_is_whole(engine, "smollm2")
 
 
 def test_small_chunks_and_no_cache_change_nothing(store, oracle):
@@ -93,7 +84,7 @@ def test_small_chunks_and_no_cache_change_nothing(store, oracle):
     jobs = [(q, 1) for q in QUESTIONS]
     assert _serve_all(engine, jobs, stagger=0.3) == {j: oracle[j] for j in jobs}
     assert engine.stats["prefix_hit_tokens"] == 0
-    _pool_is_whole(engine)
+    pool_is_whole(engine, "smollm2")
 
 
 def test_a_pool_too_small_for_all_serves_everyone_in_turn(store, oracle):
@@ -104,7 +95,7 @@ def test_a_pool_too_small_for_all_serves_everyone_in_turn(store, oracle):
     assert _serve_all(engine, jobs) == {j: oracle[j] for j in jobs}
     with pytest.raises(ContextOverflow, match="whole KV pool"):
         engine.chat("smollm2", [{"role": "user", "content": "Hi"}], max_tokens=400)
-    _pool_is_whole(engine)
+    pool_is_whole(engine, "smollm2")
 
 
 def test_second_turn_hits_the_cache_and_answers_the_same(store):
@@ -144,7 +135,7 @@ def test_cancelling_during_prompt_and_decode_leaves_the_others_unchanged(store, 
     assert doomed_decode.result(timeout=60).finish_reason == "cancelled"
     t.join()
     assert results == {j: oracle[j] for j in survivors}
-    _pool_is_whole(engine)
+    pool_is_whole(engine, "smollm2")
     assert engine.stats["cancelled"] == 2
 
 
