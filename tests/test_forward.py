@@ -205,6 +205,7 @@ def test_bad_tokens_and_empty_prompt(tiny_models):
 @pytest.mark.parametrize("name,fragment", [
     ("phi2", "use a Phi-3 or Phi-4 GGUF"), ("phi", "use a Phi-3 or Phi-4 GGUF"),
     ("qwen", "use a Qwen2.5 or Qwen3 GGUF"), ("qwen2moe", "shared experts"),
+    ("qwen35moe", "use a dense Qwen3.5 GGUF"), ("lfm2moe", "use a dense LFM2 GGUF"),
     ("mamba", "supported: "), ("", "supported: "),
 ])
 def test_refused_architectures(tiny_models, name, fragment):

@@ -24,6 +24,9 @@ REFUSED: dict[str, str] = {
     "qwen": "Qwen 1 is not supported; use a Qwen2.5 or Qwen3 GGUF (architecture 'qwen2' or 'qwen3')",
     "qwen2moe": "Qwen2-MoE's shared experts are not implemented yet; use a Qwen3-MoE GGUF "
                 "(architecture 'qwen3moe') or a dense Qwen2.5",
+    "qwen35moe": "Qwen3.5-MoE (its routed experts beside a shared expert) is not implemented yet; use a dense "
+                 "Qwen3.5 GGUF (architecture 'qwen35')",
+    "lfm2moe": "LFM2-MoE is not implemented yet; use a dense LFM2 GGUF (architecture 'lfm2')",
     **dict.fromkeys(("phi", "phi2"),
                     "Phi-2's parallel attention/MLP block with LayerNorm is not supported; use a "
                     "Phi-3 or Phi-4 GGUF (architecture 'phi3')"),
