@@ -236,11 +236,12 @@ def call_grammar(spec) -> str:
     """tool_choice required or a named tool: an optional analysis message, then one call of an
     allowed tool in harmony's form, its arguments valid JSON for the tool's schema, <|call|>."""
     from .structured import JSON_OPTIONS
+    from .tools import closed
 
     by_name = {t.name: t for t in spec.tools}
     rules = []
     for i, name in enumerate(spec.callable):
-        schema = json.dumps({"x-guidance": JSON_OPTIONS, **by_name[name].parameters})
+        schema = json.dumps({"x-guidance": JSON_OPTIONS, **closed(by_name[name].parameters)})
         rules.append(f"call{i}: {_lark_string(name + ' ')} <|constrain|> \"json\" <|message|> args{i} <|call|>\n"
                      f"args{i}: %json {schema}")
     calls = " | ".join(f"call{i}" for i in range(len(spec.callable)))

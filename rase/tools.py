@@ -125,9 +125,37 @@ def tool_spec(tools=None, tool_choice=None, parallel_tool_calls=None) -> ToolSpe
                          '"function": {"name": ...}}', "tool_choice")
 
 
+_SUBSCHEMAS = ("items", "additionalItems", "not", "if", "then", "else", "contains")
+_SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+
+
+def closed(schema):
+    """A copy of a tool's argument schema in which every object admits only the properties it
+    declares, unless it says otherwise (OpenAI's strict semantics): the arguments a model writes are
+    then exactly the declared ones, never extra keys it fills until max_tokens."""
+    if not isinstance(schema, dict):
+        return schema
+    out = dict(schema)
+    for key in _SUBSCHEMAS:
+        if key in out:
+            out[key] = closed(out[key])
+    for key in _SCHEMA_LISTS:
+        if isinstance(out.get(key), list):
+            out[key] = [closed(s) for s in out[key]]
+    for key in _SCHEMA_MAPS:
+        if isinstance(out.get(key), dict):
+            out[key] = {k: closed(s) for k, s in out[key].items()}
+    is_object = out.get("type") == "object" or (isinstance(out.get("type"), list) and "object" in out["type"]) \
+        or "properties" in out
+    if is_object and "additionalProperties" not in out and "patternProperties" not in out:
+        out["additionalProperties"] = False
+    return out
+
+
 def _call_schema(spec: ToolSpec) -> dict:
     by_name = {t.name: t for t in spec.tools}
-    return {"anyOf": [{"type": "object", "properties": {"name": {"const": n}, "arguments": by_name[n].parameters},
+    return {"anyOf": [{"type": "object", "properties": {"name": {"const": n}, "arguments": closed(by_name[n].parameters)},
                        "required": ["name", "arguments"], "additionalProperties": False} for n in spec.callable]}
 
 
