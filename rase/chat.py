@@ -74,8 +74,10 @@ def normalize_messages(messages: Sequence[Message]) -> list[dict]:
             msg["tool_calls"] = [_tool_call(c, f"messages[{i}].tool_calls[{j}]") for j, c in enumerate(m["tool_calls"])]
         if role == "tool":
             msg["tool_call_id"] = m.get("tool_call_id")
-            if m.get("name") is not None:
-                msg["name"] = m["name"]
+        if m.get("name") is not None:  # the speaker (OpenAI's name), for templates that render it
+            if not isinstance(m["name"], str):
+                raise InvalidRequest(f"messages[{i}].name must be a string")
+            msg["name"] = m["name"]
         out.append(msg)
     return out
 
@@ -93,7 +95,7 @@ def generic_tool_messages(messages: Sequence[Message]) -> list[dict]:
             result = {"tool_call_id": m.get("tool_call_id"), "content": m["content"]}
             out.append({"role": "user", "content": json.dumps({"tool_response": result}, ensure_ascii=False)})
         else:
-            out.append({"role": m["role"], "content": m["content"]})
+            out.append({k: m[k] for k in ("role", "content", "name") if k in m})
     return out
 
 

@@ -209,3 +209,16 @@ def test_a_file_without_template_gets_its_vocabularys_format(tmp_path, token, fm
 
     path = write_tiny_model(tmp_path / "m.gguf", "llama", QuantType.Q8_0, extra_tokens={token: 3})
     assert select_template(None, GGUFFile(path), "llama") is BUILTIN[fmt]
+
+
+def test_a_message_name_reaches_the_template():
+    """OpenAI's `name` on any message (a speaker in a group chat) is passed to the template,
+    which renders it where it reads it; a template that does not read it is unaffected."""
+    named = [{"role": "user", "content": "hi", "name": "ada"}, {"role": "assistant", "content": "yo", "name": "bot"}]
+    t = JinjaTemplate("{% for m in messages %}[{{ m.role }}{% if m.name %} ({{ m.name }}){% endif %}] "
+                      "{{ m.content }}\n{% endfor %}")
+    assert t.render(named) == "[user (ada)] hi\n[assistant (bot)] yo\n"
+    plain = JinjaTemplate("{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}")
+    assert plain.render(named) == plain.render([{k: v for k, v in m.items() if k != "name"} for m in named])
+    with pytest.raises(InvalidRequest, match="name must be a string"):
+        t.render([{"role": "user", "content": "hi", "name": 3}])

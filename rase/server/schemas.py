@@ -26,17 +26,13 @@ _NULL_MESSAGE_FIELDS = ("refusal", "function_call", "audio", "annotations")
 
 class Message(BaseModel):
     # content is required, except (null or absent) in an assistant's tool-call message
-    # content is required, except (null or absent) in an assistant's tool-call message; name
-    # only in a tool result
     model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"allOf": [
         {"anyOf": [{"required": ["content"], "properties": {"content": {"type": "string"}}},
                    {"required": ["role", "tool_calls"],
-                    "properties": {"role": {"const": "assistant"}, "tool_calls": {"type": "array", "minItems": 1}}}]},
-        {"anyOf": [{"required": ["role"], "properties": {"role": {"const": "tool"}}},
-                   {"properties": {"name": {"type": "null"}}}]}]})
+                    "properties": {"role": {"const": "assistant"}, "tool_calls": {"type": "array", "minItems": 1}}}]}]})
     role: str
     content: Optional[str] = None               # null only for an assistant's tool calls
-    name: Optional[str] = None                  # a tool result's function name
+    name: Optional[str] = None                  # the speaker (a tool result's: its function), passed to the template
     tool_calls: Optional[list[dict[str, Any]]] = None
     tool_call_id: Optional[str] = None
     reasoning_content: Optional[str] = None     # an assistant's reasoning, as this server returned it
@@ -48,8 +44,6 @@ class Message(BaseModel):
             set_ = [k for k in _NULL_MESSAGE_FIELDS if value.get(k) not in (None, [], "")]
             if set_:
                 raise ValueError(f"message field {set_[0]!r} is not supported")
-            if value.get("name") is not None and value.get("role") != "tool":
-                raise ValueError("message field 'name' is not supported (no chat template renders it)")
             if value.get("content") is None and not (value.get("role") == "assistant" and value.get("tool_calls")):
                 raise ValueError("content is required (it may be null only for an assistant's tool_calls)")
             value = {k: v for k, v in value.items() if k not in _NULL_MESSAGE_FIELDS}
