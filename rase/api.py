@@ -195,7 +195,8 @@ class Engine:
                     response_format: dict | None = None, grammar: str | None = None, regex: str | None = None,
                     tools: list[dict] | None = None, tool_choice=None, parallel_tool_calls: bool | None = None,
                     logprobs: bool = False, top_logprobs: int | None = None, after: RequestHandle | None = None,
-                    reasoning_effort: str | None = None, **gen) -> RequestHandle:
+                    reasoning_effort: str | None = None, chat_template_kwargs: dict | None = None,
+                    **gen) -> RequestHandle:
         """Queue a chat request (the model's chat template renders it; EOS stops); the handle
         iterates text deltas (and tools.ToolCallDelta items when tools are called) and ends with
         a Completion. response_format (OpenAI's: json_object, json_schema), grammar (Lark or
@@ -204,13 +205,15 @@ class Engine:
         top_logprobs (0-20): each token's log-probability (Completion.logprobs; streamed as
         logprobs.LogprobDelta items), from the raw logits. after: an earlier request for the
         same messages whose prompt KV this one reuses (see submit_chat_choices). reasoning_effort
-        (low, medium, high): for a template that reads it (gpt-oss). A harmony model (gpt-oss)
+        (low, medium, high): for a template that reads it (gpt-oss). chat_template_kwargs: more
+        variables for the model's Jinja template (e.g. {"enable_thinking": false}). A harmony model (gpt-oss)
         streams its analysis channel as textstate.ReasoningDelta items (Completion.reasoning)
         whatever think says; constraints apply to its final and tool-call messages."""
         spec = tool_spec(tools, tool_choice, parallel_tool_calls)
         if reasoning_effort not in (None, "low", "medium", "high"):
             raise InvalidRequest("reasoning_effort must be low, medium or high", "reasoning_effort")
-        return self._submit(model, lambda s: s.render_chat(messages, spec, reasoning_effort), stop, think, gen,
+        kwargs = _template_kwargs(chat_template_kwargs)
+        return self._submit(model, lambda s: s.render_chat(messages, spec, reasoning_effort, kwargs), stop, think, gen,
                             dict(response_format=response_format, grammar=grammar, regex=regex), spec,
                             _top_count(logprobs, top_logprobs, MAX_TOP_CHAT), after, chat=True)
 
@@ -388,6 +391,27 @@ def _toml(manifest) -> str:
     import tomli_w
 
     return tomli_w.dumps(manifest.to_dict())
+
+
+_TEMPLATE_RESERVED = {"messages", "add_generation_prompt", "bos_token", "eos_token", "tools", "reasoning_effort"}
+
+
+def _template_kwargs(kwargs) -> dict | None:
+    """chat_template_kwargs checked: names of template variables (not the ones rase sets itself),
+    values JSON data."""
+    if kwargs is None:
+        return None
+    if not isinstance(kwargs, dict):
+        raise InvalidRequest("chat_template_kwargs must be an object", "chat_template_kwargs")
+    for key, value in kwargs.items():
+        if not isinstance(key, str) or not key.isidentifier() or key.startswith("_") or key in _TEMPLATE_RESERVED:
+            raise InvalidRequest(f"chat_template_kwargs: {key!r} is not a template variable a request may set "
+                                 f"(identifiers, not {', '.join(sorted(_TEMPLATE_RESERVED))})", "chat_template_kwargs")
+        try:
+            json.dumps(value)
+        except (TypeError, ValueError):
+            raise InvalidRequest(f"chat_template_kwargs.{key} must be JSON data", "chat_template_kwargs") from None
+    return dict(kwargs)
 
 
 def _prompt_ids(session, prompt) -> list[int]:

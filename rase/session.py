@@ -104,16 +104,25 @@ class Session:
                 return "hermes"
         return "generic"
 
-    def render_chat(self, messages, tools=None, reasoning_effort: str | None = None) -> list[int]:
+    def render_chat(self, messages, tools=None, reasoning_effort: str | None = None,
+                    template_kwargs: dict | None = None) -> list[int]:
         """Chat messages -> prompt ids (the template writes the special tokens itself)."""
-        return self.tokenizer.encode(self.chat_prompt(messages, tools, reasoning_effort), add_special_tokens=False,
-                                     parse_special=True)
+        text = self.chat_prompt(messages, tools, reasoning_effort, template_kwargs)
+        return self.tokenizer.encode(text, add_special_tokens=False, parse_special=True)
 
-    def chat_prompt(self, messages, tools=None, reasoning_effort: str | None = None) -> str:
+    def chat_prompt(self, messages, tools=None, reasoning_effort: str | None = None,
+                    template_kwargs: dict | None = None) -> str:
         """The prompt text of chat messages. tools: a tools.ToolSpec to offer: the template
         renders them (hermes, harmony), or a system message carries them and tool turns become
-        text (generic). reasoning_effort: low / medium / high, for a template that reads it."""
+        text (generic). reasoning_effort: low / medium / high, for a template that reads it.
+        template_kwargs: more variables for the model's Jinja template (llama-server's
+        chat_template_kwargs, e.g. Qwen3's enable_thinking), checked by the engine."""
         render = self._renderer()
+        if template_kwargs:
+            if self._template() is None:
+                raise InvalidRequest("chat_template_kwargs: this model's chat template is built in, not a Jinja "
+                                     "template that reads variables", "chat_template_kwargs")
+            render = functools.partial(render, **template_kwargs)
         if reasoning_effort is not None:
             jt = self._template()
             if jt is None or "reasoning_effort" not in jt.source:

@@ -426,3 +426,16 @@ def test_tokenize_and_detokenize(server):
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "tokens"
     missing = httpx.post(server + "/tokenize", json={"model": "nope", "content": "x"}, timeout=30)
     assert missing.status_code == 404
+
+
+def test_chat_template_kwargs_over_http(server):
+    """llama-server's chat_template_kwargs: passed to the template (SmolLM2's reads none of them:
+    the same answer); a variable rase sets itself is a 400 naming the field."""
+    body = {"model": "smollm2", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3, "temperature": 0}
+    plain = httpx.post(server + "/v1/chat/completions", json=body, timeout=60)
+    kw = httpx.post(server + "/v1/chat/completions", json={**body, "chat_template_kwargs": {"enable_thinking": False}},
+                    timeout=60)
+    assert kw.status_code == 200 and kw.json()["choices"][0]["message"] == plain.json()["choices"][0]["message"]
+    bad = httpx.post(server + "/v1/chat/completions", json={**body, "chat_template_kwargs": {"messages": []}},
+                     timeout=60)
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "chat_template_kwargs"

@@ -10,7 +10,7 @@ import httpx
 import jsonschema
 import pytest
 
-from rase import InvalidGrammar, QuantType
+from rase import InvalidGrammar, InvalidRequest, QuantType
 from rase.api import Engine
 from rase.registry import ModelRegistry
 from rase.tools import ToolCallDelta, closed, parse_generic, parse_hermes, tool_spec
@@ -230,3 +230,26 @@ def test_a_real_model_calls_with_exactly_the_declared_arguments(smollm2_store, s
                     assert isinstance(args["n"], int)
             deltas = [d for d in e.stream_chat("smollm2", ask, **kw) if isinstance(d, ToolCallDelta)]
             assert [(d.name, d.arguments) for d in deltas] == [(c.name, c.arguments) for c in out.tool_calls], seed
+
+
+def test_chat_template_kwargs_reach_the_template(engine):
+    """llama-server's chat_template_kwargs: Qwen3's enable_thinking false pre-fills an empty think
+    block; rase's own variables and non-identifiers are refused, as is a built-in template."""
+    session = engine.session("toolbot")
+    off = session.chat_prompt(ASK, template_kwargs={"enable_thinking": False})
+    assert off.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    assert session.chat_prompt(ASK).endswith("<|im_start|>assistant\n")
+    out = engine.chat("toolbot", ASK, chat_template_kwargs={"enable_thinking": False}, max_tokens=4, temperature=0)
+    assert out.prompt_tokens == len(session.render_chat(ASK, template_kwargs={"enable_thinking": False}))
+    for bad in ({"messages": []}, {"bad key": 1}, {"_x": 1}, {"f": object()}, ["enable_thinking"]):
+        with pytest.raises(InvalidRequest, match="chat_template_kwargs"):
+            engine.chat("toolbot", ASK, chat_template_kwargs=bad, max_tokens=2)
+
+
+def test_chat_template_kwargs_need_a_jinja_template(tmp_path):
+    ModelRegistry(tmp_path).import_local("plain", Path(__file__).parent / "fixtures" / "archs" / "lfm2-tiny-q8_0.gguf",
+                                         chat_template="chatml")
+    with Engine(tmp_path, n_ctx=256) as e:
+        with pytest.raises(InvalidRequest, match="built in"):
+            e.chat("plain", ASK, chat_template_kwargs={"enable_thinking": False}, max_tokens=2)
+        assert e.chat("plain", ASK, max_tokens=2).completion_tokens == 2

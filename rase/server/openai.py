@@ -92,6 +92,8 @@ def _generation_routes(api: APIRouter, engine, metrics) -> None:
         messages = [m.model_dump(exclude_none=True) for m in req.messages]
         if req.reasoning_effort is not None:
             kw["reasoning_effort"] = req.reasoning_effort
+        if req.chat_template_kwargs is not None:
+            kw["chat_template_kwargs"] = req.chat_template_kwargs
         return await respond(req, lambda: engine.submit_chat_choices(
             req.model, messages, req.n, stop=req.stop, **kw, **req.structure_kwargs(), **req.tool_kwargs(),
             **req.logprob_kwargs()), chat=True)

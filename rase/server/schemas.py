@@ -104,6 +104,7 @@ class ChatRequest(_Common):
     logprobs: Optional[bool] = None
     top_logprobs: Optional[int] = None  # 0..20, with logprobs (checked by the engine: a 400 naming it)
     reasoning_effort: Optional[Literal["low", "medium", "high"]] = None  # for templates that read it (gpt-oss)
+    chat_template_kwargs: Optional[dict[str, Any]] = None  # llama-server's: more variables for the model's template
 
     def tool_kwargs(self) -> dict:
         return {k: getattr(self, k) for k in ("tools", "tool_choice", "parallel_tool_calls")}
