@@ -358,9 +358,14 @@ class Engine:
                                           f"(0..{session.tokenizer.n_vocab - 1})", "tokens")
         return session.tokenizer.decode(list(tokens), skip_special_tokens=False)
 
-    def unload(self) -> None:
-        """Unload every model (requests already queued still finish)."""
+    def unload(self, model: str | None = None) -> bool:
+        """Unload one model, or every model (requests already queued still finish; the memory
+        goes back once they have); whether anything was loaded. The next request loads it again."""
+        if model is not None:
+            return self.sessions.unload(model)
+        loaded = bool(self.sessions.loaded())
         self.sessions.clear()
+        return loaded
 
     def close(self) -> None:
         """Unload every model; the Engine can load them again if used later."""

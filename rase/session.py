@@ -231,6 +231,15 @@ class SessionCache:
         with self._lock:
             return [(k, e.session) for k, e in sorted(self._entries.items())]
 
+    def unload(self, model_id: str) -> bool:
+        """Unload model_id's sessions (requests already queued on one still finish); whether any was loaded."""
+        with self._lock:
+            keys = [k for k in self._entries if k[0] == model_id]
+        for key in keys:
+            with self._key_lock(key):
+                self._drop(key)
+        return bool(keys)
+
     def clear(self) -> None:
         """Unload every session (requests already queued on one still finish)."""
         with self._lock:

@@ -91,3 +91,24 @@ def test_embed(client):
     assert out.prompt_eval_count > 4
     [one] = client.embed(model="smollm2", input="The capital of France is Paris.").embeddings
     assert np.array_equal(np.asarray(one), a)  # alone or beside another input: the same bits
+
+
+def test_ps_lists_the_loaded_models(client):
+    """Ollama's /api/ps through the official client: what is loaded now, its file's size and
+    digest, its context; rase keeps a model until it is unloaded (no expiry)."""
+    client.chat(model="smollm2", messages=ASK, options={"temperature": 0, "num_predict": 2})
+    running = client.ps().models
+    assert [m.model for m in running] == ["smollm2"] and running[0].size > 50_000_000 and running[0].digest
+    assert running[0].expires_at.year == 9999 and running[0].details.family == "llama"
+
+
+def test_engine_unloads_one_model_and_loads_it_again(smollm2_store):
+    from rase.api import Engine
+
+    with Engine(smollm2_store) as e:
+        assert not e.unload("smollm2")  # nothing loaded yet
+        first = e.complete("smollm2", "Hi", max_tokens=2, temperature=0)
+        assert e.sessions.loaded() == [("smollm2", "auto")] and e.unload("smollm2")
+        assert e.sessions.loaded() == [] and e.stats["models"] == {}
+        again = e.complete("smollm2", "Hi", max_tokens=2, temperature=0)
+        assert again.text == first.text and e.sessions.loads == 2

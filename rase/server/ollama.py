@@ -89,6 +89,9 @@ class ShowBody(BaseModel):
     model: ModelId
 
 
+NEVER = "9999-12-31T23:59:59+00:00"  # /api/ps's expires_at: loaded until unloaded
+
+
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat()
 
@@ -162,6 +165,15 @@ def router(engine) -> APIRouter:
     @api.get("/api/tags")
     async def tags():
         return {"models": [_card(m) for m in engine.registry.list()]}
+
+    @api.get("/api/ps")
+    async def ps():
+        """The models loaded now; rase keeps one loaded until it is unloaded (no expiry)."""
+        loaded = {}
+        for (model_id, _), session in engine.sessions.sessions():
+            loaded.setdefault(model_id, session)
+        return {"models": [{**_card(s.manifest), "expires_at": NEVER, "size_vram": 0, "context_length": s.plan.n_ctx}
+                           for s in loaded.values()]}
 
     @api.post("/api/show")
     async def show(body: ShowBody):
