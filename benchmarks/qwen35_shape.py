@@ -14,7 +14,6 @@ e.g. OUT_DIR/qwen35-2b-shape-q4_k_m.gguf.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -110,14 +109,9 @@ def write_f16(path: Path, shape: dict = SHAPE, seed: int = 0) -> Path:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("out_dir")
-    ap.add_argument("--quant", nargs="*", default=["q4_k_m"], choices=FTYPES)
-    ap.add_argument("--keep-f16", action="store_true")
-    args = ap.parse_args()
-    from benchmarks.sized_model import write_quantized
+    from benchmarks.sized_model import shape_cli
 
-    write_quantized(Path(args.out_dir), "qwen35-2b-shape", write_f16, args.quant, args.keep_f16)
+    shape_cli(__doc__, "qwen35-2b-shape", write_f16, list(FTYPES))
 
 
 if __name__ == "__main__":

@@ -84,12 +84,17 @@ def write_f16(path: Path, seed: int = 0) -> Path:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    shape_cli(__doc__, "llama-3.2-1b-shape", write_f16, sorted(FTYPES))
+
+
+def shape_cli(doc: str, stem: str, write, quants: list[str]) -> None:
+    """A shape writer's command line: OUT_DIR [--quant ...] [--keep-f16] (write_quantized)."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("out_dir")
-    ap.add_argument("--quant", nargs="*", default=["q4_k_m"], choices=sorted(FTYPES))
+    ap.add_argument("--quant", nargs="*", default=["q4_k_m"], choices=quants)
     ap.add_argument("--keep-f16", action="store_true")
     args = ap.parse_args()
-    write_quantized(Path(args.out_dir), "llama-3.2-1b-shape", write_f16, args.quant, args.keep_f16)
+    write_quantized(Path(args.out_dir), stem, write, args.quant, args.keep_f16)
 
 
 def write_quantized(out: Path, stem: str, write, quants: list[str], keep_f16: bool) -> None:
