@@ -12,7 +12,7 @@ from .errors import (
     IntegrityMismatch, InvalidGenerationConfig, InvalidGrammar, InvalidLogits, InvalidModelId, InvalidRequest,
     ManifestError,
     MissingDependency, ModelFileNotFound,
-    ModelNotFound, Overloaded, RaseError, StoreWriteError, TokenizerError, UnsupportedArchitecture, UnsupportedFormat,
+    ModelNotFound, Overloaded, ResponseNotFound, RaseError, StoreWriteError, TokenizerError, UnsupportedArchitecture, UnsupportedFormat,
     UnsupportedQuantType, WrongModelKind,
 )
 from .gguf import GGUFFile, TensorInfo
@@ -81,7 +81,7 @@ def __getattr__(name: str):
 __all__ = [
     "BackendUnavailable", "Cancelled", "ChatTemplateError", "ContextOverflow", "CorruptModelFile", "GGUFFile",
     "HubDownloadError", "IntegrityMismatch", "InvalidGenerationConfig", "InvalidGrammar", "InvalidLogits",
-    "InvalidModelId", "InvalidRequest", "ManifestError", "MissingDependency", "ModelFileNotFound", "ModelNotFound", "Overloaded", "QuantType", "RaseError", "StoreWriteError",
+    "InvalidModelId", "InvalidRequest", "ManifestError", "MissingDependency", "ModelFileNotFound", "ModelNotFound", "Overloaded", "ResponseNotFound", "QuantType", "RaseError", "StoreWriteError",
     "TensorInfo", "TokenizerError", "UnsupportedArchitecture", "UnsupportedFormat",
     "UnsupportedQuantType", "WrongModelKind", "__version__", "build_info", "dequantize", *_API,
 ]

@@ -29,11 +29,13 @@ from .tools import ToolSpec, ToolText, tool_constraint, tool_spec
 from .sampling import stop_tokens_with_eos
 from .harmony import HarmonyText, harmony_constraint
 from .textstate import TextState
+from .thinking import MODES as THINK_MODES, ReasoningGate
 
 GEN_FIELDS = ("max_tokens", "temperature", "top_k", "seed", "top_p", "min_p", "repeat_penalty",
               "presence_penalty", "frequency_penalty", "stop_tokens", "logit_bias")
 COUNTED = ("requests", "generated_tokens", "cancelled", "failed")
 MAX_CHOICES = 8  # OpenAI's n per request, at most
+EFFORTS = ("none", "minimal", "low", "medium", "high")  # OpenAI's reasoning_effort values
 
 
 def _config(kw: dict) -> GenerationConfig:
@@ -79,10 +81,12 @@ def _add_counts(counts: dict, lock: threading.Lock, session) -> None:
             counts[k] += session.worker.counters[k]
 
 
-def _reader(session, spec, tools: ToolSpec | None, stops: list[str], think: str, chat: bool) -> tuple:
+def _reader(session, spec, tools: ToolSpec | None, stops: list[str], think: str, chat: bool, prompt: list[int],
+            budget: int | None = None) -> tuple:
     """(the text state, the constraint) of a request: a harmony model's chat answers are read by
     channel (harmony.py); every other answer is text, with its tool calls taken out when tools
-    are offered (tools.ToolText)."""
+    are offered (tools.ToolText) and, for a model that reasons in <think> blocks, its reasoning
+    separated (think "separate", or "auto") and left unconstrained (thinking.ReasoningGate)."""
     harmony = session.harmony_ids() if chat else None
     if harmony is not None:
         text = HarmonyText(lambda t: session.tokenizer.decode_bytes([t]), harmony, stops)
@@ -91,12 +95,31 @@ def _reader(session, spec, tools: ToolSpec | None, stops: list[str], think: str,
         return text, harmony_constraint(session, harmony, spec, tools if spec is None else None)
     if spec is not None and tools is not None:  # only harmony's raw output takes both
         raise InvalidGrammar("tools and a grammar/regex combine only on a harmony model (gpt-oss)", "tools")
+    tags = session.reasoning_tags() if chat else None
+    last = _last_word(session, prompt) if tags is not None else None
+    opened = last == tags[0] if tags is not None else False
+    if last == (tags[1] if tags is not None else None):
+        tags = None  # the template closed the block itself (thinking off): nothing to separate or gate
+    if think == "auto":
+        think = "separate" if tags is not None else "keep"
     constraint = None if spec is None else session.grammar_vocab().constraint(spec)
-    text = TextState.for_tokenizer(session.tokenizer, stop=stops, think=think)
+    text = TextState.for_tokenizer(session.tokenizer, stop=stops, think=think, opened=opened)
     if tools is not None:
         constraint, fmt = tool_constraint(session, tools)
         text = ToolText(text, fmt)
+    if tags is not None and (constraint is not None or budget is not None):
+        n_words = (session.plan.vocab_size + 31) // 32
+        constraint = ReasoningGate(constraint, tags, n_words, [session.plan.eos_token], opened, budget)
     return text, constraint
+
+
+def _last_word(session, prompt: list[int]) -> int | None:
+    """The prompt's last token other than whitespace: <think> when the template opened a
+    reasoning block (Qwen3.5, DeepSeek-R1), </think> when it wrote an empty one (thinking off)."""
+    for t in reversed(prompt):
+        if session.tokenizer.decode_bytes([t]).strip():
+            return t
+    return None
 
 
 class Engine:
@@ -173,7 +196,7 @@ class Engine:
 
     def _submit(self, model: str, ids_of: Callable, stop: Sequence[str] | str | None, think: str,
                 gen: dict, structure: dict, tools: ToolSpec | None = None, logprobs: int | None = None,
-                after: RequestHandle | None = None, chat: bool = False) -> RequestHandle:
+                after: RequestHandle | None = None, chat: bool = False, budget: int | None = None) -> RequestHandle:
         config = self._limited(_config(dict(gen)), gen.get("max_tokens") is not None)
         spec = grammar_spec(**structure)  # a malformed format fails before the model loads
         raw = spec is not None and not spec.param.startswith("response_format")  # a grammar or regex
@@ -183,11 +206,15 @@ class Engine:
         if not (isinstance(stops, (list, tuple)) and all(isinstance(s, str) for s in stops)):
             raise InvalidGenerationConfig(f"stop must be a string or a list of strings, got {stop!r}", "stop")
         stops = list(stops)
+        if think not in THINK_MODES + ("auto",):
+            raise InvalidRequest(f"think must be one of {', '.join(THINK_MODES + ('auto',))}", "think")
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 0):
+            raise InvalidRequest("reasoning_budget must be a non-negative integer (tokens)", "reasoning_budget")
         session = self.session(model)
         if session.manifest.kind == "embedding":
             raise WrongModelKind(model, "embedding", "it embeds text (Engine.embed, /v1/embeddings, /api/embed)")
-        text, constraint = _reader(session, spec, tools, stops, think, chat)
         ids = ids_of(session)
+        text, constraint = _reader(session, spec, tools, stops, think, chat, ids, budget)
         config = dataclasses.replace(config, stop_tokens=stop_tokens_with_eos(config, session.plan.eos_token))
         return session.worker.submit(ids, config, text, constraint, logprobs, after)
 
@@ -196,7 +223,7 @@ class Engine:
                     tools: list[dict] | None = None, tool_choice=None, parallel_tool_calls: bool | None = None,
                     logprobs: bool = False, top_logprobs: int | None = None, after: RequestHandle | None = None,
                     reasoning_effort: str | None = None, chat_template_kwargs: dict | None = None,
-                    **gen) -> RequestHandle:
+                    reasoning_budget: int | None = None, **gen) -> RequestHandle:
         """Queue a chat request (the model's chat template renders it; EOS stops); the handle
         iterates text deltas (and tools.ToolCallDelta items when tools are called) and ends with
         a Completion. response_format (OpenAI's: json_object, json_schema), grammar (Lark or
@@ -205,17 +232,36 @@ class Engine:
         top_logprobs (0-20): each token's log-probability (Completion.logprobs; streamed as
         logprobs.LogprobDelta items), from the raw logits. after: an earlier request for the
         same messages whose prompt KV this one reuses (see submit_chat_choices). reasoning_effort
-        (low, medium, high): for a template that reads it (gpt-oss). chat_template_kwargs: more
-        variables for the model's Jinja template (e.g. {"enable_thinking": false}). A harmony model (gpt-oss)
-        streams its analysis channel as textstate.ReasoningDelta items (Completion.reasoning)
-        whatever think says; constraints apply to its final and tool-call messages."""
+        (OpenAI's none .. high): gpt-oss's template reads it, Qwen3's enable_thinking follows it.
+        chat_template_kwargs: more variables for the model's Jinja template (e.g. {"enable_thinking":
+        false}). think: what happens to a <think> block: "keep" it in the text, "strip" it,
+        "separate" it into Completion.reasoning (streamed as textstate.ReasoningDelta items), "auto":
+        separate it when the model has <think> tokens. A response format, grammar or tool constraint
+        of such a model binds after the block; reasoning_budget closes the block after that many
+        tokens. A harmony model (gpt-oss) streams its analysis channel as reasoning whatever think
+        says; constraints apply to its final and tool-call messages."""
         spec = tool_spec(tools, tool_choice, parallel_tool_calls)
-        if reasoning_effort not in (None, "low", "medium", "high"):
-            raise InvalidRequest("reasoning_effort must be low, medium or high", "reasoning_effort")
+        if reasoning_effort is not None and reasoning_effort not in EFFORTS:
+            raise InvalidRequest(f"reasoning_effort must be one of {', '.join(EFFORTS)}", "reasoning_effort")
         kwargs = _template_kwargs(chat_template_kwargs)
         return self._submit(model, lambda s: s.render_chat(messages, spec, reasoning_effort, kwargs), stop, think, gen,
                             dict(response_format=response_format, grammar=grammar, regex=regex), spec,
-                            _top_count(logprobs, top_logprobs, MAX_TOP_CHAT), after, chat=True)
+                            _top_count(logprobs, top_logprobs, MAX_TOP_CHAT), after, chat=True,
+                            budget=reasoning_budget)
+
+    def chat_prompt_tokens(self, model: str, messages: list[dict], *, tools: list[dict] | None = None,
+                           tool_choice=None, parallel_tool_calls: bool | None = None,
+                           reasoning_effort: str | None = None, chat_template_kwargs: dict | None = None) -> int:
+        """The tokens the prompt of this chat request takes (the Responses API's input_tokens,
+        Anthropic's count_tokens), rendered as submit_chat renders it."""
+        spec = tool_spec(tools, tool_choice, parallel_tool_calls)
+        if reasoning_effort is not None and reasoning_effort not in EFFORTS:
+            raise InvalidRequest(f"reasoning_effort must be one of {', '.join(EFFORTS)}", "reasoning_effort")
+        kwargs = _template_kwargs(chat_template_kwargs)
+        session = self.session(model)
+        if session.manifest.kind == "embedding":
+            raise WrongModelKind(model, "embedding", "it embeds text (Engine.embed, /v1/embeddings, /api/embed)")
+        return len(session.render_chat(messages, spec, reasoning_effort, kwargs))
 
     def submit_complete(self, model: str, prompt: str, *, stop=None, response_format: dict | None = None,
                         grammar: str | None = None, regex: str | None = None, logprobs: int | None = None,

@@ -334,7 +334,7 @@ def _serve(engine, args, banner: str = "") -> int:
     for w in warnings:
         print(w, file=sys.stderr, flush=True)
     fix_malloc_threshold()
-    app = create_app(engine, guard=guard)
+    app = create_app(engine, guard=guard, defaults=_serve_defaults(args))
     print(f"serving OpenAI-compatible endpoints on http://{host}:{port}/v1, the chat page on "
           f"http://{host}:{port}/" + (f"\n{banner}" if banner else ""), flush=True)
     uvicorn.run(app, host=host, port=port, log_level="warning")
@@ -342,6 +342,15 @@ def _serve(engine, args, banner: str = "") -> int:
 
 
 RAY_ONLY = ("replicas", "ray_address", "router", "drain_timeout", "model")
+
+
+def _serve_defaults(args):
+    from .server.defaults import ServeDefaults
+
+    budget = getattr(args, "reasoning_budget", -1)
+    if budget < -1:
+        raise InvalidRequest("--reasoning-budget must be -1 (no limit) or a number of tokens", "reasoning_budget")
+    return ServeDefaults(getattr(args, "reasoning_format", "auto"), None if budget == -1 else budget)
 
 
 def _engine_options(args) -> dict:
@@ -376,6 +385,8 @@ def cmd_serve(args) -> int:
     from .api import Engine
 
     if args.ray:
+        if args.reasoning_format != "auto" or args.reasoning_budget != -1:
+            raise InvalidRequest("--reasoning-format and --reasoning-budget do not apply with --ray yet", "ray")
         return _serve_on_ray(args)
     given = [f"--{k.replace('_', '-')}" for k in RAY_ONLY if getattr(args, k) is not None]
     if given:
@@ -513,6 +524,11 @@ def _add_generation_commands(sub, leaf) -> None:
                    help="refuse requests asking for more than N max_tokens (default: the context)")
     s.add_argument("-t", "--threads", type=int, default=None, metavar="T",
                    help="threads per forward pass (default: $RASE_NUM_THREADS, else physical cores)")
+    s.add_argument("--reasoning-format", choices=("none", "deepseek", "auto"), default="auto",
+                   help="a <think> block: in message.reasoning_content (deepseek, auto: the default) or left in "
+                        "content (none)")
+    s.add_argument("--reasoning-budget", type=int, default=-1, metavar="N",
+                   help="close a <think> block after N tokens (default -1: no limit; 0: answer at once)")
     ray = s.add_argument_group("Ray Serve (pip install 'rase[ray]')")
     ray.add_argument("--ray", action="store_true", help="serve from replicas on Ray Serve, requests with a shared "
                      "prompt prefix kept on one replica (-t is then threads per replica)")

@@ -87,6 +87,15 @@ class InvalidRequest(RaseError):
         self.param = param  # the request field at fault, when one is (OpenAI's error.param)
 
 
+class ResponseNotFound(RaseError):
+    """A stored response a request names (the Responses API's previous_response_id) that this
+    server does not hold."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
 class InvalidGenerationConfig(InvalidRequest):
     """A sampling or generation field out of range (max_tokens, temperature, top_k, top_p, min_p,
     penalties, seed, logit_bias, stop, n, logprobs)."""

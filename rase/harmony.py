@@ -97,6 +97,7 @@ class HarmonyText:
         self._content: list[str] = []
         self._reasoning: list[str] = []
         self._reasoning_sent = 0  # characters of reasoning handed out
+        self.reasoning_tokens = 0  # analysis-channel tokens
         self._args = ""
         self._seen_message = False
         self.calls: list[ToolCall] = []
@@ -149,6 +150,7 @@ class HarmonyText:
 
     def feed(self, token: int) -> Delta:
         name = self._by_id.get(token)
+        self.reasoning_tokens += name is None and self._in_body and self._kind == "reasoning"
         if name is None:
             content = self._route(self._stream.push(token))
             stop = GenerationStopReason.STOP_STRING if self._stream.stopped else None

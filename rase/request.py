@@ -37,6 +37,7 @@ class Completion:
     logprobs: list | None = None  # logprobs.TokenLogprob per token, when asked
     embedding: Any = None       # float32 (n_embd,): an embedding request's pooled vector
     nll: Any = None             # float64 (k,): a scoring request's -log p of each scored next token
+    reasoning_tokens: int = 0   # completion tokens that were reasoning (a <think> block, harmony's analysis)
 
 
 @dataclass(eq=False)
@@ -108,7 +109,8 @@ class Request:
         return Completion(self.text.text, reason, len(self.prompt), self.generated, self.text.reasoning,
                           self.cached_tokens, timings, calls,
                           None if self.logprobs is None else list(self.logprob_entries),
-                          getattr(self.collect, "vector", None), getattr(self.collect, "nll", None))
+                          getattr(self.collect, "vector", None), getattr(self.collect, "nll", None),
+                          getattr(self.text, "reasoning_tokens", 0))
 
 
 class NoText:

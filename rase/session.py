@@ -54,6 +54,7 @@ class Session:
     _grammar_vocab: object = None
     _render: object = None
     _harmony: object = False  # harmony_ids() once found (False: not looked up yet)
+    _think: object = False    # reasoning_tags() once found
     _init_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def grammar_vocab(self):
@@ -91,6 +92,14 @@ class Session:
             self._harmony = control_ids(self.tokenizer) if jt is not None and "<|channel|>" in jt.source else None
         return self._harmony
 
+    def reasoning_tags(self) -> tuple[int, int] | None:
+        """(<think>, </think>) ids when each is one token of the vocabulary (Qwen3, SmolLM3,
+        DeepSeek-R1 distills): the model may reason in such a block; else None (thinking.py)."""
+        if self._think is False:
+            ids = [self.tokenizer.encode(t, add_special_tokens=False, parse_special=True) for t in ("<think>", "</think>")]
+            self._think = (ids[0][0], ids[1][0]) if all(len(i) == 1 for i in ids) else None
+        return self._think
+
     def tool_format(self) -> str:
         """"harmony" for gpt-oss (tools in the template, calls in the commentary channel);
         "hermes" when the model's own template lays out tools and <tool_call> is one of its
@@ -124,12 +133,13 @@ class Session:
                                      "template that reads variables", "chat_template_kwargs")
             render = functools.partial(render, **template_kwargs)
         if reasoning_effort is not None:
-            jt = self._template()
-            if jt is None or "reasoning_effort" not in jt.source:
-                raise InvalidRequest("reasoning_effort: this model's chat template has no reasoning effort "
-                                     "(gpt-oss's has)", "reasoning_effort")
-            render = functools.partial(render, reasoning_effort=reasoning_effort)
-        if tools is None:
+            render = functools.partial(render, **self._effort(reasoning_effort, template_kwargs or {}))
+        generic = self.tool_format() == "generic"
+        if tools is None and generic and any(m.get("tool_calls") or m.get("role") == "tool" for m in messages):
+            from .chat import generic_tool_messages
+
+            text = render(generic_tool_messages(messages))  # earlier tool turns, though no tools are offered now
+        elif tools is None:
             text = render(messages)
         elif self.tool_format() in ("hermes", "harmony"):
             text = render(messages, tools=tools.offered)
@@ -144,6 +154,20 @@ class Session:
                 msgs.insert(0, system)
             text = render(msgs)
         return text
+
+    def _effort(self, effort: str, template_kwargs: dict) -> dict:
+        """reasoning_effort as the template reads it: itself (gpt-oss: low, medium, high), or
+        Qwen3's on/off switch enable_thinking (none and minimal: off) unless that is set."""
+        jt = self._template()
+        if jt is not None and "reasoning_effort" in jt.source:
+            if effort not in ("low", "medium", "high"):
+                raise InvalidRequest(f"reasoning_effort {effort!r}: this model reasons at low, medium or high",
+                                     "reasoning_effort")
+            return {"reasoning_effort": effort}
+        if jt is not None and "enable_thinking" in jt.source:
+            return {} if "enable_thinking" in template_kwargs else {"enable_thinking": effort not in ("none", "minimal")}
+        raise InvalidRequest("reasoning_effort: this model's chat template has no reasoning switch (gpt-oss's "
+                             "reasoning_effort, Qwen3's enable_thinking)", "reasoning_effort")
 
     def close(self) -> None:
         if self.worker is not None:

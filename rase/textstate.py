@@ -1,7 +1,8 @@
 """One request's text, token by token: feed(token) -> Delta(text that is safe to show, stop).
 
 Wraps the incremental detokenizer and stop strings (stream.TextStream) and the <think> filter
-(thinking.ThinkFilter); a stop string ends the request. Stop tokens and max_tokens are the
+(thinking.ThinkFilter, whose separated reasoning streams as Delta.reasoning); a stop string
+ends the request. Stop tokens and max_tokens are the
 scheduler's rules (scheduler.Scheduler.update): those tokens never reach feed. The tests'
 single-stream oracle (tests/single_stream.py) uses the same object, so a request gives the
 same text served alone or batched.
@@ -32,10 +33,14 @@ class ReasoningDelta:
 
 
 class TextState:
-    def __init__(self, token_bytes: Callable[[int], bytes], stop: Sequence[str] = (), think: str = "keep") -> None:
+    def __init__(self, token_bytes: Callable[[int], bytes], stop: Sequence[str] = (), think: str = "keep",
+                 opened: bool = False) -> None:
+        """think: thinking.MODES; opened: the prompt ends inside a <think> block."""
         self.token_bytes = token_bytes
         self._stream = TextStream(token_bytes, stop)
-        self._think = ThinkFilter(think)
+        self._think = ThinkFilter(think, opened)
+        self._reasoning_sent = 0
+        self.reasoning_tokens = 0  # tokens fed while inside a separated or stripped block
         self._parts: list[str] = []
         self.finished = False
 
@@ -52,8 +57,11 @@ class TextState:
     def feed(self, token: int) -> Delta:
         """The text this token makes safe to show, and whether a stop string ended the
         request (the text is cut before it)."""
+        inside = self._think.inside
         text = self._show(self._stream.push(token))
-        return Delta(text, GenerationStopReason.STOP_STRING if self._stream.stopped else None)
+        self.reasoning_tokens += inside or self._think.inside
+        return Delta(text, GenerationStopReason.STOP_STRING if self._stream.stopped else None,
+                     reasoning=self.pending_reasoning())
 
     def finish(self) -> str:
         """End of the request: the text held back until now (visible part)."""
@@ -71,9 +79,10 @@ class TextState:
         return ()
 
     def pending_reasoning(self) -> str:
-        """Reasoning not yet handed out as deltas (none: a <think> block is given whole, in
-        Completion.reasoning; harmony.HarmonyText streams its analysis channel)."""
-        return ""
+        """Separated reasoning not yet handed out as deltas."""
+        r = self._think.reasoning
+        out, self._reasoning_sent = r[self._reasoning_sent:], len(r)
+        return out
 
     @property
     def text(self) -> str:

@@ -6,8 +6,12 @@ deltas: a tag split across deltas is held back until it is complete or ruled out
 """
 from __future__ import annotations
 
+import numpy as np
+
 OPEN, CLOSE = "<think>", "</think>"
 MODES = ("keep", "strip", "separate")
+# llama-server's --reasoning-format -> think mode on the OpenAI surface ("auto": deepseek's)
+REASONING_FORMATS = {"none": "keep", "deepseek": "separate", "auto": "separate"}
 NO_THINK = "/no_think"
 
 
@@ -23,14 +27,20 @@ def with_no_think(messages: list[dict]) -> list[dict]:
 
 
 class ThinkFilter:
-    def __init__(self, mode: str = "keep") -> None:
+    def __init__(self, mode: str = "keep", opened: bool = False) -> None:
+        """opened: the prompt ends inside a reasoning block (a template that writes <think>)."""
         if mode not in MODES:
             raise ValueError(f"think mode must be one of {', '.join(MODES)}, got {mode!r}")
         self.mode = mode
         self.reasoning = ""
         self._pending = ""
-        self._inside = False
+        self._inside = opened
         self._answer_started = False  # stray closing tags are only dropped at the head
+
+    @property
+    def inside(self) -> bool:
+        """Within a reasoning block being separated (or stripped) now."""
+        return self._inside and self.mode != "keep"
 
     def _partial_tag(self, text: str) -> int:
         """Length of a suffix of text that could begin <think> or </think>."""
@@ -91,3 +101,56 @@ class ThinkFilter:
             self.reasoning += rest
             return ""
         return rest if self._answer_started else rest.strip()
+
+
+def _bit(mask: np.ndarray, token: int) -> None:
+    mask.view(np.uint32)[token // 32] |= np.uint32(1 << (token % 32))
+
+
+class ReasoningGate:
+    """A reasoning model's constraint (or None) held back while it reasons: free text inside
+    <think>...</think>, the constraint from the first token after </think> (so a JSON answer
+    is not forced into the reasoning), and </think> forced once `budget` tokens were reasoned
+    (None: no budget). Before any reasoning, the first token may open the block or begin the
+    answer. opened: the prompt already opened it. The scheduler's constraint protocol: fill()
+    -> bit mask of allowed tokens or None, advance(token), complete."""
+
+    def __init__(self, inner, tags: tuple[int, int], n_words: int, eos: list[int], opened: bool = False,
+                 budget: int | None = None) -> None:
+        self.inner, (self.open, self.close), self.budget = inner, tags, budget
+        self.phase = "thinking" if opened else "before"
+        self.reasoned = 0  # tokens inside the block so far
+        self._only_close = np.zeros(n_words, np.int32)
+        _bit(self._only_close, self.close)
+        # while reasoning, a constrained answer may not end before it starts
+        self._no_eos = np.full(n_words, -1, np.int32)
+        for t in eos:
+            self._no_eos.view(np.uint32)[t // 32] &= ~np.uint32(1 << (t % 32))
+
+    def fill(self) -> np.ndarray | None:
+        if self.phase == "thinking":
+            if self.budget is not None and self.reasoned >= self.budget:
+                return self._only_close
+            return None if self.inner is None else self._no_eos
+        mask = None if self.inner is None else self.inner.fill()
+        if self.phase == "before" and mask is not None:
+            mask = mask.copy()
+            _bit(mask, self.open)
+        return mask
+
+    def advance(self, token: int) -> None:
+        if self.phase == "thinking":
+            self.reasoned += 1
+            if token == self.close:
+                self.phase = "answer"
+            return
+        if self.phase == "before" and token == self.open:
+            self.phase = "thinking"
+            return
+        self.phase = "answer"
+        if self.inner is not None:
+            self.inner.advance(token)
+
+    @property
+    def complete(self) -> bool:
+        return self.phase == "answer" and self.inner is not None and self.inner.complete

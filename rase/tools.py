@@ -295,7 +295,7 @@ class ToolText:
     def feed(self, token: int) -> Delta:
         d = self.inner.feed(token)
         self._raw += d.text
-        return Delta(self._content(final=False), d.stop, self.pending_calls())
+        return Delta(self._content(final=False), d.stop, self.pending_calls(), d.reasoning)
 
     def finish(self) -> str:
         self._raw += self.inner.finish()
@@ -337,6 +337,10 @@ class ToolText:
     @property
     def reasoning(self) -> str:
         return self.inner.reasoning
+
+    @property
+    def reasoning_tokens(self) -> int:
+        return self.inner.reasoning_tokens
 
     def pending_reasoning(self) -> str:
         return self.inner.pending_reasoning()

@@ -62,13 +62,20 @@ def test_the_template_renders_the_tools_as_written(engine):
     assert "# Tools" not in none and "# Tools" in text
 
 
-def test_required_and_named_choices_always_give_valid_calls(engine):
+# the template's thinking switch off, or on with the <think> block closed after 8 tokens (the
+# calls are constrained after it; a random model would otherwise reason until max_tokens)
+THINKING = [{"chat_template_kwargs": {"enable_thinking": False}}, {"reasoning_budget": 8}]
+
+
+@pytest.mark.parametrize("thinking", THINKING)
+def test_required_and_named_choices_always_give_valid_calls(engine, thinking):
     for seed in range(15):
         out = engine.chat("toolbot", ASK, tools=TOOLS, tool_choice="required", parallel_tool_calls=False,
-                          temperature=1.0, seed=seed, max_tokens=200)
+                          temperature=1.0, seed=seed, max_tokens=200, think="auto", **thinking)
         assert out.finish_reason == "tool_calls" and len(out.tool_calls) == 1, out
+        assert "<think>" not in out.text + out.tool_calls[0].arguments
         _valid(out.tool_calls[0])
-        named = engine.chat("toolbot", ASK, tools=TOOLS, temperature=1.0, seed=seed, max_tokens=200,
+        named = engine.chat("toolbot", ASK, tools=TOOLS, temperature=1.0, seed=seed, max_tokens=200, **thinking,
                             tool_choice={"type": "function", "function": {"name": "get_time"}})
         assert [c.name for c in named.tool_calls] == ["get_time"] and named.finish_reason == "tool_calls"
         _valid(named.tool_calls[0])
@@ -157,7 +164,7 @@ def test_openai_client_tool_calls_streamed_and_not(tool_server, choice, openai_c
 
     client = openai_client(tool_server)
     kw = dict(model="toolbot", messages=ASK, tools=TOOLS, tool_choice=choice, parallel_tool_calls=False,
-              temperature=1.0, seed=5, max_tokens=200)
+              temperature=1.0, seed=5, max_tokens=200, extra_body={"reasoning_budget_tokens": 8})
     full = client.chat.completions.create(**kw)
     msg = full.choices[0].message
     assert full.choices[0].finish_reason == "tool_calls" and msg.content is None and len(msg.tool_calls) == 1

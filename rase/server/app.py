@@ -7,18 +7,22 @@ from dataclasses import replace
 from fastapi import FastAPI
 from fastapi.responses import Response
 
+from .defaults import ServeDefaults
 from .guard import GuardConfig, install_guards
 from .metrics import CONTENT_TYPE as METRICS_TYPE
 from .metrics import Metrics
 from .ollama import router as ollama_router
 from .openai import router as openai_router
 from .openapi import document
+from .responses import router as responses_router
 from .web import router as web_router
 
 
-def create_app(engine, api_key: str | None = None, guard: GuardConfig | None = None) -> FastAPI:
+def create_app(engine, api_key: str | None = None, guard: GuardConfig | None = None,
+               defaults: ServeDefaults | None = None) -> FastAPI:
     """guard: body limit, allowed Host names, CORS origins (rase serve passes the loopback
-    names when bound to loopback); api_key alone is GuardConfig(api_key=...)."""
+    names when bound to loopback); api_key alone is GuardConfig(api_key=...). defaults: the
+    reasoning format and budget of requests that do not say."""
     app = FastAPI(title="rase", version=__import__("rase").__version__)
     app.state.engine = engine
     app.state.metrics = metrics = Metrics(engine)
@@ -34,7 +38,9 @@ def create_app(engine, api_key: str | None = None, guard: GuardConfig | None = N
     async def health():
         return {"status": "ok", "version": app.version, **engine.stats}
 
-    app.include_router(openai_router(engine, metrics))
+    defaults = defaults or ServeDefaults()
+    app.include_router(openai_router(engine, metrics, defaults))
+    app.include_router(responses_router(engine, metrics, defaults))
     app.include_router(ollama_router(engine))
     app.include_router(web_router())
     return app

@@ -24,15 +24,16 @@ from ..errors import InvalidRequest, RaseError
 from ..logprobs import LogprobDelta, chat_logprobs, completion_logprobs
 from ..textstate import ReasoningDelta
 from ..tools import ToolCallDelta
+from .defaults import ServeDefaults
 from .errors import error_body, status_of
 from .schemas import MODEL_ID_PATTERN, ChatRequest, CompletionRequest, DetokenizeRequest, EmbeddingsRequest, TokenizeRequest
 
 
-def router(engine, metrics) -> APIRouter:
+def router(engine, metrics, defaults: ServeDefaults) -> APIRouter:
     """/v1/models, /v1/chat/completions, /v1/completions, /v1/embeddings, /tokenize, /detokenize."""
     api = APIRouter()
     _model_routes(api, engine)
-    _generation_routes(api, engine, metrics)
+    _generation_routes(api, engine, metrics, defaults)
     return api
 
 
@@ -81,7 +82,7 @@ def _model_routes(api: APIRouter, engine) -> None:
                 "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens}}
 
 
-def _generation_routes(api: APIRouter, engine, metrics) -> None:
+def _generation_routes(api: APIRouter, engine, metrics, defaults: ServeDefaults) -> None:
     """Chat and text completions, whole or streamed as server-sent events."""
 
     @api.post("/v1/chat/completions")
@@ -92,6 +93,8 @@ def _generation_routes(api: APIRouter, engine, metrics) -> None:
         messages = [m.model_dump(exclude_none=True) for m in req.messages]
         if req.reasoning_effort is not None:
             kw["reasoning_effort"] = req.reasoning_effort
+        kw["think"] = defaults.think(req.reasoning_format)
+        kw["reasoning_budget"] = defaults.budget(req.reasoning_budget_tokens, req.thinking_budget_tokens)
         if req.chat_template_kwargs is not None:
             kw["chat_template_kwargs"] = req.chat_template_kwargs
         return await respond(req, lambda: engine.submit_chat_choices(

@@ -103,8 +103,13 @@ class ChatRequest(_Common):
     parallel_tool_calls: Optional[bool] = None
     logprobs: Optional[bool] = None
     top_logprobs: Optional[int] = None  # 0..20, with logprobs (checked by the engine: a 400 naming it)
-    reasoning_effort: Optional[Literal["low", "medium", "high"]] = None  # for templates that read it (gpt-oss)
+    # gpt-oss's template reads it; Qwen3's enable_thinking follows it (none, minimal: off)
+    reasoning_effort: Optional[Literal["none", "minimal", "low", "medium", "high"]] = None
     chat_template_kwargs: Optional[dict[str, Any]] = None  # llama-server's: more variables for the model's template
+    # llama-server's: a <think> block in content (none) or in reasoning_content (deepseek, auto)
+    reasoning_format: Optional[Literal["none", "deepseek", "auto"]] = None
+    reasoning_budget_tokens: Optional[int] = Field(default=None, ge=-1)  # llama-server's; -1: no limit
+    thinking_budget_tokens: Optional[int] = Field(default=None, ge=-1)   # its other name for the same
 
     def tool_kwargs(self) -> dict:
         return {k: getattr(self, k) for k in ("tools", "tool_choice", "parallel_tool_calls")}

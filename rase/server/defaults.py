@@ -1,0 +1,28 @@
+"""What `rase serve` sets for every request that does not say otherwise (llama-server's
+--reasoning-format and --reasoning-budget)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..thinking import REASONING_FORMATS
+
+
+@dataclass(frozen=True)
+class ServeDefaults:
+    reasoning_format: str = "auto"      # none: <think> blocks stay in content; deepseek/auto: reasoning_content
+    reasoning_budget: int | None = None  # tokens a <think> block may take before it is closed; None: no limit
+
+    def __post_init__(self) -> None:
+        if self.reasoning_format not in REASONING_FORMATS:
+            raise ValueError(f"reasoning format must be one of {', '.join(REASONING_FORMATS)}")
+
+    def think(self, reasoning_format: str | None) -> str:
+        """The engine's think mode for a request's reasoning_format (or this server's)."""
+        return REASONING_FORMATS[reasoning_format or self.reasoning_format]
+
+    def budget(self, *asked: int | None) -> int | None:
+        """The first budget a request gives (-1: none, as llama-server's), else this server's."""
+        given = next((b for b in asked if b is not None), None)
+        if given is None:
+            return self.reasoning_budget
+        return None if given < 0 else given
