@@ -98,6 +98,7 @@ class HarmonyText:
         self._reasoning: list[str] = []
         self._reasoning_sent = 0  # characters of reasoning handed out
         self.reasoning_tokens = 0  # analysis-channel tokens
+        self.stop_sequence: str | None = None  # the stop string that ended the content
         self._args = ""
         self._seen_message = False
         self.calls: list[ToolCall] = []
@@ -127,7 +128,9 @@ class HarmonyText:
         self._stream = TextStream(self.token_bytes, self._stops if body_content else ())
 
     def _flush(self) -> str:
-        return self._route(self._stream.finish())
+        text = self._route(self._stream.finish())
+        self.stop_sequence = self.stop_sequence or self._stream.matched
+        return text
 
     def _close_message(self, complete: bool = True) -> None:
         """The message ends (a call cut short by the token limit is no call)."""
@@ -154,6 +157,7 @@ class HarmonyText:
         if name is None:
             content = self._route(self._stream.push(token))
             stop = GenerationStopReason.STOP_STRING if self._stream.stopped else None
+            self.stop_sequence = self.stop_sequence or self._stream.matched
         else:  # <|call|> ends the generation here (<|return|>, the EOS, never reaches feed)
             content = self._flush()
             self._control(name)

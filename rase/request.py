@@ -37,7 +37,8 @@ class Completion:
     logprobs: list | None = None  # logprobs.TokenLogprob per token, when asked
     embedding: Any = None       # float32 (n_embd,): an embedding request's pooled vector
     nll: Any = None             # float64 (k,): a scoring request's -log p of each scored next token
-    reasoning_tokens: int = 0   # completion tokens that were reasoning (a <think> block, harmony's analysis)
+    reasoning_tokens: int = 0   # completion tokens that were reasoning (a <think> block with its tags, harmony's analysis)
+    stop_sequence: str | None = None  # the stop string that ended it (finish_reason "stop")
 
 
 @dataclass(eq=False)
@@ -110,7 +111,7 @@ class Request:
                           self.cached_tokens, timings, calls,
                           None if self.logprobs is None else list(self.logprob_entries),
                           getattr(self.collect, "vector", None), getattr(self.collect, "nll", None),
-                          getattr(self.text, "reasoning_tokens", 0))
+                          getattr(self.text, "reasoning_tokens", 0), getattr(self.text, "stop_sequence", None))
 
 
 class NoText:

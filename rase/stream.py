@@ -22,6 +22,7 @@ class TextStream:
         self.text = ""          # decoded so far (complete characters only)
         self.emitted = 0        # characters handed out
         self.stopped = False    # a stop string matched: later tokens are ignored
+        self.matched: str | None = None  # the stop string that matched (the earliest; the first listed on a tie)
         self.tokens: list[int] = []
 
     def _earliest_stop(self) -> int | None:
@@ -45,6 +46,7 @@ class TextStream:
         pending = None if final else len(self.text) - self._held_back()
         if cut is not None and (pending is None or pending >= cut):
             self.stopped = True
+            self.matched = next(s for s in self.stops if self.text.find(s, self.emitted) == cut)
             self.text = self.text[:cut]
             end = cut
         else:

@@ -91,3 +91,8 @@ class TextState:
     @property
     def reasoning(self) -> str:
         return self._think.reasoning
+
+    @property
+    def stop_sequence(self) -> str | None:
+        """The stop string that ended the request, if one did."""
+        return self._stream.matched

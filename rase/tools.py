@@ -342,6 +342,10 @@ class ToolText:
     def reasoning_tokens(self) -> int:
         return self.inner.reasoning_tokens
 
+    @property
+    def stop_sequence(self) -> str | None:
+        return self.inner.stop_sequence
+
     def pending_reasoning(self) -> str:
         return self.inner.pending_reasoning()
 

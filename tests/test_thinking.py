@@ -199,3 +199,34 @@ def test_openai_client_gets_reasoning_content_streamed_and_not(think_server, ope
     raw = client.chat.completions.create(**kw, extra_body={"reasoning_format": "none"}).choices[0].message
     assert raw.content == msg.reasoning_content + "</think>" + raw.content.split("</think>", 1)[1]
     assert getattr(raw, "reasoning_content", None) is None
+
+
+def test_anthropic_thinking_blocks_streamed_and_not(think_server):
+    from anthropic import Anthropic
+
+    kw = dict(model="qwen35", max_tokens=40, messages=ASK, thinking={"type": "enabled", "budget_tokens": 4},
+              extra_body={"seed": 3})
+    with Anthropic(base_url=think_server, api_key="unused") as client:
+        whole = client.messages.create(**kw)
+        assert [b.type for b in whole.content] == ["thinking", "text"] and whole.content[0].thinking
+        with client.messages.stream(**kw) as stream:
+            final = stream.get_final_message()
+        assert [b.model_dump() for b in final.content] == [b.model_dump() for b in whole.content]
+        hidden = client.messages.create(**{**kw, "thinking": {**kw["thinking"], "display": "omitted"}})
+        assert hidden.content[0].thinking == "" and hidden.content[1].text == whole.content[1].text
+        off = client.messages.create(**{**kw, "thinking": {"type": "disabled"}})
+        assert [b.type for b in off.content] == ["text"]  # the block closed at once: nothing reasoned
+
+
+def test_responses_reasoning_items_streamed_and_not(think_server, openai_client):
+    client = openai_client(think_server)
+    kw = dict(model="qwen35", input="How many?", max_output_tokens=40, reasoning={"effort": "high"},
+              extra_body={"seed": 3})
+    whole = client.responses.create(**kw)
+    assert [i.type for i in whole.output] == ["reasoning", "message"]
+    # the server's budget of 6, and the </think> that closes the block
+    assert whole.output[0].content[0].text and whole.usage.output_tokens_details.reasoning_tokens == 6 + 1
+    with client.responses.stream(**kw) as stream:
+        final = stream.get_final_response()
+    assert [i.type for i in final.output] == ["reasoning", "message"]
+    assert (final.output[0].content[0].text, final.output_text) == (whole.output[0].content[0].text, whole.output_text)

@@ -7,6 +7,7 @@ from dataclasses import replace
 from fastapi import FastAPI
 from fastapi.responses import Response
 
+from .anthropic import router as anthropic_router
 from .defaults import ServeDefaults
 from .guard import GuardConfig, install_guards
 from .metrics import CONTENT_TYPE as METRICS_TYPE
@@ -41,6 +42,7 @@ def create_app(engine, api_key: str | None = None, guard: GuardConfig | None = N
     defaults = defaults or ServeDefaults()
     app.include_router(openai_router(engine, metrics, defaults))
     app.include_router(responses_router(engine, metrics, defaults))
+    app.include_router(anthropic_router(engine, metrics, defaults))
     app.include_router(ollama_router(engine))
     app.include_router(web_router())
     return app

@@ -31,4 +31,5 @@ def status_of(exc: BaseException) -> tuple[int, str]:
 
 
 def error_body(message: str, kind: str, code: str | None = None, param: str | None = None) -> dict:
-    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+    # OpenAI's shape; the top-level type is Anthropic's, so both clients read it
+    return {"type": "error", "error": {"message": message, "type": kind, "param": param, "code": code}}

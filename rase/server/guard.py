@@ -72,10 +72,12 @@ class Guard:
             return _error(403, "cross-origin request refused: rase serve --cors-origin ORIGIN allows a web "
                           "origin to call this server", "permission_error")
         if self._key and not (path in PUBLIC or path.startswith(PUBLIC_PREFIXES)):
-            given = request.headers.get("authorization", "")
-            scheme, _, token = given.partition(" ")
-            if not (scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), self._key)):
-                return _error(401, "invalid or missing API key (Authorization: Bearer KEY)", "authentication_error")
+            scheme, _, token = request.headers.get("authorization", "").partition(" ")
+            bearer = token.strip() if scheme.lower() == "bearer" else None
+            given = bearer if bearer is not None else request.headers.get("x-api-key")  # Anthropic's header
+            if given is None or not hmac.compare_digest(given.strip().encode(), self._key):
+                return _error(401, "invalid or missing API key (Authorization: Bearer KEY, or x-api-key: KEY)",
+                              "authentication_error")
         return None
 
     def _cross_site(self, request: Request) -> bool:
@@ -94,7 +96,7 @@ class Guard:
         if origin is None or not (self._any_origin or _origin(origin) in self._origins):
             return {}
         return {"Access-Control-Allow-Origin": "*" if self._any_origin else origin, "Vary": "Origin",
-                "Access-Control-Allow-Headers": "Authorization, Content-Type",
+                "Access-Control-Allow-Headers": "Authorization, Content-Type, X-Api-Key, Anthropic-Version",
                 "Access-Control-Allow-Methods": "GET, POST, OPTIONS", "Access-Control-Max-Age": "600"}
 
 

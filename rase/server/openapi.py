@@ -7,7 +7,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-ERROR = {"type": "object", "required": ["error"], "properties": {"error": {
+ERROR = {"type": "object", "required": ["error"], "properties": {"type": {"const": "error"}, "error": {
     "type": "object", "required": ["message", "type"], "properties": {
         "message": {"type": "string"}, "type": {"type": "string"},
         "param": {"type": ["string", "null"]}, "code": {"type": ["string", "null"]}}}}}
@@ -24,6 +24,8 @@ ERRORS = {  # status -> when; every route may meet the guards (403, 413, 401)
 MEDIA = {
     "/v1/chat/completions": {"text/event-stream": {"schema": {"type": "string"}}},
     "/v1/completions": {"text/event-stream": {"schema": {"type": "string"}}},
+    "/v1/responses": {"text/event-stream": {"schema": {"type": "string"}}},
+    "/v1/messages": {"text/event-stream": {"schema": {"type": "string"}}},
     "/api/chat": {"application/x-ndjson": {"schema": {"type": "string"}}},
     "/api/generate": {"application/x-ndjson": {"schema": {"type": "string"}}},
     "/metrics": {"text/plain": {"schema": {"type": "string"}}},

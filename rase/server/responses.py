@@ -329,10 +329,6 @@ def router(engine, metrics, defaults: ServeDefaults) -> APIRouter:
                 handle.cancel()
         return StreamingResponse(_events(handle, shell, finished), media_type="text/event-stream")
 
-    @api.get("/v1/responses/{response_id}")
-    async def retrieve(response_id: Annotated[str, FastAPIPath(pattern=r"^resp_[0-9a-f]+$")]):
-        return store.get(response_id, "response_id")[0]
-
     @api.post("/v1/responses/input_tokens")
     async def input_tokens(req: InputTokensRequest):
         engine.registry.get(req.model)
@@ -341,6 +337,11 @@ def router(engine, metrics, defaults: ServeDefaults) -> APIRouter:
         n = await run_in_threadpool(lambda: engine.chat_prompt_tokens(req.model, messages, **_tools(req),
                                                                       **_template(req)))
         return {"object": "response.input_tokens", "input_tokens": n}
+
+    # the resp_ prefix in the route: /v1/responses/input_tokens is not a response id (GET there is a 405)
+    @api.get("/v1/responses/resp_{key}")
+    async def retrieve(key: Annotated[str, FastAPIPath(pattern=r"^[0-9a-f]+$", description="a response id after resp_")]):
+        return store.get(f"resp_{key}", "response_id")[0]
 
     return api
 
