@@ -18,7 +18,9 @@ from typing import AsyncIterator, Callable, Iterator, Sequence
 from . import __version__  # noqa: F401
 from .channel import RequestHandle
 from .config import default_store
-from .errors import BackendUnavailable, InvalidGenerationConfig, InvalidGrammar, InvalidRequest, WrongModelKind
+from .errors import (BackendUnavailable, InvalidGenerationConfig, InvalidGrammar, InvalidRequest, ModelUnloaded,
+                     WrongModelKind)
+from .lifecycle import KeepAlive, parse_duration
 from .sampling import GenerationConfig
 from .logprobs import MAX_TOP_CHAT, MAX_TOP_COMPLETION
 from .registry import ModelRegistry
@@ -130,12 +132,14 @@ class Engine:
     tbt_target_ms: prompt chunks are sized so running requests get a token about this often.
     Limits per model, for serving: max_waiting requests queued beyond max_batch (more get
     Overloaded, HTTP 429); time_limit_s of wall clock per request (then it ends, finish_reason
-    "length"); max_tokens_limit on any request's max_tokens (the default is lowered to it)."""
+    "length"); max_tokens_limit on any request's max_tokens (the default is lowered to it).
+    keep_alive: how long a model stays loaded once idle (seconds, or a duration like "5m"; None:
+    until unloaded); Engine.load(model, keep_alive=...) sets one model's."""
 
     def __init__(self, store=None, device: str = "auto", n_ctx: int | None = None, *, max_batch: int = 8,
                  kv_cache_mb: float | None = None, prefix_cache: bool = True, tbt_target_ms: float = 100.0,
                  n_threads: int | None = None, max_waiting: int | None = None, time_limit_s: float | None = None,
-                 max_tokens_limit: int | None = None) -> None:
+                 max_tokens_limit: int | None = None, keep_alive: float | str | None = None) -> None:
         if device not in DEVICES:
             raise BackendUnavailable(f"requested backend is unavailable: {device!r}; rase runs on the CPU")
         if n_ctx is not None and (isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or n_ctx < 1):
@@ -162,6 +166,7 @@ class Engine:
         # every loaded model alive otherwise)
         self._finalizer = weakref.finalize(self, SessionCache.clear, self.sessions)
         self.device = device
+        self.lifecycle = KeepAlive(self.sessions, None if keep_alive is None else parse_duration(keep_alive))
 
     @property
     def stats(self) -> dict:
@@ -210,13 +215,20 @@ class Engine:
             raise InvalidRequest(f"think must be one of {', '.join(THINK_MODES + ('auto',))}", "think")
         if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 0):
             raise InvalidRequest("reasoning_budget must be a non-negative integer (tokens)", "reasoning_budget")
-        session = self.session(model)
-        if session.manifest.kind == "embedding":
-            raise WrongModelKind(model, "embedding", "it embeds text (Engine.embed, /v1/embeddings, /api/embed)")
-        ids = ids_of(session)
-        text, constraint = _reader(session, spec, tools, stops, think, chat, ids, budget)
-        config = dataclasses.replace(config, stop_tokens=stop_tokens_with_eos(config, session.plan.eos_token))
-        return session.worker.submit(ids, config, text, constraint, logprobs, after)
+        self.lifecycle.touch(model)
+        for attempt in (1, 2):  # a session unloaded under us (keep-alive) is loaded again once
+            session = self.session(model)
+            if session.manifest.kind == "embedding":
+                raise WrongModelKind(model, "embedding", "it embeds text (Engine.embed, /v1/embeddings, /api/embed)")
+            ids = ids_of(session)
+            text, constraint = _reader(session, spec, tools, stops, think, chat, ids, budget)
+            config = dataclasses.replace(config, stop_tokens=stop_tokens_with_eos(config, session.plan.eos_token))
+            try:
+                return session.worker.submit(ids, config, text, constraint, logprobs, after)
+            except ModelUnloaded:
+                if attempt == 2 or after is not None:
+                    raise
+                self.sessions.unload(model)  # that closing session, if the cache still holds it
 
     def submit_chat(self, model: str, messages: list[dict], *, stop=None, think: str = "keep",
                     response_format: dict | None = None, grammar: str | None = None, regex: str | None = None,
@@ -403,6 +415,20 @@ class Engine:
             raise InvalidRequest(f"token {bad[0]!r} is not an id of this model's vocabulary "
                                           f"(0..{session.tokenizer.n_vocab - 1})", "tokens")
         return session.tokenizer.decode(list(tokens), skip_special_tokens=False)
+
+    def load(self, model: str, keep_alive: float | str | None | bool = False) -> None:
+        """Load model now (verified, resident) unless it is; keep_alive: how long it then stays
+        loaded once idle (seconds or a duration; None: until unloaded; False: as it was, else the
+        engine's). Loading one model never blocks requests to others."""
+        self.registry.get(model)  # ModelNotFound before anything else
+        if keep_alive is not False:
+            self.lifecycle.keep(model, None if keep_alive is None else parse_duration(keep_alive))
+        self.lifecycle.touch(model)
+        self.session(model)
+
+    def status(self, model: str) -> str:
+        """"loaded", "loading" or "unloaded" (llama-server's model status)."""
+        return self.sessions.status(model)
 
     def unload(self, model: str | None = None) -> bool:
         """Unload one model, or every model (requests already queued still finish; the memory

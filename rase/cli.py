@@ -385,15 +385,17 @@ def cmd_serve(args) -> int:
     from .api import Engine
 
     if args.ray:
-        if args.reasoning_format != "auto" or args.reasoning_budget != -1:
-            raise InvalidRequest("--reasoning-format and --reasoning-budget do not apply with --ray yet", "ray")
+        if args.reasoning_format != "auto" or args.reasoning_budget != -1 or args.keep_alive is not None:
+            raise InvalidRequest("--reasoning-format, --reasoning-budget and --keep-alive do not apply with --ray yet",
+                                 "ray")
         return _serve_on_ray(args)
     given = [f"--{k.replace('_', '-')}" for k in RAY_ONLY if getattr(args, k) is not None]
     if given:
         raise InvalidRequest(f"{', '.join(given)} only apply with --ray", given[0])
     engine = Engine(args.store or default_store(), device=args.device, n_ctx=args.ctx_size, max_batch=args.parallel,
                     kv_cache_mb=args.kv_cache_mb, prefix_cache=not args.no_prefix_cache, n_threads=args.threads,
-                    max_waiting=args.max_waiting, time_limit_s=args.time_limit, max_tokens_limit=args.max_tokens_limit)
+                    max_waiting=args.max_waiting, time_limit_s=args.time_limit, max_tokens_limit=args.max_tokens_limit,
+                    keep_alive=args.keep_alive)
     return _serve(engine, args)
 
 
@@ -524,6 +526,9 @@ def _add_generation_commands(sub, leaf) -> None:
                    help="refuse requests asking for more than N max_tokens (default: the context)")
     s.add_argument("-t", "--threads", type=int, default=None, metavar="T",
                    help="threads per forward pass (default: $RASE_NUM_THREADS, else physical cores)")
+    s.add_argument("--keep-alive", default=None, metavar="DURATION",
+                   help="unload a model idle this long (seconds, or 30s / 5m / 1h; default: keep it loaded); "
+                        "Ollama's keep_alive sets one model's")
     s.add_argument("--reasoning-format", choices=("none", "deepseek", "auto"), default="auto",
                    help="a <think> block: in message.reasoning_content (deepseek, auto: the default) or left in "
                         "content (none)")

@@ -87,6 +87,11 @@ class InvalidRequest(RaseError):
         self.param = param  # the request field at fault, when one is (OpenAI's error.param)
 
 
+class ModelUnloaded(RaseError):
+    """The model's session was unloaded (keep-alive, an unload call) between loading and queueing
+    a request: the engine loads it again and retries once."""
+
+
 class ResponseNotFound(RaseError):
     """A stored response a request names (the Responses API's previous_response_id) that this
     server does not hold."""

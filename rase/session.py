@@ -205,6 +205,7 @@ class SessionCache:
         self._entries: dict[tuple[str, str], _Entry] = {}
         self._key_locks: dict[tuple[str, str], threading.Lock] = {}
         self.loads = 0  # how many sessions were loaded (observable reuse)
+        self._loading: set[str] = set()  # model ids being loaded now
         self.on_drop: Callable[[Session], None] | None = None  # called for every session dropped
 
     def _key_lock(self, key: tuple[str, str]) -> threading.Lock:
@@ -229,7 +230,13 @@ class SessionCache:
             except IntegrityMismatch:
                 self._drop(key)
                 raise
-            session = self._loader(manifest)
+            with self._lock:
+                self._loading.add(model_id)
+            try:
+                session = self._loader(manifest)
+            finally:
+                with self._lock:
+                    self._loading.discard(model_id)
             self.loads += 1
             with self._lock:
                 self._entries[key] = _Entry(session, _manifest_state(manifest), _fingerprint(manifest))
@@ -254,6 +261,13 @@ class SessionCache:
     def sessions(self) -> list[tuple[tuple[str, str], Session]]:
         with self._lock:
             return [(k, e.session) for k, e in sorted(self._entries.items())]
+
+    def status(self, model_id: str) -> str:
+        """"loaded", "loading" or "unloaded"."""
+        with self._lock:
+            if any(k[0] == model_id for k in self._entries):
+                return "loaded"
+            return "loading" if model_id in self._loading else "unloaded"
 
     def unload(self, model_id: str) -> bool:
         """Unload model_id's sessions (requests already queued on one still finish); whether any was loaded."""

@@ -11,10 +11,11 @@ from __future__ import annotations
 import math
 import threading
 import time
+import weakref
 
 from . import _kernels
 from .config import PROFILE, default_threads
-from .errors import ContextOverflow, InvalidRequest, Overloaded, RaseError, WrongModelKind
+from .errors import ContextOverflow, InvalidRequest, ModelUnloaded, Overloaded, RaseError, WrongModelKind
 from .sampling import GenerationConfig, make_sampler, token_or_error
 from .kv_cache import KVCache, blocks_for
 from .logprobs import LogprobDelta
@@ -157,15 +158,16 @@ class ModelWorker:
 
     def _enqueue(self, reqs: list[Request]) -> list[RequestHandle]:
         handles = []
+        me = weakref.ref(self)  # a handle kept after its request must not keep the model loaded
         for req in reqs:
             if self.time_limit_s is not None:
                 req.deadline = req.submitted + self.time_limit_s
-            handle = RequestHandle(on_cancel=lambda req=req: self._cancel(req))
+            handle = RequestHandle(on_cancel=lambda req=req: _cancel_on(me(), req))
             req.handle, handle.request = handle, req
             handles.append(handle)
         with self._cond:
             if self._closing:
-                raise RaseError("this model is being unloaded; retry the request")
+                raise ModelUnloaded("this model is being unloaded; retry the request")
             waiting = self._pending - self.max_batch
             if self.max_waiting is not None and waiting >= self.max_waiting:
                 raise Overloaded(waiting, max(1, math.ceil(self._request_s * (waiting + 1) / self.max_batch)))
@@ -175,10 +177,15 @@ class ModelWorker:
             self._cond.notify()
         return handles
 
-    def _cancel(self, req: Request) -> None:
+    def _cancel(self, req: Request) -> None:  # see _cancel_on
         req.cancel_requested = True
         with self._cond:
             self._cond.notify()
+
+    @property
+    def busy(self) -> bool:
+        """Requests submitted and not yet finished (the keep-alive's idle test)."""
+        return self._pending > 0
 
     def close(self, wait: bool = False) -> None:
         """Stop taking requests; the thread ends once those already queued have finished."""
@@ -260,3 +267,9 @@ class ModelWorker:
                 else:
                     self.counters["cancelled"] += req.stop_reason is not None and req.stop_reason.value == "cancelled"
                     handle.finish(req.completion())
+
+
+def _cancel_on(worker: ModelWorker | None, req: Request) -> None:
+    """A handle's cancel: its request is flagged for the worker, if the worker still exists."""
+    if worker is not None:
+        worker._cancel(req)

@@ -19,6 +19,9 @@ class FakeEngine:
         self.sessions = SimpleNamespace(loads=0)
         self.submitted: list[tuple[str, str]] = []  # (surface call, model)
 
+    def status(self, model: str) -> str:
+        return "unloaded"  # nothing is ever loaded
+
     @property
     def stats(self) -> dict:
         return dict(requests=len(self.submitted), generated_tokens=0, cancelled=0, failed=0, running=0,

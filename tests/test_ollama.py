@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 
 import httpx
+import ollama
 import pytest
 
 from tests.conftest import rase_serve
@@ -95,11 +96,28 @@ def test_embed(client):
 
 def test_ps_lists_the_loaded_models(client):
     """Ollama's /api/ps through the official client: what is loaded now, its file's size and
-    digest, its context; rase keeps a model until it is unloaded (no expiry)."""
+    digest, its context; with no keep-alive given it stays until unloaded (no expiry)."""
     client.chat(model="smollm2", messages=ASK, options={"temperature": 0, "num_predict": 2})
     running = client.ps().models
     assert [m.model for m in running] == ["smollm2"] and running[0].size > 50_000_000 and running[0].digest
     assert running[0].expires_at.year == 9999 and running[0].details.family == "llama"
+
+
+def test_keep_alive_loads_unloads_and_sets_the_expiry(client):
+    """Ollama's load (empty messages), unload (keep_alive 0) and a request's keep_alive, through
+    the official client; /api/ps's expires_at follows the keep-alive."""
+    import datetime
+
+    loaded = client.chat(model="smollm2", messages=[], keep_alive="10m")
+    assert loaded.done_reason == "load" and [m.model for m in client.ps().models] == ["smollm2"]
+    left = client.ps().models[0].expires_at - datetime.datetime.now(datetime.timezone.utc)
+    assert datetime.timedelta(minutes=9) < left <= datetime.timedelta(minutes=10)
+    gone = client.generate(model="smollm2", prompt="", keep_alive=0)
+    assert gone.done_reason == "unload" and client.ps().models == []
+    out = client.generate(model="smollm2", prompt="Hi", keep_alive=-1, options={"num_predict": 2})
+    assert out.done and client.ps().models[0].expires_at.year == 9999
+    with pytest.raises(ollama.ResponseError, match="keep_alive"):
+        client.generate(model="smollm2", prompt="Hi", keep_alive="soon")
 
 
 def test_engine_unloads_one_model_and_loads_it_again(smollm2_store):

@@ -6,6 +6,7 @@ from .. import errors as E
 STATUS: dict[type, tuple[int, str]] = {
     E.ModelNotFound: (404, "model_not_found"),
     E.ResponseNotFound: (404, "not_found_error"),
+    E.ModelUnloaded: (503, "model_unavailable"),
     E.InvalidModelId: (400, "invalid_request_error"),
     E.InvalidRequest: (400, "invalid_request_error"),  # InvalidGenerationConfig, WrongModelKind, InvalidGrammar
     E.ContextOverflow: (400, "context_length_exceeded"),

@@ -19,6 +19,7 @@ from starlette.concurrency import run_in_threadpool
 
 from .. import __version__
 from ..errors import InvalidRequest, RaseError
+from ..lifecycle import parse_duration
 from ..logprobs import LogprobDelta
 from ..textstate import ReasoningDelta
 from ..tools import ToolCallDelta
@@ -59,11 +60,12 @@ class _Base(BaseModel):
     format: Optional[Union[Literal["json"], dict[str, Any]]] = None  # "json" or a JSON schema
     options: Optional[Options] = None
     think: Optional[Union[bool, Literal["low", "medium", "high"]]] = None  # a level: gpt-oss's reasoning effort
-    keep_alive: Annotated[Optional[Union[float, str]], Unsupported] = None  # refused (models stay resident)
+    # how long the model stays loaded after this request: seconds or a duration ("5m"); 0 unloads, -1 keeps
+    keep_alive: Optional[Union[float, str]] = None
 
 
 class ChatBody(_Base):
-    messages: Annotated[list[dict[str, Any]], Field(min_length=1)]
+    messages: list[dict[str, Any]]  # none: only load the model (or unload it, with keep_alive 0)
     tools: Optional[list[dict[str, Any]]] = None
 
 
@@ -81,7 +83,7 @@ class EmbedBody(BaseModel):
     truncate: Annotated[Optional[bool], WithJsonSchema({"enum": [False, None]})] = None  # long inputs are refused
     dimensions: Annotated[Optional[int], Unsupported] = None
     options: Annotated[Optional[dict[str, Any]], WithJsonSchema({"type": ["object", "null"], "maxProperties": 0})] = None
-    keep_alive: Annotated[Optional[Union[float, str]], Unsupported] = None
+    keep_alive: Optional[Union[float, str]] = None
 
 
 class ShowBody(BaseModel):
@@ -92,15 +94,19 @@ class ShowBody(BaseModel):
 NEVER = "9999-12-31T23:59:59+00:00"  # /api/ps's expires_at: loaded until unloaded
 
 
+def _expires(engine, model: str) -> str:
+    at = engine.lifecycle.expires(model, time.monotonic())
+    if at is None:
+        return NEVER
+    return datetime.fromtimestamp(time.time() + (at - time.monotonic()), timezone.utc).isoformat()
+
+
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat()
 
 
 def _kwargs(body: _Base) -> dict:
     """The engine keywords for an Ollama request (400 for what cannot be honoured)."""
-    if body.keep_alive is not None:
-        raise InvalidRequest("keep_alive is not supported: rase keeps a model loaded until it is "
-                                      "unloaded", "keep_alive")
     opts = body.options.model_dump(exclude_none=True) if body.options else {}
     stop, grammar = opts.pop("stop", None), opts.pop("grammar", None)
     kw = {OPTIONS[k]: v for k, v in opts.items()}
@@ -168,12 +174,12 @@ def router(engine) -> APIRouter:
 
     @api.get("/api/ps")
     async def ps():
-        """The models loaded now; rase keeps one loaded until it is unloaded (no expiry)."""
+        """The models loaded now, and when each unloads if nothing uses it (its keep-alive)."""
         loaded = {}
         for (model_id, _), session in engine.sessions.sessions():
             loaded.setdefault(model_id, session)
-        return {"models": [{**_card(s.manifest), "expires_at": NEVER, "size_vram": 0, "context_length": s.plan.n_ctx}
-                           for s in loaded.values()]}
+        return {"models": [{**_card(s.manifest), "expires_at": _expires(engine, m), "size_vram": 0,
+                            "context_length": s.plan.n_ctx} for m, s in loaded.items()]}
 
     @api.post("/api/show")
     async def show(body: ShowBody):
@@ -185,13 +191,14 @@ def router(engine) -> APIRouter:
 
     @api.post("/api/embed")
     async def embed(body: EmbedBody):
-        for name in ("dimensions", "keep_alive", "options"):
+        for name in ("dimensions", "options"):
             if getattr(body, name) not in (None, {}):
                 raise InvalidRequest(f"{name} is not supported by rase's /api/embed", name)
         if body.truncate:
             raise InvalidRequest("truncate is not supported: an input longer than the context is refused",
                                  "truncate")
         engine.registry.get(body.model)
+        _keep(engine, body)
         started = time.monotonic()
         vectors, n_tokens = await run_in_threadpool(engine.embed, body.model, body.input)
         return {"model": body.model, "embeddings": [v.tolist() for v in vectors],
@@ -200,6 +207,8 @@ def router(engine) -> APIRouter:
 
     @api.post("/api/chat")
     async def chat(body: ChatBody):
+        if not body.messages:
+            return await _load_only(engine, body, {"message": {"role": "assistant", "content": ""}})
         kw = _kwargs(body)
         if body.tools:
             kw["tools"] = body.tools
@@ -209,6 +218,8 @@ def router(engine) -> APIRouter:
 
     @api.post("/api/generate")
     async def generate(body: GenerateBody):
+        if not body.prompt and not body.system:
+            return await _load_only(engine, body, {"response": ""})
         kw = _kwargs(body)
         if body.raw:
             if body.system:
@@ -226,8 +237,33 @@ def router(engine) -> APIRouter:
     return api
 
 
+def _keep(engine, body) -> None:
+    """The request's keep_alive, for its model (absent: as the model has it)."""
+    if body.keep_alive is not None:
+        engine.lifecycle.keep(body.model, parse_duration(body.keep_alive))
+
+
+async def _load_only(engine, body: _Base, part: dict):
+    """Ollama's load (an empty prompt) and unload (that and keep_alive 0): done_reason says which."""
+    engine.registry.get(body.model)
+    started = time.monotonic()
+    seconds = None if body.keep_alive is None else parse_duration(body.keep_alive)
+    if seconds == 0:
+        await run_in_threadpool(engine.unload, body.model)
+        reason = "unload"
+    else:
+        await run_in_threadpool(engine.load, body.model, False if body.keep_alive is None else seconds)
+        reason = "load"
+    line = {"model": body.model, "created_at": _now(), **part, "done": True, "done_reason": reason,
+            "total_duration": int((time.monotonic() - started) * 1e9)}
+    if not body.stream:
+        return line
+    return StreamingResponse(iter([json.dumps(line) + "\n"]), media_type="application/x-ndjson")
+
+
 async def _answer(engine, body: _Base, submit, chat: bool):
     engine.registry.get(body.model)  # 404 first
+    _keep(engine, body)
     started = time.monotonic()
     handle = await run_in_threadpool(submit)
     head = {"model": body.model}

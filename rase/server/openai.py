@@ -26,7 +26,8 @@ from ..textstate import ReasoningDelta
 from ..tools import ToolCallDelta
 from .defaults import ServeDefaults
 from .errors import error_body, status_of
-from .schemas import MODEL_ID_PATTERN, ChatRequest, CompletionRequest, DetokenizeRequest, EmbeddingsRequest, TokenizeRequest
+from .schemas import (MODEL_ID_PATTERN, ChatRequest, CompletionRequest, DetokenizeRequest, EmbeddingsRequest,
+                      ModelRequest, TokenizeRequest)
 
 
 def router(engine, metrics, defaults: ServeDefaults) -> APIRouter:
@@ -42,11 +43,25 @@ def _model_routes(api: APIRouter, engine) -> None:
 
     @api.get("/v1/models")
     async def models():
-        return {"object": "list", "data": [_model_card(m) for m in engine.registry.list()]}
+        return {"object": "list", "data": [_model_card(m, engine.status(m.id)) for m in engine.registry.list()]}
 
     @api.get("/v1/models/{model_id}")
     async def model(model_id: Annotated[str, FastAPIPath(pattern=MODEL_ID_PATTERN)]):
-        return _model_card(engine.registry.get(model_id))
+        return _model_card(engine.registry.get(model_id), engine.status(model_id))
+
+    @api.post("/models/load")
+    async def load(req: ModelRequest):
+        """llama-server's router: load a model now (it stays loaded as --keep-alive says)."""
+        engine.registry.get(req.model)
+        await run_in_threadpool(engine.load, req.model)
+        return {"success": True}
+
+    @api.post("/models/unload")
+    async def unload(req: ModelRequest):
+        engine.registry.get(req.model)
+        if not await run_in_threadpool(engine.unload, req.model):
+            raise InvalidRequest(f"model {req.model!r} is not loaded", "model")
+        return {"success": True}
 
     def model_of(name: str | None) -> str:
         if name is not None:
@@ -138,9 +153,10 @@ def _piece(b: bytes):
         return list(b)
 
 
-def _model_card(m) -> dict:
+def _model_card(m, status: str) -> dict:
+    """status: loaded, loading or unloaded (llama-server's router reports it so)."""
     return {"id": m.id, "object": "model", "created": 0, "owned_by": "rase",
-            "architecture": m.architecture, "context_length": m.context_length}
+            "architecture": m.architecture, "context_length": m.context_length, "status": {"value": status}}
 
 
 @dataclass(frozen=True)

@@ -127,6 +127,12 @@ class CompletionRequest(_Common):
         return {"logprobs": self.logprobs}
 
 
+class ModelRequest(BaseModel):
+    """/models/load and /models/unload (llama-server's router)."""
+    model_config = ConfigDict(extra="forbid", strict=True)
+    model: ModelId
+
+
 class TokenizeRequest(BaseModel):
     """llama-server's /tokenize, plus the model (optional when the store holds one)."""
     model_config = ConfigDict(extra="forbid", strict=True)
