@@ -277,15 +277,16 @@ class Engine:
 
     def submit_complete(self, model: str, prompt: str, *, stop=None, response_format: dict | None = None,
                         grammar: str | None = None, regex: str | None = None, logprobs: int | None = None,
-                        after: RequestHandle | None = None, **gen) -> RequestHandle:
+                        after: RequestHandle | None = None, parse_special: bool = True, **gen) -> RequestHandle:
         """Queue a plain completion: prompt is text (given the model's automatic special tokens)
         or token ids, taken as they are (OpenAI's and llama-cpp-python's token prompts: an agent
-        that keeps a conversation's ids resumes exactly where the cache holds it).
+        that keeps a conversation's ids resumes exactly where the cache holds it). Special-token
+        text in a prompt (<|im_start|>, <|eot_id|>) is those tokens unless parse_special is False.
         logprobs (0-5): each token's log-probability and that many alternatives."""
         if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int)
                                      or not 0 <= logprobs <= MAX_TOP_COMPLETION):
             raise InvalidGenerationConfig(f"logprobs must be an integer in 0..{MAX_TOP_COMPLETION}", "logprobs")
-        return self._submit(model, lambda s: _prompt_ids(s, prompt), stop, "keep", gen,
+        return self._submit(model, lambda s: _prompt_ids(s, prompt, parse_special), stop, "keep", gen,
                             dict(response_format=response_format, grammar=grammar, regex=regex), None, logprobs, after)
 
     def submit_chat_choices(self, model: str, messages: list[dict], n: int, **kw) -> list[RequestHandle]:
@@ -491,10 +492,12 @@ def _template_kwargs(kwargs) -> dict | None:
     return dict(kwargs)
 
 
-def _prompt_ids(session, prompt) -> list[int]:
-    """A completion prompt's ids: text encoded with the automatic special tokens, or ids checked."""
+def _prompt_ids(session, prompt, parse_special: bool = True) -> list[int]:
+    """A completion prompt's ids: text encoded with the automatic special tokens (special-token
+    text such as <|im_start|> as those tokens, as llama-server and Ollama's raw mode read it,
+    unless parse_special is False), or ids checked."""
     if isinstance(prompt, str):
-        return session.tokenizer.encode(prompt, add_special_tokens=True, parse_special=False)
+        return session.tokenizer.encode(prompt, add_special_tokens=True, parse_special=parse_special)
     vocab = session.plan.vocab_size
     if not isinstance(prompt, (list, tuple)) or not prompt or \
             not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab for t in prompt):

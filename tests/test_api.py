@@ -91,6 +91,10 @@ def test_manual_functions(tmp_path, smollm2_path):
     assert len(got) == 2 and partial.startswith("".join(got)) and len(partial.split()) <= 3
     comp = api.generate_registered_gguf(store, "smollm2", "The capital of France is", max_tokens=3, temperature=0)
     assert "Paris" in comp
+    # a raw prompt's special-token text is those tokens (as llama-server reads it): the chat
+    # template's text completed raw is the chat answer
+    templated = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in CHAT) + "<|im_start|>assistant\n"
+    assert api.generate_registered_gguf(store, "smollm2", templated, max_tokens=40, temperature=0) == text
     assert "Paris" in api.generate_llama_gguf(smollm2_path, None, "The capital of France is", max_tokens=3,
                                               temperature=0)
     api.unload_models()
@@ -132,6 +136,16 @@ def test_manual_names_are_top_level_and_import_stays_light():
     probe = "import sys, rase; print(sorted(m for m in ('rase.api', 'tokenizers', 'jinja2') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "[]", out.stderr
+
+
+def test_special_token_text_in_a_completion_prompt(engine):
+    prompt = engine.session("smollm2").chat_prompt(CHAT)
+    assert "<|im_start|>" in prompt
+    raw = engine.complete("smollm2", prompt, max_tokens=24, temperature=0)
+    assert raw.text == engine.chat("smollm2", CHAT, max_tokens=24, temperature=0).text
+    assert raw.prompt_tokens == len(engine.tokenize("smollm2", prompt, add_special=True, parse_special=True))
+    plain = engine.complete("smollm2", prompt, max_tokens=1, temperature=0, parse_special=False)
+    assert plain.prompt_tokens > raw.prompt_tokens + 10  # each <|im_...|> as several text tokens
 
 
 def test_engine_context_size(engine):
