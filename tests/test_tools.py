@@ -9,6 +9,8 @@ from pathlib import Path
 import httpx
 import jsonschema
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from rase import InvalidGrammar, InvalidRequest, QuantType
 from rase.api import Engine
@@ -260,3 +262,49 @@ def test_chat_template_kwargs_need_a_jinja_template(tmp_path):
         with pytest.raises(InvalidRequest, match="built in"):
             e.chat("plain", ASK, chat_template_kwargs={"enable_thinking": False}, max_tokens=2)
         assert e.chat("plain", ASK, max_tokens=2).completion_tokens == 2
+
+
+# ---------------------------------------------------------------- no call text in content, however streamed
+
+_WORDS = st.sampled_from(["Sure", " let", " me", " check", ".", "\n", " <", "<tool", "_ca", " é", "日本", "{", "}",
+                          " 42", "<b>", "tool", " </", "<tool_", "call>"])
+
+
+@st.composite
+def _answers(draw):
+    """(a hermes answer's text, its content, its calls' arguments): free text, then calls."""
+    content = "".join(draw(st.lists(_WORDS, max_size=12)))
+    assume("tool_call" not in content)
+    calls = [json.dumps({"city": draw(st.text("aéz日 ", min_size=1, max_size=6)), "n": draw(st.integers(0, 999))},
+                        ensure_ascii=False) for _ in range(draw(st.integers(1, 3)))]
+    sep = draw(st.sampled_from(["", "\n", "\n\n"]))
+    text = content + sep + sep.join(f'<tool_call>\n{{"name": "get_weather", "arguments": {a}}}\n</tool_call>'
+                                    for a in calls)
+    return text, content, calls
+
+
+@given(_answers(), st.data())
+@settings(max_examples=300, deadline=None)
+def test_streamed_hermes_calls_never_reach_content(answer, data):
+    """Any split of the answer's bytes into tokens (inside tags, inside UTF-8 characters): the
+    content deltas are the content only, each call arrives whole, once."""
+    from rase.textstate import TextState
+    from rase.tools import ToolText
+
+    text, content, arguments = answer
+    raw = text.encode()
+    cuts = sorted(set(data.draw(st.lists(st.integers(1, max(1, len(raw) - 1)), max_size=len(raw)))))
+    pieces = [raw[a:b] for a, b in zip([0] + cuts, cuts + [len(raw)]) if b > a]
+    reader = ToolText(TextState(lambda t: pieces[t]), "hermes")
+    shown, calls = [], []
+    for t in range(len(pieces)):
+        d = reader.feed(t)
+        shown.append(d.text)
+        calls.extend(d.calls)
+    shown.append(reader.finish())
+    calls.extend(reader.pending_calls())
+    streamed = "".join(shown)
+    assert "<tool_call" not in streamed and "</tool_call" not in streamed and '"arguments"' not in streamed
+    assert streamed.strip() == content.strip() == (reader.content or "")
+    assert [json.loads(c.arguments) for c in calls] == [json.loads(a) for a in arguments]
+    assert [c.index for c in calls] == list(range(len(arguments))) and len({c.id for c in calls}) == len(calls)
