@@ -166,7 +166,8 @@ class Engine:
         # every loaded model alive otherwise)
         self._finalizer = weakref.finalize(self, SessionCache.clear, self.sessions)
         self.device = device
-        self.lifecycle = KeepAlive(self.sessions, None if keep_alive is None else parse_duration(keep_alive))
+        default = None if keep_alive is None else parse_duration(keep_alive)
+        self.lifecycle = KeepAlive(self.sessions, None if default is False else default)
 
     @property
     def stats(self) -> dict:
@@ -422,10 +423,16 @@ class Engine:
         loaded once idle (seconds or a duration; None: until unloaded; False: as it was, else the
         engine's). Loading one model never blocks requests to others."""
         self.registry.get(model)  # ModelNotFound before anything else
-        if keep_alive is not False:
-            self.lifecycle.keep(model, None if keep_alive is None else parse_duration(keep_alive))
+        seconds = keep_alive if keep_alive in (None, False) else parse_duration(keep_alive)
+        if seconds is not False:
+            self.lifecycle.keep(model, seconds)
         self.lifecycle.touch(model)
         self.session(model)
+
+    def check_generation(self, **gen) -> None:
+        """Raise as a request with these generation options would (ranges, max_tokens_limit)."""
+        config = self._limited(_config(dict(gen)), gen.get("max_tokens") is not None)
+        config.validate()
 
     def status(self, model: str) -> str:
         """"loaded", "loading" or "unloaded" (llama-server's model status)."""

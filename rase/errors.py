@@ -87,6 +87,14 @@ class InvalidRequest(RaseError):
         self.param = param  # the request field at fault, when one is (OpenAI's error.param)
 
 
+class ModelNotLoaded(RaseError):
+    """An unload of a model that is not loaded (HTTP 409: the request conflicts with the state)."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
 class ModelUnloaded(RaseError):
     """The model's session was unloaded (keep-alive, an unload call) between loading and queueing
     a request: the engine loads it again and retries once."""

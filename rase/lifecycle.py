@@ -17,14 +17,17 @@ _UNITS = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 _PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h)")
 
 
-def parse_duration(value) -> float | None:
-    """Ollama's keep_alive -> seconds, or None (forever: any negative value). A number is
-    seconds; a string is a number of seconds or a Go duration ("5m", "1h30m", "250ms")."""
+def parse_duration(value) -> float | None | bool:
+    """Ollama's keep_alive -> seconds, or None (forever: any negative value), or False ("":
+    as before). A number is seconds; a string is a number of seconds or a Go duration ("5m",
+    "1h30m", "250ms")."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise InvalidRequest(f"keep_alive must be a number of seconds or a duration like '5m', got {value!r}",
                              "keep_alive")
     if isinstance(value, str):
         text = value.strip()
+        if not text:
+            return False
         sign = -1.0 if text.startswith("-") else 1.0
         body = text.lstrip("+-")
         try:

@@ -155,19 +155,23 @@ class Session:
             text = render(msgs)
         return text
 
-    def _effort(self, effort: str, template_kwargs: dict) -> dict:
-        """reasoning_effort as the template reads it: itself (gpt-oss: low, medium, high), or
-        Qwen3's on/off switch enable_thinking (none and minimal: off) unless that is set."""
+    def reasoning_switch(self) -> str | None:
+        """The template variable that sets how much the model reasons: "reasoning_effort"
+        (gpt-oss), "enable_thinking" (Qwen3's on/off), or None."""
         jt = self._template()
-        if jt is not None and "reasoning_effort" in jt.source:
-            if effort not in ("low", "medium", "high"):
-                raise InvalidRequest(f"reasoning_effort {effort!r}: this model reasons at low, medium or high",
-                                     "reasoning_effort")
-            return {"reasoning_effort": effort}
-        if jt is not None and "enable_thinking" in jt.source:
-            return {} if "enable_thinking" in template_kwargs else {"enable_thinking": effort not in ("none", "minimal")}
-        raise InvalidRequest("reasoning_effort: this model's chat template has no reasoning switch (gpt-oss's "
-                             "reasoning_effort, Qwen3's enable_thinking)", "reasoning_effort")
+        return next((v for v in ("reasoning_effort", "enable_thinking") if jt is not None and v in jt.source), None)
+
+    def _effort(self, effort: str, template_kwargs: dict) -> dict:
+        """reasoning_effort as the template reads it: itself (gpt-oss reasons at low, medium or
+        high: none and minimal are its low), or Qwen3's on/off switch enable_thinking (none and
+        minimal: off) unless that is set; a template with neither renders as it would without
+        (as llama-server passes it: a model that does not reason spends no effort on it)."""
+        switch = self.reasoning_switch()
+        if switch == "reasoning_effort":
+            return {"reasoning_effort": "low" if effort in ("none", "minimal") else effort}
+        if switch == "enable_thinking" and "enable_thinking" not in template_kwargs:
+            return {"enable_thinking": effort not in ("none", "minimal")}
+        return {}
 
     def close(self) -> None:
         if self.worker is not None:

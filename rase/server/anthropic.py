@@ -14,7 +14,7 @@ from typing import Annotated, Any, AsyncIterator, Literal, Optional, Union
 
 from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from starlette.concurrency import run_in_threadpool
 
 from ..errors import InvalidRequest, RaseError
@@ -22,12 +22,12 @@ from ..textstate import ReasoningDelta
 from ..tools import ToolCallDelta
 from .defaults import ServeDefaults
 from .errors import status_of
-from .schemas import ModelId, Unsupported
+from .schemas import Absent, FunctionName, Int, ModelId
 
 
 class Tool(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
-    name: str
+    name: FunctionName
     description: Optional[str] = None
     input_schema: dict[str, Any]
     type: Optional[Literal["custom"]] = None
@@ -35,7 +35,11 @@ class Tool(BaseModel):
 
 
 class ToolChoice(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    # a name with type "tool", and only there
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={
+        "if": {"properties": {"type": {"const": "tool"}}},
+        "then": {"required": ["name"], "properties": {"name": {"type": "string"}}},
+        "else": {"properties": {"name": {"type": "null"}}}})
     type: Literal["auto", "any", "tool", "none"]
     name: Optional[str] = None
     disable_parallel_tool_use: Optional[bool] = None
@@ -44,16 +48,31 @@ class ToolChoice(BaseModel):
 class Thinking(BaseModel):
     """enabled: reason within budget_tokens; adaptive: as the model decides (no budget);
     disabled: no reasoning. display omitted: thinking blocks come empty."""
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"allOf": [
+        {"if": {"properties": {"type": {"const": "enabled"}}},
+         "then": {"required": ["budget_tokens"], "properties": {"budget_tokens": {"type": "integer"}}},
+         "else": {"properties": {"budget_tokens": {"type": "null"}}}}]})
     type: Literal["enabled", "adaptive", "disabled"]
-    budget_tokens: Optional[int] = Field(default=None, ge=0)
+    budget_tokens: Optional[Int] = Field(default=None, ge=0)
     display: Optional[Literal["summarized", "omitted"]] = None  # summarized: rase gives the reasoning whole
+
+    @model_validator(mode="after")
+    def _budget_with_enabled(self):
+        if (self.type == "enabled") != (self.budget_tokens is not None):
+            raise ValueError('budget_tokens goes with type "enabled" (and only with it)')
+        return self
+
+
+class OutputFormat(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    type: Literal["json_schema"]
+    schema_: dict[str, Any] = Field(alias="schema")
 
 
 class OutputConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     effort: Optional[Literal["low", "medium", "high", "xhigh", "max"]] = None  # the template's reasoning effort
-    format: Optional[dict[str, Any]] = None  # {"type": "json_schema", "schema": {...}}
+    format: Optional[OutputFormat] = None
 
 
 class Metadata(BaseModel):
@@ -61,11 +80,71 @@ class Metadata(BaseModel):
     user_id: Optional[str] = None  # the caller's end user: accepted, recorded nowhere
 
 
-class _Base(BaseModel):
+class _Block(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
+    cache_control: Optional[dict[str, Any]] = None  # rase caches every prompt prefix, marked or not
+
+
+class TextBlock(_Block):
+    type: Literal["text"]
+    text: str
+    citations: Annotated[Optional[list[Any]], Field(max_length=0)] = None
+
+
+class ToolUseBlock(_Block):
+    type: Literal["tool_use"]
+    id: str
+    name: str
+    input: dict[str, Any]
+
+
+class ToolResultBlock(_Block):
+    type: Literal["tool_result"]
+    tool_use_id: str
+    content: Union[str, list[TextBlock]] = ""
+    is_error: Optional[bool] = None
+
+
+class ThinkingBlock(_Block):
+    type: Literal["thinking"]
+    thinking: str
+    signature: Optional[str] = None  # rase signs nothing; an echoed signature is taken as it is
+
+
+
+
+UserBlock = Annotated[Union[TextBlock, ToolResultBlock], Field(discriminator="type")]
+AssistantBlock = Annotated[Union[TextBlock, ToolUseBlock, ThinkingBlock], Field(discriminator="type")]
+
+
+class UserMessage(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    role: Literal["user"]
+    content: Union[str, Annotated[list[UserBlock], Field(min_length=1)]]
+
+
+class AssistantMessage(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    role: Literal["assistant"]
+    content: Union[str, Annotated[list[AssistantBlock], Field(min_length=1)]]
+
+
+Message = Annotated[Union[UserMessage, AssistantMessage], Field(discriminator="role")]
+
+
+class _Base(BaseModel):
+    # a tool_choice other than {"type": "none"} needs tools; tools and an output format exclude each other
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"allOf": [{
+        "if": {"required": ["tool_choice"], "properties": {"tool_choice": {
+            "type": "object", "properties": {"type": {"not": {"const": "none"}}}}}},
+        "then": {"required": ["tools"], "properties": {"tools": {"type": "array", "minItems": 1}}}}, {
+        "not": {"required": ["tools", "output_config"], "properties": {
+            "tools": {"type": "array", "minItems": 1},
+            "output_config": {"type": "object", "required": ["format"],
+                              "properties": {"format": {"not": {"type": "null"}}}}}}}]})
     model: ModelId
-    messages: Annotated[list[dict[str, Any]], Field(min_length=1)]
-    system: Optional[Union[str, list[dict[str, Any]]]] = None
+    messages: Annotated[list[Message], Field(min_length=1)]
+    system: Optional[Union[str, list[TextBlock]]] = None
     tools: Optional[list[Tool]] = None
     tool_choice: Optional[ToolChoice] = None
     thinking: Optional[Thinking] = None
@@ -74,16 +153,16 @@ class _Base(BaseModel):
 
 
 class MessagesRequest(_Base):
-    max_tokens: int = Field(ge=1)
+    max_tokens: Int = Field(ge=1)
     stop_sequences: Optional[list[Annotated[str, Field(min_length=1)]]] = None
     # sampling, as older clients send it (the 2026 SDK has none: pass them in extra_body)
     temperature: Optional[float] = Field(default=None, ge=0.0, le=1.0)
     top_p: Optional[float] = Field(default=None, gt=0.0, le=1.0)
-    top_k: Optional[int] = Field(default=None, ge=1)
+    top_k: Optional[Int] = Field(default=None, ge=1)
     stream: bool = False
     metadata: Optional[Metadata] = None
-    seed: Optional[int] = Field(default=None, ge=0)  # extension, as on /v1/chat/completions
-    service_tier: Annotated[Optional[str], Unsupported] = None
+    seed: Optional[Int] = Field(default=None, ge=0)  # extension, as on /v1/chat/completions
+    service_tier: Absent = None
 
 
 class CountTokensRequest(_Base):
@@ -138,20 +217,17 @@ def _user(blocks: list, where: str) -> list[dict]:
 
 
 def chat_messages(req: _Base) -> list[dict]:
-    out = [{"role": "system", "content": _text(req.system, "system")}] if req.system else []
+    system = req.system if isinstance(req.system, str) or req.system is None else \
+        [b.model_dump(exclude_none=True) for b in req.system]
+    out = [{"role": "system", "content": _text(system, "system")}] if system else []
     for i, m in enumerate(req.messages):
-        where, role, content = f"messages[{i}]", m.get("role"), m.get("content")
-        if set(m) - {"role", "content"}:
-            raise InvalidRequest(f"{where}: only role and content are supported", where)
-        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
-        if not isinstance(blocks, list):
-            raise InvalidRequest(f"{where}.content must be a string or a list of blocks", f"{where}.content")
-        if role == "assistant":
+        where = f"messages[{i}]"
+        blocks = [{"type": "text", "text": m.content}] if isinstance(m.content, str) else \
+            [b.model_dump(exclude_none=True) for b in m.content]
+        if m.role == "assistant":
             out.append(_assistant(blocks, where))
-        elif role == "user":
-            out += _user(blocks, where)
         else:
-            raise InvalidRequest(f"{where}.role must be user or assistant", f"{where}.role")
+            out += _user(blocks, where)
     return out
 
 
@@ -172,8 +248,6 @@ def _tools(req: _Base) -> dict:
 def _budget(req: _Base, defaults: ServeDefaults) -> int | None:
     """thinking enabled: its budget; disabled: a block closes at once; adaptive or absent: the server's."""
     t = req.thinking
-    if t is not None and (t.type == "enabled") != (t.budget_tokens is not None):
-        raise InvalidRequest('thinking: budget_tokens goes with type "enabled" (and only with it)', "thinking")
     if t is None or t.type == "adaptive":
         return defaults.budget()
     return 0 if t.type == "disabled" else t.budget_tokens
@@ -189,10 +263,7 @@ def _output(req: _Base) -> dict:
         return {}
     out: dict[str, Any] = {}
     if c.format is not None:
-        if c.format.get("type") != "json_schema" or not isinstance(c.format.get("schema"), dict) or len(c.format) != 2:
-            raise InvalidRequest('output_config.format must be {"type": "json_schema", "schema": {...}}',
-                                 "output_config.format")
-        out["response_format"] = {"type": "json_schema", "json_schema": {"name": "output", "schema": c.format["schema"]}}
+        out["response_format"] = {"type": "json_schema", "json_schema": {"name": "output", "schema": c.format.schema_}}
     if c.effort is not None:
         out["reasoning_effort"] = EFFORTS[c.effort]
     return out

@@ -29,7 +29,7 @@ def create_app(engine, api_key: str | None = None, guard: GuardConfig | None = N
     app.state.metrics = metrics = Metrics(engine)
     config = guard or GuardConfig()
     install_guards(app, replace(config, api_key=api_key) if api_key else config, metrics)
-    document(app)
+    document(app, engine)
 
     @app.get("/metrics")
     async def prometheus():

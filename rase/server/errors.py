@@ -7,6 +7,7 @@ STATUS: dict[type, tuple[int, str]] = {
     E.ModelNotFound: (404, "model_not_found"),
     E.ResponseNotFound: (404, "not_found_error"),
     E.ModelUnloaded: (503, "model_unavailable"),
+    E.ModelNotLoaded: (409, "invalid_request_error"),
     E.InvalidModelId: (400, "invalid_request_error"),
     E.InvalidRequest: (400, "invalid_request_error"),  # InvalidGenerationConfig, WrongModelKind, InvalidGrammar
     E.ContextOverflow: (400, "context_length_exceeded"),

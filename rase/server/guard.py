@@ -156,6 +156,16 @@ class GuardMiddleware:
             self.metrics.request(getattr(scope.get("route"), "path", "other"), status[0])
 
 
+_TAGS = {"str", "int", "float", "bool", "dict", "list", "none"}
+
+
+def _union_tag(part) -> bool:
+    """A segment pydantic adds to an error's location for a union's branch (str, literal[...],
+    a model's class name), not a field: left out of the param a 400 names."""
+    return isinstance(part, str) and (part in _TAGS or "[" in part or part.startswith(("constrained-", "function-"))
+                                      or part[:1].isupper())
+
+
 def install_guards(app: FastAPI, config: GuardConfig, metrics) -> None:
     app.add_middleware(GuardMiddleware, config=config, metrics=metrics)
 
@@ -170,7 +180,7 @@ def install_guards(app: FastAPI, config: GuardConfig, metrics) -> None:
         if first.get("type") == "json_invalid":
             return JSONResponse(error_body(f"request body is not valid JSON ({first.get('msg')})",
                                            "invalid_request_error"), 400)
-        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body" and not _union_tag(p))
         why = "not supported by this server" if first.get("type") == "extra_forbidden" else first.get("msg", "invalid")
         msg = f"{where}: {why}" if where else "invalid request body"
         return JSONResponse(error_body(msg, "invalid_request_error", param=where or None), 400)

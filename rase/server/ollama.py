@@ -14,17 +14,18 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 from starlette.concurrency import run_in_threadpool
 
 from .. import __version__
+from ..api import GEN_FIELDS
 from ..errors import InvalidRequest, RaseError
 from ..lifecycle import parse_duration
 from ..logprobs import LogprobDelta
 from ..textstate import ReasoningDelta
 from ..tools import ToolCallDelta
 from .errors import status_of
-from .schemas import Unsupported
+from .schemas import Int, Unsupported
 
 # Ollama names carry a tag; rase ids have none, so "name:latest" (what Ollama tools send by
 # default) is the id "name"; any other tag is refused by the pattern
@@ -41,11 +42,13 @@ class Options(BaseModel):
     """The Ollama options rase maps (any other is a 400 naming it)."""
     model_config = ConfigDict(extra="forbid", strict=True)
     temperature: Optional[float] = Field(default=None, ge=0.0, le=5.0)
-    top_k: Optional[int] = Field(default=None, ge=0)
+    top_k: Optional[Int] = Field(default=None, ge=0)
     top_p: Optional[float] = Field(default=None, gt=0.0, le=1.0)
     min_p: Optional[float] = Field(default=None, ge=0.0, le=1.0)
-    seed: Optional[int] = Field(default=None, ge=0)
-    num_predict: Optional[int] = Field(default=None, ge=-1)  # -1: until the context is full
+    seed: Optional[Int] = Field(default=None, ge=0)
+    # -1: until the context is full; 0 generates nothing, which rase refuses
+    num_predict: Annotated[Optional[Int], Field(ge=-1), WithJsonSchema({"anyOf": [
+        {"type": "integer", "minimum": -1, "not": {"const": 0}}, {"type": "null"}]})] = None
     repeat_penalty: Optional[float] = Field(default=None, gt=0.0)
     presence_penalty: Optional[float] = Field(default=None, ge=-2.0, le=2.0)
     frequency_penalty: Optional[float] = Field(default=None, ge=-2.0, le=2.0)
@@ -64,12 +67,57 @@ class _Base(BaseModel):
     keep_alive: Optional[Union[float, str]] = None
 
 
+class CallFunction(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    name: str
+    arguments: dict[str, Any] = {}
+    index: Optional[Int] = None
+
+
+class ToolCall(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    function: CallFunction
+
+
+class Message(BaseModel):
+    """An Ollama chat message (images are refused: rase runs text models); only an assistant's
+    carries tool calls, only a tool's a tool_name."""
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"allOf": [
+        {"if": {"required": ["tool_calls"], "properties": {"tool_calls": {"type": "array", "minItems": 1}}},
+         "then": {"properties": {"role": {"const": "assistant"}}}},
+        {"if": {"required": ["thinking"], "properties": {"thinking": {"type": "string", "minLength": 1}}},
+         "then": {"properties": {"role": {"const": "assistant"}}}}]})
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str = ""
+    thinking: Optional[str] = None       # an earlier answer's reasoning
+    tool_calls: Optional[list[ToolCall]] = None
+    tool_name: Optional[str] = None      # a tool result's function
+    images: Annotated[Optional[list[str]], Field(max_length=0)] = None
+
+    @model_validator(mode="after")
+    def _calls_are_an_assistants(self):
+        if (self.tool_calls or self.thinking) and self.role != "assistant":
+            raise ValueError("only an assistant message carries tool_calls or thinking")
+        return self
+
+    def chat(self) -> dict:
+        out = self.model_dump(exclude_none=True, exclude={"images", "tool_name"})
+        if self.tool_name is not None:
+            out["name"] = self.tool_name
+        return out
+
+
 class ChatBody(_Base):
-    messages: list[dict[str, Any]]  # none: only load the model (or unload it, with keep_alive 0)
+    messages: list[Message]  # none: only load the model (or unload it, with keep_alive 0)
     tools: Optional[list[dict[str, Any]]] = None
 
 
 class GenerateBody(_Base):
+    # a raw prompt takes no system prompt and no think level (they are the template's)
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={
+        "if": {"required": ["raw"], "properties": {"raw": {"const": True}}},
+        "then": {"properties": {"system": {"anyOf": [{"type": "null"}, {"const": ""}]},
+                                "think": {"not": {"type": "string"}}}}})
     prompt: str = ""
     system: Optional[str] = None
     raw: bool = False
@@ -81,7 +129,7 @@ class EmbedBody(BaseModel):
     input: Union[Annotated[str, Field(min_length=1)], Annotated[list[Annotated[str, Field(min_length=1)]],
                                                                 Field(min_length=1)]]
     truncate: Annotated[Optional[bool], WithJsonSchema({"enum": [False, None]})] = None  # long inputs are refused
-    dimensions: Annotated[Optional[int], Unsupported] = None
+    dimensions: Annotated[Optional[Int], Unsupported] = None
     options: Annotated[Optional[dict[str, Any]], WithJsonSchema({"type": ["object", "null"], "maxProperties": 0})] = None
     keep_alive: Optional[Union[float, str]] = None
 
@@ -126,7 +174,15 @@ def _kwargs(body: _Base) -> dict:
     if body.think is not None:
         kw["think"] = "separate" if body.think else "strip"
     if isinstance(body.think, str):
-        kw["reasoning_effort"] = body.think
+        kw["reasoning_effort"] = body.think  # dropped for a model with no reasoning switch (_leveled)
+    return kw
+
+
+def _leveled(engine, model: str, kw: dict) -> dict:
+    """A think level is the template's reasoning effort where it has one; elsewhere it is think:
+    true, as Ollama takes a level for a model that only thinks or not."""
+    if "reasoning_effort" in kw and engine.session(model).reasoning_switch() is None:
+        return {k: v for k, v in kw.items() if k != "reasoning_effort"}
     return kw
 
 
@@ -212,8 +268,8 @@ def router(engine) -> APIRouter:
         kw = _kwargs(body)
         if body.tools:
             kw["tools"] = body.tools
-        messages = [{k: v for k, v in m.items() if k != "images" or not v} for m in body.messages]
-        submit = lambda: engine.submit_chat(body.model, messages, **kw)
+        messages = [m.chat() for m in body.messages]
+        submit = lambda: engine.submit_chat(body.model, messages, **_leveled(engine, body.model, kw))
         return await _answer(engine, body, submit, chat=True)
 
     @api.post("/api/generate")
@@ -231,7 +287,7 @@ def router(engine) -> APIRouter:
         else:  # the model's chat template, as Ollama applies it
             messages = ([{"role": "system", "content": body.system}] if body.system else []) + \
                 [{"role": "user", "content": body.prompt}]
-            submit = lambda: engine.submit_chat(body.model, messages, **kw)
+            submit = lambda: engine.submit_chat(body.model, messages, **_leveled(engine, body.model, kw))
         return await _answer(engine, body, submit, chat=False)
 
     return api
@@ -246,13 +302,15 @@ def _keep(engine, body) -> None:
 async def _load_only(engine, body: _Base, part: dict):
     """Ollama's load (an empty prompt) and unload (that and keep_alive 0): done_reason says which."""
     engine.registry.get(body.model)
+    kw = _kwargs(body)  # what the request says is checked even though nothing is generated
+    engine.check_generation(**{k: v for k, v in kw.items() if k in GEN_FIELDS})
     started = time.monotonic()
-    seconds = None if body.keep_alive is None else parse_duration(body.keep_alive)
-    if seconds == 0:
+    seconds = False if body.keep_alive is None else parse_duration(body.keep_alive)  # False: as it was
+    if seconds is not False and seconds == 0:
         await run_in_threadpool(engine.unload, body.model)
         reason = "unload"
     else:
-        await run_in_threadpool(engine.load, body.model, False if body.keep_alive is None else seconds)
+        await run_in_threadpool(engine.load, body.model, seconds)
         reason = "load"
     line = {"model": body.model, "created_at": _now(), **part, "done": True, "done_reason": reason,
             "total_duration": int((time.monotonic() - started) * 1e9)}

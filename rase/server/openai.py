@@ -20,7 +20,7 @@ from fastapi import Path as FastAPIPath
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from ..errors import InvalidRequest, RaseError
+from ..errors import InvalidRequest, ModelNotLoaded, RaseError
 from ..logprobs import LogprobDelta, chat_logprobs, completion_logprobs
 from ..textstate import ReasoningDelta
 from ..tools import ToolCallDelta
@@ -60,7 +60,7 @@ def _model_routes(api: APIRouter, engine) -> None:
     async def unload(req: ModelRequest):
         engine.registry.get(req.model)
         if not await run_in_threadpool(engine.unload, req.model):
-            raise InvalidRequest(f"model {req.model!r} is not loaded", "model")
+            raise ModelNotLoaded(f"model {req.model!r} is not loaded", "model")
         return {"success": True}
 
     def model_of(name: str | None) -> str:

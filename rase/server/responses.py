@@ -19,7 +19,7 @@ from typing import Annotated, Any, AsyncIterator, Literal, Optional, Union
 from fastapi import APIRouter
 from fastapi import Path as FastAPIPath
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 from starlette.concurrency import run_in_threadpool
 
 from ..errors import InvalidRequest, RaseError, ResponseNotFound
@@ -27,25 +27,117 @@ from ..textstate import ReasoningDelta
 from ..tools import ToolCallDelta
 from .defaults import ServeDefaults
 from .errors import status_of
-from .schemas import ModelId, Unsupported
+from .schemas import Absent, FunctionName, Int, ModelId, needs
 
 STORED = 256  # responses kept for previous_response_id and GET (least recently used dropped)
 EFFORT = Literal["none", "minimal", "low", "medium", "high"]
 
 
+def _bool(value):
+    if not isinstance(value, bool):
+        raise ValueError("must be a boolean")
+    return value
+
+
+class _Item(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class TextPart(_Item):
+    type: Literal["input_text", "output_text"]
+    text: str
+    annotations: Optional[list[Any]] = None  # echoed back from an output message
+    logprobs: Optional[list[Any]] = None
+
+
+class MessageItem(_Item):
+    type: Literal["message"] = "message"
+    role: Literal["user", "system", "developer", "assistant"]
+    content: Union[str, list[TextPart]]
+    id: Optional[str] = None
+    status: Optional[str] = None
+
+
+class FunctionCallItem(_Item):
+    type: Literal["function_call"]
+    call_id: str
+    name: str
+    arguments: str
+    id: Optional[str] = None
+    status: Optional[str] = None
+
+
+class FunctionCallOutputItem(_Item):
+    type: Literal["function_call_output"]
+    call_id: str
+    output: Union[str, list[TextPart]]
+    id: Optional[str] = None
+    status: Optional[str] = None
+
+
+class ReasoningPart(_Item):
+    type: Literal["reasoning_text", "summary_text"]
+    text: str
+
+
+class ReasoningItem(_Item):
+    type: Literal["reasoning"]
+    summary: list[ReasoningPart] = []
+    content: Optional[list[ReasoningPart]] = None
+    id: Optional[str] = None
+    status: Optional[str] = None
+
+
+InputItem = Union[MessageItem, FunctionCallItem, FunctionCallOutputItem, ReasoningItem]
+
+
+def _not_only_reasoning(items: list) -> list:
+    if all(isinstance(i, ReasoningItem) for i in items):
+        raise ValueError("input needs an item besides reasoning (a message, a function call or its output)")
+    return items
+# a list holds at least one item besides reasoning (a conversation of reasoning alone is empty)
+Input = Union[Annotated[str, Field(min_length=1)],
+              Annotated[list[InputItem], Field(min_length=1), WithJsonSchema({
+                  "type": "array", "items": {"anyOf": [{"$ref": f"#/components/schemas/{m.__name__}"} for m in
+                                                       (MessageItem, FunctionCallItem, FunctionCallOutputItem,
+                                                        ReasoningItem)]},
+                  "minItems": 1, "contains": {"not": {"$ref": "#/components/schemas/ReasoningItem"}}}),
+                  AfterValidator(_not_only_reasoning)]]
+
+
 class FunctionTool(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     type: Literal["function"]
-    name: str
+    name: FunctionName
     description: Optional[str] = None
     parameters: Optional[dict[str, Any]] = None
     strict: Optional[bool] = None
 
 
+class PlainFormat(_Item):
+    type: Literal["text", "json_object"]
+
+
+class SchemaFormat(_Item):
+    type: Literal["json_schema"]
+    name: Annotated[str, Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")]
+    schema_: dict[str, Any] = Field(alias="schema")
+    strict: Optional[bool] = None
+    description: Optional[str] = None
+
+
+class FunctionChoice(_Item):
+    type: Literal["function"]
+    name: str
+
+
+Choice = Optional[Union[Literal["auto", "none", "required"], FunctionChoice]]
+
+
 class TextConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
-    format: Optional[dict[str, Any]] = None  # {"type": "text" | "json_object" | "json_schema", name, schema, strict}
-    verbosity: Annotated[Optional[str], Unsupported] = None
+    format: Optional[Annotated[Union[PlainFormat, SchemaFormat], Field(discriminator="type")]] = None
+    verbosity: Absent = None
 
 
 class ReasoningConfig(BaseModel):
@@ -55,18 +147,26 @@ class ReasoningConfig(BaseModel):
     summary: Optional[Literal["auto", "concise", "detailed"]] = None
 
 
+# function tools and a JSON text format exclude each other
+_TOOLS_OR_FORMAT = {"not": {"required": ["tools", "text"], "properties": {
+    "tools": {"type": "array", "minItems": 1},
+    "text": {"type": "object", "required": ["format"], "properties": {"format": {
+        "type": "object", "properties": {"type": {"enum": ["json_object", "json_schema"]}}}}}}}}
+
+
 class ResponsesRequest(BaseModel):
     """The fields rase implements; any other is a 400 that names it."""
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"allOf": [
+        needs("tool_choice", "tools", "none"), _TOOLS_OR_FORMAT]})
     model: ModelId
-    input: Union[str, list[dict[str, Any]]] = ""
+    input: Input
     instructions: Optional[str] = None
     previous_response_id: Optional[str] = None
-    max_output_tokens: Optional[int] = Field(default=None, ge=1)
+    max_output_tokens: Optional[Int] = Field(default=None, ge=1)
     temperature: Optional[float] = Field(default=None, ge=0.0, le=2.0)
     top_p: Optional[float] = Field(default=None, gt=0.0, le=1.0)
     tools: Optional[list[FunctionTool]] = None
-    tool_choice: Optional[Union[Literal["auto", "none", "required"], dict[str, Any]]] = None
+    tool_choice: Choice = None
     parallel_tool_calls: Optional[bool] = None
     text: Optional[TextConfig] = None
     reasoning: Optional[ReasoningConfig] = None
@@ -77,21 +177,22 @@ class ResponsesRequest(BaseModel):
     safety_identifier: Optional[str] = None
     prompt_cache_key: Optional[str] = None  # rase reuses any cached prefix without a key
     truncation: Optional[Literal["disabled"]] = None  # an input over the context is refused, never cut
-    seed: Optional[int] = Field(default=None, ge=0)    # extension, as on /v1/chat/completions
-    top_k: Optional[int] = Field(default=None, ge=1)   # extension
+    seed: Optional[Int] = Field(default=None, ge=0)    # extension, as on /v1/chat/completions
+    top_k: Optional[Int] = Field(default=None, ge=1)   # extension
     chat_template_kwargs: Optional[dict[str, Any]] = None  # extension (llama-server's)
     include: Annotated[Optional[list[str]], Field(max_length=0)] = None
-    background: Optional[Literal[False]] = None
+    background: Optional[Annotated[Literal[False], BeforeValidator(_bool)]] = None
 
 
 class InputTokensRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"allOf": [
+        needs("tool_choice", "tools", "none"), _TOOLS_OR_FORMAT]})
     model: ModelId
-    input: Union[str, list[dict[str, Any]]] = ""
+    input: Input
     instructions: Optional[str] = None
     previous_response_id: Optional[str] = None
     tools: Optional[list[FunctionTool]] = None
-    tool_choice: Optional[Union[Literal["auto", "none", "required"], dict[str, Any]]] = None
+    tool_choice: Choice = None
     parallel_tool_calls: Optional[bool] = None
     text: Optional[TextConfig] = None
     reasoning: Optional[ReasoningConfig] = None
@@ -123,41 +224,22 @@ class _Store:
             return self._items[rid]
 
 
-def _text_of(content, where: str) -> str:
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        raise InvalidRequest(f"{where}.content must be a string or a list of text parts", f"{where}.content")
-    parts = []
-    for j, part in enumerate(content):
-        if not isinstance(part, dict) or part.get("type") not in ("input_text", "output_text", "text") \
-                or not isinstance(part.get("text"), str):
-            raise InvalidRequest(f"{where}.content[{j}]: only text parts (input_text, output_text) are supported",
-                                 f"{where}.content")
-        parts.append(part["text"])
-    return "".join(parts)
+def _text_of(content) -> str:
+    return content if isinstance(content, str) else "".join(part.text for part in content)
 
 
-def _item_messages(items: list[dict]) -> list[dict]:
+def _item_messages(items: list) -> list[dict]:
     """Input items -> chat messages; consecutive function calls join the assistant turn before them."""
     out: list[dict] = []
     reasoning = None  # a reasoning item's text, for the assistant turn that follows it
-    for i, item in enumerate(items):
-        where = f"input[{i}]"
-        kind = item.get("type", "message") if isinstance(item, dict) else None
-        if kind == "message":
-            role = item.get("role")
-            if role not in ("user", "system", "developer", "assistant"):
-                raise InvalidRequest(f"{where}.role must be user, system, developer or assistant", f"{where}.role")
-            msg = {"role": role, "content": _text_of(item.get("content"), where)}
-            if role == "assistant" and reasoning:
+    for item in items:
+        if isinstance(item, MessageItem):
+            msg = {"role": item.role, "content": _text_of(item.content)}
+            if item.role == "assistant" and reasoning:
                 msg["reasoning_content"], reasoning = reasoning, None
             out.append(msg)
-        elif kind == "function_call":
-            call = {"id": item.get("call_id"), "type": "function",
-                    "function": {"name": item.get("name"), "arguments": item.get("arguments")}}
-            if not all(isinstance(v, str) for v in (call["id"], *call["function"].values())):
-                raise InvalidRequest(f"{where}: a function_call needs string call_id, name and arguments", where)
+        elif isinstance(item, FunctionCallItem):
+            call = {"id": item.call_id, "type": "function", "function": {"name": item.name, "arguments": item.arguments}}
             last = out[-1] if out else None
             if last is None or last["role"] != "assistant":
                 last = {"role": "assistant", "content": None}
@@ -165,25 +247,16 @@ def _item_messages(items: list[dict]) -> list[dict]:
                     last["reasoning_content"], reasoning = reasoning, None
                 out.append(last)
             last.setdefault("tool_calls", []).append(call)
-        elif kind == "function_call_output":
-            output = item.get("output")
-            if not isinstance(item.get("call_id"), str):
-                raise InvalidRequest(f"{where}.call_id must be a string", f"{where}.call_id")
-            out.append({"role": "tool", "tool_call_id": item["call_id"], "content": _text_of(output, where)})
-        elif kind == "reasoning":
-            parts = (item.get("content") or []) + (item.get("summary") or [])
-            reasoning = "".join(p.get("text", "") for p in parts if isinstance(p, dict)) or None
+        elif isinstance(item, FunctionCallOutputItem):
+            out.append({"role": "tool", "tool_call_id": item.call_id, "content": _text_of(item.output)})
         else:
-            raise InvalidRequest(f"{where}: input items of type {kind!r} are not supported (message, function_call, "
-                                 "function_call_output, reasoning)", f"{where}.type")
+            reasoning = "".join(p.text for p in (item.content or []) + item.summary) or None
     return out
 
 
 def conversation(req, store: _Store) -> list[dict]:
     """The request's conversation (the previous response's, then its input), without instructions."""
     history = list(store.get(req.previous_response_id)[1]) if req.previous_response_id else []
-    if not req.input:
-        raise InvalidRequest("input must not be empty: a string or a list of input items", "input")
     turn = [{"role": "user", "content": req.input}] if isinstance(req.input, str) else _item_messages(req.input)
     return history + turn
 
@@ -194,28 +267,19 @@ def _with_instructions(req, messages: list[dict]) -> list[dict]:
 
 def _response_format(text: TextConfig | None) -> dict | None:
     fmt = text.format if text is not None else None
-    if fmt is None or fmt.get("type") == "text":
+    if fmt is None or fmt.type == "text":
         return None
-    if fmt.get("type") == "json_object":
+    if fmt.type == "json_object":
         return {"type": "json_object"}
-    if fmt.get("type") == "json_schema":
-        schema = {k: fmt[k] for k in ("name", "schema", "strict", "description") if k in fmt}
-        unknown = sorted(set(fmt) - {"type", *schema})
-        if unknown:
-            raise InvalidRequest(f"text.format: unknown field(s) {', '.join(unknown)}", "text.format")
-        return {"type": "json_schema", "json_schema": schema}
-    raise InvalidRequest("text.format.type must be text, json_object or json_schema", "text.format")
+    return {"type": "json_schema", "json_schema": fmt.model_dump(by_alias=True, exclude_none=True, exclude={"type"})}
 
 
 def _tools(req) -> dict:
     """tools / tool_choice in chat completions' shape."""
     tools = [{"type": "function", "function": t.model_dump(exclude_none=True, exclude={"type"})} for t in req.tools or []]
     choice = req.tool_choice
-    if isinstance(choice, dict):
-        if choice.get("type") != "function" or not isinstance(choice.get("name"), str) or len(choice) != 2:
-            raise InvalidRequest('tool_choice must be auto, none, required or {"type": "function", "name": ...}',
-                                 "tool_choice")
-        choice = {"type": "function", "function": {"name": choice["name"]}}
+    if isinstance(choice, FunctionChoice):
+        choice = {"type": "function", "function": {"name": choice.name}}
     return {"tools": tools or None, "tool_choice": choice, "parallel_tool_calls": req.parallel_tool_calls}
 
 
@@ -264,12 +328,13 @@ def _usage(out) -> dict:
 
 def _shell(req, rid: str, created: int, status: str = "in_progress") -> dict:
     """The response object without its output (what response.created carries)."""
-    fmt = (req.text.format if req.text is not None else None) or {"type": "text"}
+    fmt = req.text.format.model_dump(by_alias=True, exclude_none=True) if req.text and req.text.format else {"type": "text"}
     return {"id": rid, "object": "response", "created_at": created, "status": status, "model": req.model,
             "output": [], "error": None, "incomplete_details": None, "instructions": req.instructions,
             "max_output_tokens": req.max_output_tokens, "previous_response_id": req.previous_response_id,
             "temperature": req.temperature, "top_p": req.top_p, "parallel_tool_calls": req.parallel_tool_calls is not False,
-            "tool_choice": req.tool_choice or "auto",
+            "tool_choice": req.tool_choice.model_dump() if isinstance(req.tool_choice, FunctionChoice)
+            else req.tool_choice or "auto",
             "tools": [t.model_dump(exclude_none=True) for t in req.tools or []], "text": {"format": fmt},
             "reasoning": {"effort": req.reasoning.effort if req.reasoning else None, "summary": None},
             "metadata": req.metadata or {}, "store": req.store, "truncation": "disabled", "usage": None,
@@ -333,7 +398,8 @@ def router(engine, metrics, defaults: ServeDefaults) -> APIRouter:
     async def input_tokens(req: InputTokensRequest):
         engine.registry.get(req.model)
         messages = _with_instructions(req, conversation(req, store))
-        _response_format(req.text)  # a malformed format is a 400 here too
+        if req.tools and _response_format(req.text) is not None:
+            raise InvalidRequest("tools and a JSON text format cannot be combined", "tools")
         n = await run_in_threadpool(lambda: engine.chat_prompt_tokens(req.model, messages, **_tools(req),
                                                                       **_template(req)))
         return {"object": "response.input_tokens", "input_tokens": n}

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
 from ..chat import message_text
 from ..errors import InvalidRequest
@@ -19,21 +19,41 @@ ModelId = Annotated[str, Field(pattern=MODEL_ID_PATTERN, description="a model id
 
 # a field clients may send only as null or not at all (the server refuses any value by name)
 Unsupported = WithJsonSchema({"type": "null", "description": "not supported: null or absent"})
+# such a field where nothing else checks it: any value but null is a 400 naming it
+Absent = Annotated[None, Unsupported]
+
+
+def _integral(value):
+    """JSON Schema's integer includes 5.0: take it as 5 (strict ints refuse floats otherwise)."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+# an integer field of a request body (strict: no strings, no booleans; 5.0 is 5)
+Int = Annotated[int, BeforeValidator(_integral)]
 
 # what clients echo back from a response message (null for a plain answer)
 _NULL_MESSAGE_FIELDS = ("refusal", "function_call", "audio", "annotations")
 
 
+def _only(role: str, field: str, given: dict) -> dict:
+    """JSON Schema: a message with field (as given) has this role."""
+    return {"if": {"required": [field], "properties": {field: given}}, "then": {"properties": {"role": {"const": role}}}}
+
+
 class Message(BaseModel):
-    # content is required, except (null or absent) in an assistant's tool-call message
+    # content is required, except (null or absent) in an assistant's tool-call message; tool calls
+    # and reasoning are an assistant's, a tool_call_id a tool result's
     model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"allOf": [
         {"anyOf": [{"required": ["content"], "properties": {"content": {"type": "string"}}},
                    {"required": ["role", "tool_calls"],
-                    "properties": {"role": {"const": "assistant"}, "tool_calls": {"type": "array", "minItems": 1}}}]}]})
-    role: str
+                    "properties": {"role": {"const": "assistant"}, "tool_calls": {"type": "array", "minItems": 1}}}]},
+        _only("assistant", "tool_calls", {"type": "array", "minItems": 1}),
+        _only("assistant", "reasoning_content", {"type": "string", "minLength": 1}),
+        _only("tool", "tool_call_id", {"type": "string"})]})
+    role: Literal["system", "developer", "user", "assistant", "tool"]
     content: Optional[str] = None               # null only for an assistant's tool calls
     name: Optional[str] = None                  # the speaker (a tool result's: its function), passed to the template
-    tool_calls: Optional[list[dict[str, Any]]] = None
+    tool_calls: Optional[list[ToolCall]] = None
     tool_call_id: Optional[str] = None
     reasoning_content: Optional[str] = None     # an assistant's reasoning, as this server returned it
 
@@ -46,6 +66,8 @@ class Message(BaseModel):
                 raise ValueError(f"message field {set_[0]!r} is not supported")
             if value.get("content") is None and not (value.get("role") == "assistant" and value.get("tool_calls")):
                 raise ValueError("content is required (it may be null only for an assistant's tool_calls)")
+            if value.get("tool_call_id") is not None and value.get("role") != "tool":
+                raise ValueError("only a tool message carries a tool_call_id")
             value = {k: v for k, v in value.items() if k not in _NULL_MESSAGE_FIELDS}
         return value
 
@@ -60,28 +82,81 @@ class Message(BaseModel):
             raise ValueError(str(exc)) from None
 
 
+class CallFunction(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    name: str
+    arguments: str = "{}"  # JSON text of an object (a 400 otherwise)
+
+
+# a function's name, as OpenAI bounds it (tools.py checks the same)
+FunctionName = Annotated[str, Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")]
+
+
+class FunctionDef(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    name: FunctionName
+    description: Optional[str] = None
+    parameters: Optional[dict[str, Any]] = None  # a JSON schema (an object's)
+    strict: Optional[bool] = None
+
+
+class FunctionTool(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class ToolCall(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    id: str
+    type: Literal["function"] = "function"
+    function: CallFunction
+
+
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     include_usage: bool = False
 
 
+def _one_of(*names: str) -> dict:
+    """JSON Schema: no two of these fields are given (non-null) together."""
+    pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]
+    return {"not": {"anyOf": [{"required": [a, b], "properties": {a: {"not": {"type": "null"}},
+                                                                   b: {"not": {"type": "null"}}}} for a, b in pairs]}}
+
+
+def not_with(field: str, other: str) -> dict:
+    """JSON Schema: field (a non-empty list) and other (non-null) are not given together."""
+    return {"not": {"required": [field, other], "properties": {field: {"type": "array", "minItems": 1},
+                                                               other: {"not": {"type": "null"}}}}}
+
+
+def needs(field: str, other: str, unless=None) -> dict:
+    """JSON Schema: field (given, non-null, not `unless`) needs other as a non-empty list."""
+    given = {"not": {"type": "null"}} if unless is None else {"not": {"anyOf": [{"type": "null"}, {"const": unless}]}}
+    return {"if": {"required": [field], "properties": {field: given}},
+            "then": {"required": [other], "properties": {other: {"type": "array", "minItems": 1}}}}
+
+
 class _Common(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    # response_format, grammar and regex exclude each other (structured.grammar_spec)
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=_one_of("response_format", "grammar", "regex"))
     model: ModelId
-    max_tokens: Optional[int] = Field(default=None, ge=1)
+    max_tokens: Optional[Int] = Field(default=None, ge=1)
     temperature: Optional[float] = Field(default=None, ge=0.0, le=5.0)
     top_p: Optional[float] = Field(default=None, gt=0.0, le=1.0)
-    top_k: Optional[int] = Field(default=None, ge=1)
+    top_k: Optional[Int] = Field(default=None, ge=1)
     min_p: Optional[float] = Field(default=None, ge=0.0, le=1.0)
-    seed: Optional[int] = Field(default=None, ge=0)
+    seed: Optional[Int] = Field(default=None, ge=0)
     stop: Optional[Union[str, list[str]]] = None
     stream: bool = False
     stream_options: Optional[StreamOptions] = None
     presence_penalty: Optional[float] = Field(default=None, ge=-2.0, le=2.0)
     frequency_penalty: Optional[float] = Field(default=None, ge=-2.0, le=2.0)
-    n: int = Field(default=1, ge=1, le=8)  # choices; the prompt is computed once
+    n: Int = Field(default=1, ge=1, le=8)  # choices; the prompt is computed once
     user: Optional[str] = None  # the caller's end-user id: accepted, recorded nowhere
-    logit_bias: Optional[dict[str, float]] = None
+    # token id (a decimal string, within the vocabulary) -> a bias in [-100, 100]
+    logit_bias: Optional[dict[Annotated[str, Field(pattern=r"^[0-9]+$")], Annotated[float, Field(ge=-100, le=100)]]] = None
     response_format: Optional[dict[str, Any]] = None
     grammar: Optional[Annotated[str, Field(min_length=1)]] = None  # extension (llama-server's): Lark or GBNF
     regex: Optional[Annotated[str, Field(min_length=1)]] = None    # extension: a regex the whole output matches
@@ -96,23 +171,36 @@ class _Common(BaseModel):
 
 
 class ChatRequest(_Common):
+    # max_tokens or its newer name, not both; a tool_choice other than none needs tools
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"allOf": [
+        _one_of("response_format", "grammar", "regex"), _one_of("max_tokens", "max_completion_tokens"),
+        needs("tool_choice", "tools", unless="none"), not_with("tools", "response_format"),
+        {"if": {"required": ["top_logprobs"], "properties": {"top_logprobs": {"not": {"type": "null"}}}},
+         "then": {"required": ["logprobs"], "properties": {"logprobs": {"const": True}}}}]})
     messages: list[Message] = Field(min_length=1)
-    max_completion_tokens: Optional[int] = Field(default=None, ge=1)
-    tools: Optional[list[Any]] = None
-    tool_choice: Optional[Union[str, dict[str, Any]]] = None
+    max_completion_tokens: Optional[Int] = Field(default=None, ge=1)
+    tools: Optional[list[FunctionTool]] = None
+    tool_choice: Optional[Union[Literal["none", "auto", "required"], dict[str, Any]]] = None
     parallel_tool_calls: Optional[bool] = None
     logprobs: Optional[bool] = None
-    top_logprobs: Optional[int] = None  # 0..20, with logprobs (checked by the engine: a 400 naming it)
+    top_logprobs: Optional[Int] = None  # 0..20, with logprobs (checked by the engine: a 400 naming it)
     # gpt-oss's template reads it; Qwen3's enable_thinking follows it (none, minimal: off)
     reasoning_effort: Optional[Literal["none", "minimal", "low", "medium", "high"]] = None
     chat_template_kwargs: Optional[dict[str, Any]] = None  # llama-server's: more variables for the model's template
     # llama-server's: a <think> block in content (none) or in reasoning_content (deepseek, auto)
     reasoning_format: Optional[Literal["none", "deepseek", "auto"]] = None
-    reasoning_budget_tokens: Optional[int] = Field(default=None, ge=-1)  # llama-server's; -1: no limit
-    thinking_budget_tokens: Optional[int] = Field(default=None, ge=-1)   # its other name for the same
+    reasoning_budget_tokens: Optional[Int] = Field(default=None, ge=-1)  # llama-server's; -1: no limit
+    thinking_budget_tokens: Optional[Int] = Field(default=None, ge=-1)   # its other name for the same
+
+    @model_validator(mode="after")
+    def _one_max_tokens(self):
+        if self.max_tokens is not None and self.max_completion_tokens is not None:
+            raise ValueError("give max_tokens or max_completion_tokens, not both")
+        return self
 
     def tool_kwargs(self) -> dict:
-        return {k: getattr(self, k) for k in ("tools", "tool_choice", "parallel_tool_calls")}
+        tools = None if self.tools is None else [t.model_dump(exclude_none=True) for t in self.tools]
+        return {"tools": tools, "tool_choice": self.tool_choice, "parallel_tool_calls": self.parallel_tool_calls}
 
     def logprob_kwargs(self) -> dict:
         return {"logprobs": bool(self.logprobs), "top_logprobs": self.top_logprobs}
@@ -120,8 +208,9 @@ class ChatRequest(_Common):
 
 class CompletionRequest(_Common):
     # one prompt per request: text, or token ids (checked against the model's vocabulary)
-    prompt: Union[str, Annotated[list[str], Field(min_length=1, max_length=1)], Annotated[list[int], Field(min_length=1)]]
-    logprobs: Optional[int] = None  # 0..5 alternatives per token
+    prompt: Union[str, Annotated[list[str], Field(min_length=1, max_length=1)],
+                  Annotated[list[Annotated[Int, Field(ge=0)]], Field(min_length=1)]]
+    logprobs: Optional[Int] = None  # 0..5 alternatives per token
 
     def logprob_kwargs(self) -> dict:
         return {"logprobs": self.logprobs}
@@ -146,7 +235,7 @@ class TokenizeRequest(BaseModel):
 class DetokenizeRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     model: Optional[ModelId] = None
-    tokens: list[Annotated[int, Field(ge=0)]]
+    tokens: list[Annotated[Int, Field(ge=0)]]  # 5.0 is the integer 5, as JSON Schema has it
 
 
 class EmbeddingsRequest(BaseModel):
@@ -156,5 +245,5 @@ class EmbeddingsRequest(BaseModel):
     input: Union[Annotated[str, Field(min_length=1)], Annotated[list[Annotated[str, Field(min_length=1)]],
                                                                 Field(min_length=1)]]
     encoding_format: Literal["float", "base64"] = "float"
-    dimensions: Annotated[Optional[int], Unsupported] = None  # refused: the model's own width only
+    dimensions: Annotated[Optional[Int], Unsupported] = None  # refused: the model's own width only
     user: Optional[str] = None
