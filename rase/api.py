@@ -27,37 +27,15 @@ from .registry import ModelRegistry
 from .request import Completion
 from .session import DEVICES, SessionCache, load_session
 from .structured import grammar_spec
-from .tools import ToolSpec, ToolText, tool_constraint, tool_spec
+from .tools import ToolSpec, tool_spec
 from .sampling import stop_tokens_with_eos
-from .harmony import HarmonyText, harmony_constraint
 from .textstate import TextState
-from .thinking import MODES as THINK_MODES, ReasoningGate
+from .submission import EFFORTS, generation_config, prompt_ids, reader, template_kwargs, top_count
+from .thinking import MODES as THINK_MODES
 
-GEN_FIELDS = ("max_tokens", "temperature", "top_k", "seed", "top_p", "min_p", "repeat_penalty",
-              "presence_penalty", "frequency_penalty", "stop_tokens", "logit_bias")
 COUNTED = ("requests", "generated_tokens", "cancelled", "failed")
 MAX_CHOICES = 8  # OpenAI's n per request, at most
-EFFORTS = ("none", "minimal", "low", "medium", "high")  # OpenAI's reasoning_effort values
 
-
-def _config(kw: dict) -> GenerationConfig:
-    unknown = sorted(set(kw) - set(GEN_FIELDS))
-    if unknown:
-        raise InvalidGenerationConfig(f"unknown generation option(s): {', '.join(unknown)}; "
-                                      f"supported: {', '.join(GEN_FIELDS)}")
-    # None means "the default", except top_k=None: no top-k (the whole vocabulary), as in GenerationConfig
-    values = {k: kw[k] for k in kw if kw[k] is not None or k == "top_k"}
-    if "stop_tokens" in values:
-        values["stop_tokens"] = tuple(int(t) for t in values["stop_tokens"])
-    if "logit_bias" in values:  # {token id: bias}, as OpenAI's (string keys over JSON)
-        bias = values["logit_bias"]
-        if not isinstance(bias, dict):
-            raise InvalidGenerationConfig("logit_bias must map token ids to numbers")
-        try:
-            values["logit_bias"] = tuple(sorted((int(k), float(v)) for k, v in bias.items()))
-        except (TypeError, ValueError):
-            raise InvalidGenerationConfig("logit_bias must map token ids to numbers") from None
-    return GenerationConfig(**values)
 
 
 def _positive(name: str, value, allow_none: bool = True) -> None:
@@ -67,61 +45,10 @@ def _positive(name: str, value, allow_none: bool = True) -> None:
         raise InvalidGenerationConfig(f"{name} must be a positive number, got {value!r}")
 
 
-def _top_count(logprobs: bool, top: int | None, most: int) -> int | None:
-    """OpenAI's chat logprobs / top_logprobs -> alternatives per token, or None (off)."""
-    if top is not None:
-        if not logprobs:
-            raise InvalidGenerationConfig("top_logprobs needs logprobs: true", "top_logprobs")
-        if isinstance(top, bool) or not isinstance(top, int) or not 0 <= top <= most:
-            raise InvalidGenerationConfig(f"top_logprobs must be an integer in 0..{most}", "top_logprobs")
-    return (top or 0) if logprobs else None
-
-
 def _add_counts(counts: dict, lock: threading.Lock, session) -> None:
     with lock:
         for k in COUNTED:
             counts[k] += session.worker.counters[k]
-
-
-def _reader(session, spec, tools: ToolSpec | None, stops: list[str], think: str, chat: bool, prompt: list[int],
-            budget: int | None = None) -> tuple:
-    """(the text state, the constraint) of a request: a harmony model's chat answers are read by
-    channel (harmony.py); every other answer is text, with its tool calls taken out when tools
-    are offered (tools.ToolText) and, for a model that reasons in <think> blocks, its reasoning
-    separated (think "separate", or "auto") and left unconstrained (thinking.ReasoningGate)."""
-    harmony = session.harmony_ids() if chat else None
-    if harmony is not None:
-        text = HarmonyText(lambda t: session.tokenizer.decode_bytes([t]), harmony, stops)
-        if spec is None and (tools is None or tools.choice == "auto"):
-            return text, None
-        return text, harmony_constraint(session, harmony, spec, tools if spec is None else None)
-    if spec is not None and tools is not None:  # only harmony's raw output takes both
-        raise InvalidGrammar("tools and a grammar/regex combine only on a harmony model (gpt-oss)", "tools")
-    tags = session.reasoning_tags() if chat else None
-    last = _last_word(session, prompt) if tags is not None else None
-    opened = last == tags[0] if tags is not None else False
-    if last == (tags[1] if tags is not None else None):
-        tags = None  # the template closed the block itself (thinking off): nothing to separate or gate
-    if think == "auto":
-        think = "separate" if tags is not None else "keep"
-    constraint = None if spec is None else session.grammar_vocab().constraint(spec)
-    text = TextState.for_tokenizer(session.tokenizer, stop=stops, think=think, opened=opened)
-    if tools is not None:
-        constraint, fmt = tool_constraint(session, tools)
-        text = ToolText(text, fmt)
-    if tags is not None and (constraint is not None or budget is not None):
-        n_words = (session.plan.vocab_size + 31) // 32
-        constraint = ReasoningGate(constraint, tags, n_words, [session.plan.eos_token], opened, budget)
-    return text, constraint
-
-
-def _last_word(session, prompt: list[int]) -> int | None:
-    """The prompt's last token other than whitespace: <think> when the template opened a
-    reasoning block (Qwen3.5, DeepSeek-R1), </think> when it wrote an empty one (thinking off)."""
-    for t in reversed(prompt):
-        if session.tokenizer.decode_bytes([t]).strip():
-            return t
-    return None
 
 
 class Engine:
@@ -203,7 +130,7 @@ class Engine:
     def _submit(self, model: str, ids_of: Callable, stop: Sequence[str] | str | None, think: str,
                 gen: dict, structure: dict, tools: ToolSpec | None = None, logprobs: int | None = None,
                 after: RequestHandle | None = None, chat: bool = False, budget: int | None = None) -> RequestHandle:
-        config = self._limited(_config(dict(gen)), gen.get("max_tokens") is not None)
+        config = self._limited(generation_config(dict(gen)), gen.get("max_tokens") is not None)
         spec = grammar_spec(**structure)  # a malformed format fails before the model loads
         raw = spec is not None and not spec.param.startswith("response_format")  # a grammar or regex
         if spec is not None and tools is not None and not (raw and tools.choice == "auto"):
@@ -222,7 +149,7 @@ class Engine:
             if session.manifest.kind == "embedding":
                 raise WrongModelKind(model, "embedding", "it embeds text (Engine.embed, /v1/embeddings, /api/embed)")
             ids = ids_of(session)
-            text, constraint = _reader(session, spec, tools, stops, think, chat, ids, budget)
+            text, constraint = reader(session, spec, tools, stops, think, chat, ids, budget)
             config = dataclasses.replace(config, stop_tokens=stop_tokens_with_eos(config, session.plan.eos_token))
             try:
                 return session.worker.submit(ids, config, text, constraint, logprobs, after)
@@ -256,10 +183,10 @@ class Engine:
         spec = tool_spec(tools, tool_choice, parallel_tool_calls)
         if reasoning_effort is not None and reasoning_effort not in EFFORTS:
             raise InvalidRequest(f"reasoning_effort must be one of {', '.join(EFFORTS)}", "reasoning_effort")
-        kwargs = _template_kwargs(chat_template_kwargs)
+        kwargs = template_kwargs(chat_template_kwargs)
         return self._submit(model, lambda s: s.render_chat(messages, spec, reasoning_effort, kwargs), stop, think, gen,
                             dict(response_format=response_format, grammar=grammar, regex=regex), spec,
-                            _top_count(logprobs, top_logprobs, MAX_TOP_CHAT), after, chat=True,
+                            top_count(logprobs, top_logprobs, MAX_TOP_CHAT), after, chat=True,
                             budget=reasoning_budget)
 
     def chat_prompt_tokens(self, model: str, messages: list[dict], *, tools: list[dict] | None = None,
@@ -270,7 +197,7 @@ class Engine:
         spec = tool_spec(tools, tool_choice, parallel_tool_calls)
         if reasoning_effort is not None and reasoning_effort not in EFFORTS:
             raise InvalidRequest(f"reasoning_effort must be one of {', '.join(EFFORTS)}", "reasoning_effort")
-        kwargs = _template_kwargs(chat_template_kwargs)
+        kwargs = template_kwargs(chat_template_kwargs)
         session = self.session(model)
         if session.manifest.kind == "embedding":
             raise WrongModelKind(model, "embedding", "it embeds text (Engine.embed, /v1/embeddings, /api/embed)")
@@ -287,7 +214,7 @@ class Engine:
         if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int)
                                      or not 0 <= logprobs <= MAX_TOP_COMPLETION):
             raise InvalidGenerationConfig(f"logprobs must be an integer in 0..{MAX_TOP_COMPLETION}", "logprobs")
-        return self._submit(model, lambda s: _prompt_ids(s, prompt, parse_special), stop, "keep", gen,
+        return self._submit(model, lambda s: prompt_ids(s, prompt, parse_special), stop, "keep", gen,
                             dict(response_format=response_format, grammar=grammar, regex=regex), None, logprobs, after)
 
     def submit_chat_choices(self, model: str, messages: list[dict], n: int, **kw) -> list[RequestHandle]:
@@ -431,7 +358,7 @@ class Engine:
 
     def check_generation(self, **gen) -> None:
         """Raise as a request with these generation options would (ranges, max_tokens_limit)."""
-        config = self._limited(_config(dict(gen)), gen.get("max_tokens") is not None)
+        config = self._limited(generation_config(dict(gen)), gen.get("max_tokens") is not None)
         config.validate()
 
     def status(self, model: str) -> str:
@@ -476,40 +403,6 @@ def _toml(manifest) -> str:
     import tomli_w
 
     return tomli_w.dumps(manifest.to_dict())
-
-
-_TEMPLATE_RESERVED = {"messages", "add_generation_prompt", "bos_token", "eos_token", "tools", "reasoning_effort"}
-
-
-def _template_kwargs(kwargs) -> dict | None:
-    """chat_template_kwargs checked: names of template variables (not the ones rase sets itself),
-    values JSON data."""
-    if kwargs is None:
-        return None
-    if not isinstance(kwargs, dict):
-        raise InvalidRequest("chat_template_kwargs must be an object", "chat_template_kwargs")
-    for key, value in kwargs.items():
-        if not isinstance(key, str) or not key.isidentifier() or key.startswith("_") or key in _TEMPLATE_RESERVED:
-            raise InvalidRequest(f"chat_template_kwargs: {key!r} is not a template variable a request may set "
-                                 f"(identifiers, not {', '.join(sorted(_TEMPLATE_RESERVED))})", "chat_template_kwargs")
-        try:
-            json.dumps(value)
-        except (TypeError, ValueError):
-            raise InvalidRequest(f"chat_template_kwargs.{key} must be JSON data", "chat_template_kwargs") from None
-    return dict(kwargs)
-
-
-def _prompt_ids(session, prompt, parse_special: bool = True) -> list[int]:
-    """A completion prompt's ids: text encoded with the automatic special tokens (special-token
-    text such as <|im_start|> as those tokens, as llama-server and Ollama's raw mode read it,
-    unless parse_special is False), or ids checked."""
-    if isinstance(prompt, str):
-        return session.tokenizer.encode(prompt, add_special_tokens=True, parse_special=parse_special)
-    vocab = session.plan.vocab_size
-    if not isinstance(prompt, (list, tuple)) or not prompt or \
-            not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab for t in prompt):
-        raise InvalidRequest(f"prompt must be text or a non-empty list of token ids in 0..{vocab - 1}", "prompt")
-    return list(prompt)
 
 
 def import_model(store, path, id, kind=None, architecture=None, context_length=None, chat_template=None) -> str:

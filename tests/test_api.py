@@ -175,7 +175,7 @@ def test_tokenize_and_detokenize(engine):
 
 
 def test_top_k_none_is_the_whole_vocabulary():
-    from rase.api import _config
+    from rase.submission import generation_config as _config
 
     assert _config({"top_k": None}).top_k is None and _config({}).top_k == 40
     assert _config({"temperature": None}).temperature == 0.7  # other Nones: the default

@@ -18,7 +18,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchem
 from starlette.concurrency import run_in_threadpool
 
 from .. import __version__
-from ..api import GEN_FIELDS
+from ..submission import GEN_FIELDS
 from ..errors import InvalidRequest, RaseError
 from ..lifecycle import parse_duration
 from ..logprobs import LogprobDelta
