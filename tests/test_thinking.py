@@ -184,11 +184,17 @@ def think_server(think_store):
         yield base
 
 
-def test_openai_client_gets_reasoning_content_streamed_and_not(think_server, openai_client):
+@pytest.mark.parametrize("model", ["qwen3", "qwen35"])
+def test_openai_client_gets_reasoning_content_streamed_and_not(think_server, openai_client, engine, model):
     client = openai_client(think_server)
-    kw = dict(model="qwen35", messages=ASK, max_tokens=60, temperature=0.9, seed=2, response_format=FORMAT)
-    msg = client.chat.completions.create(**kw).choices[0].message
+    # qwen3's model opens the block itself (a bias makes this random one); qwen35's prompt opened it
+    bias = {"logit_bias": {str(k): v for k, v in _opening(engine, model).get("logit_bias", {}).items()}}
+    kw = dict(model=model, messages=ASK, max_tokens=60, temperature=0.9, seed=2, response_format=FORMAT, **bias)
+    whole = client.chat.completions.create(**kw)
+    msg = whole.choices[0].message
     assert msg.reasoning_content and "<think>" not in msg.content
+    # the budget's 6 and </think> (and the <think> qwen3's model wrote)
+    assert whole.usage.completion_tokens_details.reasoning_tokens == 6 + 1 + (model == "qwen3")
     jsonschema.validate(json.loads(msg.content), SCHEMA)
     reasoning = content = ""
     for chunk in client.chat.completions.create(**kw, stream=True):
@@ -197,7 +203,8 @@ def test_openai_client_gets_reasoning_content_streamed_and_not(think_server, ope
             content += c.delta.content or ""
     assert (reasoning, content) == (msg.reasoning_content, msg.content)
     raw = client.chat.completions.create(**kw, extra_body={"reasoning_format": "none"}).choices[0].message
-    assert raw.content == msg.reasoning_content + "</think>" + raw.content.split("</think>", 1)[1]
+    head, tail = raw.content.split("</think>", 1)  # the same tokens, the block left in content
+    assert head == ("<think>" if model == "qwen3" else "") + msg.reasoning_content and tail.strip() == msg.content
     assert getattr(raw, "reasoning_content", None) is None
 
 

@@ -176,7 +176,8 @@ def _usage(outs) -> dict:
     """One prompt, every choice's completion tokens."""
     prompt, done = outs[0].prompt_tokens, sum(o.completion_tokens for o in outs)
     return {"prompt_tokens": prompt, "completion_tokens": done, "total_tokens": prompt + done,
-            "prompt_tokens_details": {"cached_tokens": outs[0].cached_tokens}}
+            "prompt_tokens_details": {"cached_tokens": outs[0].cached_tokens},
+            "completion_tokens_details": {"reasoning_tokens": sum(o.reasoning_tokens for o in outs)}}
 
 
 def _finish(reason: str) -> str:
