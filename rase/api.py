@@ -61,12 +61,14 @@ class Engine:
     Overloaded, HTTP 429); time_limit_s of wall clock per request (then it ends, finish_reason
     "length"); max_tokens_limit on any request's max_tokens (the default is lowered to it).
     keep_alive: how long a model stays loaded once idle (seconds, or a duration like "5m"; None:
-    until unloaded); Engine.load(model, keep_alive=...) sets one model's."""
+    until unloaded); Engine.load(model, keep_alive=...) sets one model's. reasoning_budget: the
+    tokens a <think> block may take unless a request says (rase serve --reasoning-budget)."""
 
     def __init__(self, store=None, device: str = "auto", n_ctx: int | None = None, *, max_batch: int = 8,
                  kv_cache_mb: float | None = None, prefix_cache: bool = True, tbt_target_ms: float = 100.0,
                  n_threads: int | None = None, max_waiting: int | None = None, time_limit_s: float | None = None,
-                 max_tokens_limit: int | None = None, keep_alive: float | str | None = None) -> None:
+                 max_tokens_limit: int | None = None, keep_alive: float | str | None = None,
+                 reasoning_budget: int | None = None) -> None:
         if device not in DEVICES:
             raise BackendUnavailable(f"requested backend is unavailable: {device!r}; rase runs on the CPU")
         if n_ctx is not None and (isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or n_ctx < 1):
@@ -79,7 +81,10 @@ class Engine:
         if max_waiting is not None and (isinstance(max_waiting, bool) or not isinstance(max_waiting, int)
                                         or max_waiting < 0):
             raise InvalidRequest(f"max_waiting must be a non-negative integer, got {max_waiting!r}")
-        self.max_tokens_limit = max_tokens_limit
+        if reasoning_budget is not None and (isinstance(reasoning_budget, bool) or not isinstance(reasoning_budget, int)
+                                             or reasoning_budget < 0):
+            raise InvalidRequest(f"reasoning_budget must be a number of tokens, got {reasoning_budget!r}")
+        self.max_tokens_limit, self.reasoning_budget = max_tokens_limit, reasoning_budget
         self.registry = ModelRegistry(store if store is not None else default_store())
         self.sessions = SessionCache(functools.partial(
             load_session, n_ctx=n_ctx, n_threads=n_threads, max_batch=max_batch, kv_cache_mb=kv_cache_mb,
@@ -141,18 +146,19 @@ class Engine:
         stops = list(stops)
         if think not in THINK_MODES + ("auto",):
             raise InvalidRequest(f"think must be one of {', '.join(THINK_MODES + ('auto',))}", "think")
-        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 0):
-            raise InvalidRequest("reasoning_budget must be a non-negative integer (tokens)", "reasoning_budget")
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < -1):
+            raise InvalidRequest("reasoning_budget must be a number of tokens, or -1 for none", "reasoning_budget")
         self.lifecycle.touch(model)
         for attempt in (1, 2):  # a session unloaded under us (keep-alive) is loaded again once
             session = self.session(model)
             if session.manifest.kind == "embedding":
                 raise WrongModelKind(model, "embedding", "it embeds text (Engine.embed, /v1/embeddings, /api/embed)")
             ids = ids_of(session)
-            text, constraint = reader(session, spec, tools, stops, think, chat, ids, budget)
-            config = dataclasses.replace(config, stop_tokens=stop_tokens_with_eos(config, session.plan.eos_token))
+            run = dataclasses.replace(config, stop_tokens=stop_tokens_with_eos(config, session.plan.eos_token))
+            text, constraint = reader(session, spec, tools, stops, think, chat, ids, budget, run.stop_tokens,
+                                      self.reasoning_budget)
             try:
-                return session.worker.submit(ids, config, text, constraint, logprobs, after)
+                return session.worker.submit(ids, run, text, constraint, logprobs, after)
             except ModelUnloaded:
                 if attempt == 2 or after is not None:
                     raise
@@ -178,6 +184,8 @@ class Engine:
         "separate" it into Completion.reasoning (streamed as textstate.ReasoningDelta items), "auto":
         separate it when the model has <think> tokens. A response format, grammar or tool constraint
         of such a model binds after the block; reasoning_budget closes the block after that many
+        (-1: no limit; None: the engine's; a harmony model's analysis is bounded by reasoning_effort
+        instead, so a budget there is a 400)
         tokens. A harmony model (gpt-oss) streams its analysis channel as reasoning whatever think
         says; constraints apply to its final and tool-call messages."""
         spec = tool_spec(tools, tool_choice, parallel_tool_calls)

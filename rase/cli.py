@@ -344,13 +344,16 @@ def _serve(engine, args, banner: str = "") -> int:
 RAY_ONLY = ("replicas", "ray_address", "router", "drain_timeout", "model")
 
 
+def _reasoning_budget(n: int) -> int | None:
+    if n < -1:
+        raise InvalidRequest("--reasoning-budget must be -1 (no limit) or a number of tokens", "reasoning_budget")
+    return None if n == -1 else n
+
+
 def _serve_defaults(args):
     from .server.defaults import ServeDefaults
 
-    budget = getattr(args, "reasoning_budget", -1)
-    if budget < -1:
-        raise InvalidRequest("--reasoning-budget must be -1 (no limit) or a number of tokens", "reasoning_budget")
-    return ServeDefaults(getattr(args, "reasoning_format", "auto"), None if budget == -1 else budget)
+    return ServeDefaults(getattr(args, "reasoning_format", "auto"))
 
 
 def _engine_options(args) -> dict:
@@ -395,7 +398,7 @@ def cmd_serve(args) -> int:
     engine = Engine(args.store or default_store(), device=args.device, n_ctx=args.ctx_size, max_batch=args.parallel,
                     kv_cache_mb=args.kv_cache_mb, prefix_cache=not args.no_prefix_cache, n_threads=args.threads,
                     max_waiting=args.max_waiting, time_limit_s=args.time_limit, max_tokens_limit=args.max_tokens_limit,
-                    keep_alive=args.keep_alive)
+                    keep_alive=args.keep_alive, reasoning_budget=_reasoning_budget(args.reasoning_budget))
     return _serve(engine, args)
 
 

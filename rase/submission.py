@@ -48,12 +48,16 @@ def top_count(logprobs: bool, top: int | None, most: int) -> int | None:
 
 
 def reader(session, spec, tools: ToolSpec | None, stops: list[str], think: str, chat: bool, prompt: list[int],
-            budget: int | None = None) -> tuple:
+            budget: int | None = None, stop_tokens=(), default_budget: int | None = None) -> tuple:
     """(the text state, the constraint) of a request: a harmony model's chat answers are read by
     channel (harmony.py); every other answer is text, with its tool calls taken out when tools
     are offered (tools.ToolText) and, for a model that reasons in <think> blocks, its reasoning
     separated (think "separate", or "auto") and left unconstrained (thinking.ReasoningGate)."""
     harmony = session.harmony_ids() if chat else None
+    if harmony is not None and budget not in (None, -1):
+        raise InvalidRequest("a reasoning budget bounds a <think> block; gpt-oss reasons in its analysis channel, "
+                             "which reasoning_effort sets", "reasoning_budget")
+    budget = default_budget if budget is None else None if budget == -1 else budget
     if harmony is not None:
         text = HarmonyText(lambda t: session.tokenizer.decode_bytes([t]), harmony, stops)
         if spec is None and (tools is None or tools.choice == "auto"):
@@ -75,7 +79,8 @@ def reader(session, spec, tools: ToolSpec | None, stops: list[str], think: str, 
         text = ToolText(text, fmt)
     if tags is not None and (constraint is not None or budget is not None):
         n_words = (session.plan.vocab_size + 31) // 32
-        constraint = ReasoningGate(constraint, tags, n_words, [session.plan.eos_token], opened, budget)
+        ends = list(stop_tokens) or [session.plan.eos_token]  # none may end a constrained answer mid-reasoning
+        constraint = ReasoningGate(constraint, tags, n_words, [t for t in ends if t is not None], opened, budget)
     return text, constraint
 
 

@@ -162,6 +162,9 @@ def test_the_files_template_renders_tools_effort_and_history(harmony_engine):
     assert '<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>"sunny"<|end|>' in again
     with pytest.raises(Exception, match="reasoning_effort"):
         harmony_engine.chat("gptoss", ASK, reasoning_effort="extreme")
+    assert "Reasoning: low" in session.chat_prompt(ASK, None, "minimal")  # the lowest it has
+    with pytest.raises(Exception, match="reasoning_effort"):  # its analysis is bounded by effort, not a budget
+        harmony_engine.chat("gptoss", ASK, reasoning_budget=8)
 
 
 def test_the_engine_separates_reasoning_calls_and_answer(harmony_engine):

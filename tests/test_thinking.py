@@ -168,6 +168,15 @@ def test_the_block_is_kept_in_the_text_unless_separated(engine):
     assert kept.text.startswith(split.reasoning) and kept.text.endswith(split.text) and split.reasoning
 
 
+def test_the_engines_budget_holds_unless_a_request_says(think_store):
+    with Engine(think_store, n_ctx=1024, reasoning_budget=3) as e:
+        held = e.chat("qwen35", ASK, think="auto", max_tokens=20, seed=1)
+        free = e.chat("qwen35", ASK, think="auto", max_tokens=20, seed=1, reasoning_budget=-1)
+        five = e.chat("qwen35", ASK, think="auto", max_tokens=20, seed=1, reasoning_budget=5)
+    assert (held.reasoning_tokens, five.reasoning_tokens) == (3 + 1, 5 + 1)  # and the forced </think>
+    assert free.reasoning_tokens > 6 and free.reasoning.startswith(five.reasoning)
+
+
 def test_reasoning_effort_switches_qwen3_thinking(engine):
     on = engine.session("qwen35").chat_prompt(ASK, reasoning_effort="high")
     off = engine.session("qwen35").chat_prompt(ASK, reasoning_effort="none")

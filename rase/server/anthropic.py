@@ -20,7 +20,6 @@ from starlette.concurrency import run_in_threadpool
 from ..errors import InvalidRequest, RaseError
 from ..textstate import ReasoningDelta
 from ..tools import ToolCallDelta
-from .defaults import ServeDefaults
 from .errors import status_of
 from .schemas import Absent, FunctionName, Int, ModelId
 
@@ -245,11 +244,11 @@ def _tools(req: _Base) -> dict:
     return {"tools": tools or None, "tool_choice": choice, "parallel_tool_calls": parallel}
 
 
-def _budget(req: _Base, defaults: ServeDefaults) -> int | None:
-    """thinking enabled: its budget; disabled: a block closes at once; adaptive or absent: the server's."""
+def _budget(req: _Base) -> int | None:
+    """thinking enabled: its budget; disabled: a block closes at once; adaptive or absent: the engine's."""
     t = req.thinking
     if t is None or t.type == "adaptive":
-        return defaults.budget()
+        return None
     return 0 if t.type == "disabled" else t.budget_tokens
 
 
@@ -301,7 +300,7 @@ def _usage(out) -> dict:
             "cache_read_input_tokens": out.cached_tokens, "cache_creation_input_tokens": 0}
 
 
-def router(engine, metrics, defaults: ServeDefaults) -> APIRouter:
+def router(engine, metrics) -> APIRouter:
     api = APIRouter()
 
     @api.post("/v1/messages")
@@ -311,7 +310,7 @@ def router(engine, metrics, defaults: ServeDefaults) -> APIRouter:
         gen = dict(max_tokens=req.max_tokens, temperature=req.temperature, top_p=req.top_p, top_k=req.top_k,
                    seed=req.seed)
         kw = dict({k: v for k, v in gen.items() if v is not None}, stop=req.stop_sequences, **_tools(req),
-                  **_output(req), think="separate", reasoning_budget=_budget(req, defaults))
+                  **_output(req), think="separate", reasoning_budget=_budget(req))
         shown = req.thinking is None or req.thinking.display != "omitted"
         handle = await run_in_threadpool(lambda: engine.submit_chat(req.model, msgs, **kw))
         mid = f"msg_{secrets.token_hex(12)}"

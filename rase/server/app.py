@@ -23,7 +23,7 @@ def create_app(engine, api_key: str | None = None, guard: GuardConfig | None = N
                defaults: ServeDefaults | None = None) -> FastAPI:
     """guard: body limit, allowed Host names, CORS origins (rase serve passes the loopback
     names when bound to loopback); api_key alone is GuardConfig(api_key=...). defaults: the
-    reasoning format and budget of requests that do not say."""
+    reasoning format of requests that do not say."""
     app = FastAPI(title="rase", version=__import__("rase").__version__)
     app.state.engine = engine
     app.state.metrics = metrics = Metrics(engine)
@@ -41,8 +41,8 @@ def create_app(engine, api_key: str | None = None, guard: GuardConfig | None = N
 
     defaults = defaults or ServeDefaults()
     app.include_router(openai_router(engine, metrics, defaults))
-    app.include_router(responses_router(engine, metrics, defaults))
-    app.include_router(anthropic_router(engine, metrics, defaults))
+    app.include_router(responses_router(engine, metrics))  # reasoning: its own items / blocks
+    app.include_router(anthropic_router(engine, metrics))
     app.include_router(ollama_router(engine))
     app.include_router(web_router())
     return app

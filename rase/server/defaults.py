@@ -1,5 +1,6 @@
-"""What `rase serve` sets for every request that does not say otherwise (llama-server's
---reasoning-format and --reasoning-budget)."""
+"""What `rase serve` sets for every request that does not say otherwise: llama-server's
+--reasoning-format (--reasoning-budget is the Engine's, so it can tell a <think> model from
+gpt-oss)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,8 +10,7 @@ from ..thinking import REASONING_FORMATS
 
 @dataclass(frozen=True)
 class ServeDefaults:
-    reasoning_format: str = "auto"      # none: <think> blocks stay in content; deepseek/auto: reasoning_content
-    reasoning_budget: int | None = None  # tokens a <think> block may take before it is closed; None: no limit
+    reasoning_format: str = "auto"  # none: <think> blocks stay in content; deepseek/auto: reasoning_content
 
     def __post_init__(self) -> None:
         if self.reasoning_format not in REASONING_FORMATS:
@@ -20,9 +20,7 @@ class ServeDefaults:
         """The engine's think mode for a request's reasoning_format (or this server's)."""
         return REASONING_FORMATS[reasoning_format or self.reasoning_format]
 
-    def budget(self, *asked: int | None) -> int | None:
-        """The first budget a request gives (-1: none, as llama-server's), else this server's."""
-        given = next((b for b in asked if b is not None), None)
-        if given is None:
-            return self.reasoning_budget
-        return None if given < 0 else given
+
+def budget(*asked: int | None) -> int | None:
+    """The first budget a request gives (-1: none, as llama-server's); None: the engine's."""
+    return next((b for b in asked if b is not None), None)

@@ -24,7 +24,7 @@ from ..errors import InvalidRequest, ModelNotLoaded, RaseError
 from ..logprobs import LogprobDelta, chat_logprobs, completion_logprobs
 from ..textstate import ReasoningDelta
 from ..tools import ToolCallDelta
-from .defaults import ServeDefaults
+from .defaults import ServeDefaults, budget
 from .errors import error_body, status_of
 from .schemas import (MODEL_ID_PATTERN, ChatRequest, CompletionRequest, DetokenizeRequest, EmbeddingsRequest,
                       ModelRequest, TokenizeRequest)
@@ -109,7 +109,7 @@ def _generation_routes(api: APIRouter, engine, metrics, defaults: ServeDefaults)
         if req.reasoning_effort is not None:
             kw["reasoning_effort"] = req.reasoning_effort
         kw["think"] = defaults.think(req.reasoning_format)
-        kw["reasoning_budget"] = defaults.budget(req.reasoning_budget_tokens, req.thinking_budget_tokens)
+        kw["reasoning_budget"] = budget(req.reasoning_budget_tokens, req.thinking_budget_tokens)
         if req.chat_template_kwargs is not None:
             kw["chat_template_kwargs"] = req.chat_template_kwargs
         return await respond(req, lambda: engine.submit_chat_choices(

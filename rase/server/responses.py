@@ -25,7 +25,6 @@ from starlette.concurrency import run_in_threadpool
 from ..errors import InvalidRequest, RaseError, ResponseNotFound
 from ..textstate import ReasoningDelta
 from ..tools import ToolCallDelta
-from .defaults import ServeDefaults
 from .errors import status_of
 from .schemas import Absent, FunctionName, Int, ModelId, needs
 
@@ -154,50 +153,42 @@ _TOOLS_OR_FORMAT = {"not": {"required": ["tools", "text"], "properties": {
         "type": "object", "properties": {"type": {"enum": ["json_object", "json_schema"]}}}}}}}}
 
 
-class ResponsesRequest(BaseModel):
-    """The fields rase implements; any other is a 400 that names it."""
+class _Prompt(BaseModel):
+    """What makes a response's prompt (all /v1/responses/input_tokens takes)."""
     model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"allOf": [
         needs("tool_choice", "tools", "none"), _TOOLS_OR_FORMAT]})
     model: ModelId
     input: Input
     instructions: Optional[str] = None
     previous_response_id: Optional[str] = None
-    max_output_tokens: Optional[Int] = Field(default=None, ge=1)
-    temperature: Optional[float] = Field(default=None, ge=0.0, le=2.0)
-    top_p: Optional[float] = Field(default=None, gt=0.0, le=1.0)
     tools: Optional[list[FunctionTool]] = None
     tool_choice: Choice = None
     parallel_tool_calls: Optional[bool] = None
     text: Optional[TextConfig] = None
     reasoning: Optional[ReasoningConfig] = None
+    truncation: Optional[Literal["disabled"]] = None  # an input over the context is refused, never cut
+    chat_template_kwargs: Optional[dict[str, Any]] = None  # extension (llama-server's)
+
+
+class InputTokensRequest(_Prompt):
+    pass
+
+
+class ResponsesRequest(_Prompt):
+    """The fields rase implements; any other is a 400 that names it."""
+    max_output_tokens: Optional[Int] = Field(default=None, ge=1)
+    temperature: Optional[float] = Field(default=None, ge=0.0, le=2.0)
+    top_p: Optional[float] = Field(default=None, gt=0.0, le=1.0)
     stream: bool = False
     store: bool = True
     metadata: Optional[dict[str, str]] = None
     user: Optional[str] = None
     safety_identifier: Optional[str] = None
     prompt_cache_key: Optional[str] = None  # rase reuses any cached prefix without a key
-    truncation: Optional[Literal["disabled"]] = None  # an input over the context is refused, never cut
     seed: Optional[Int] = Field(default=None, ge=0)    # extension, as on /v1/chat/completions
     top_k: Optional[Int] = Field(default=None, ge=1)   # extension
-    chat_template_kwargs: Optional[dict[str, Any]] = None  # extension (llama-server's)
     include: Annotated[Optional[list[str]], Field(max_length=0)] = None
     background: Optional[Annotated[Literal[False], BeforeValidator(_bool)]] = None
-
-
-class InputTokensRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"allOf": [
-        needs("tool_choice", "tools", "none"), _TOOLS_OR_FORMAT]})
-    model: ModelId
-    input: Input
-    instructions: Optional[str] = None
-    previous_response_id: Optional[str] = None
-    tools: Optional[list[FunctionTool]] = None
-    tool_choice: Choice = None
-    parallel_tool_calls: Optional[bool] = None
-    text: Optional[TextConfig] = None
-    reasoning: Optional[ReasoningConfig] = None
-    truncation: Optional[Literal["disabled"]] = None
-    chat_template_kwargs: Optional[dict[str, Any]] = None
 
 
 class _Store:
@@ -365,7 +356,7 @@ def _assistant_messages(response: dict) -> list[dict]:
 
 # ---------------------------------------------------------------- routes
 
-def router(engine, metrics, defaults: ServeDefaults) -> APIRouter:
+def router(engine, metrics) -> APIRouter:
     api = APIRouter()
     store = _Store()
 
@@ -376,7 +367,7 @@ def router(engine, metrics, defaults: ServeDefaults) -> APIRouter:
         gen = dict(max_tokens=req.max_output_tokens, temperature=req.temperature, top_p=req.top_p, seed=req.seed,
                    top_k=req.top_k)
         kw = dict({k: v for k, v in gen.items() if v is not None}, response_format=_response_format(req.text),
-                  **_tools(req), **_template(req), think=defaults.think("deepseek"), reasoning_budget=defaults.budget())
+                  **_tools(req), **_template(req), think="separate")
         handle = await run_in_threadpool(lambda: engine.submit_chat(req.model, _with_instructions(req, messages), **kw))
         shell = _shell(req, _id("resp"), int(time.time()))
 
