@@ -359,7 +359,7 @@ def _serve_defaults(args):
 def _engine_options(args) -> dict:
     return dict(n_ctx=args.ctx_size, max_batch=args.parallel, kv_cache_mb=args.kv_cache_mb,
                 prefix_cache=not args.no_prefix_cache, max_waiting=args.max_waiting, time_limit_s=args.time_limit,
-                max_tokens_limit=args.max_tokens_limit)
+                max_tokens_limit=args.max_tokens_limit, reasoning_budget=_reasoning_budget(args.reasoning_budget))
 
 
 def _serve_on_ray(args) -> int:
@@ -381,16 +381,17 @@ def _serve_on_ray(args) -> int:
     return serve_on_ray(args.host, args.port, args.ray_address, banner, models=args.model,
                         store=args.store, replicas=replicas,
                         threads_per_replica=args.threads, router=args.router or "affinity", guard=guard,
-                        drain_timeout_s=300.0 if args.drain_timeout is None else args.drain_timeout, device=args.device, **_engine_options(args))
+                        drain_timeout_s=300.0 if args.drain_timeout is None else args.drain_timeout, device=args.device,
+                        reasoning_format=args.reasoning_format, **_engine_options(args))
 
 
 def cmd_serve(args) -> int:
     from .api import Engine
 
     if args.ray:
-        if args.reasoning_format != "auto" or args.reasoning_budget != -1 or args.keep_alive is not None:
-            raise InvalidRequest("--reasoning-format, --reasoning-budget and --keep-alive do not apply with --ray yet",
-                                 "ray")
+        if args.keep_alive is not None:
+            raise InvalidRequest("--keep-alive does not apply with --ray: each replica keeps its models loaded "
+                                 "(scale the replicas instead)", "keep_alive")
         return _serve_on_ray(args)
     given = [f"--{k.replace('_', '-')}" for k in RAY_ONLY if getattr(args, k) is not None]
     if given:

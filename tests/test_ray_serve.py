@@ -301,6 +301,13 @@ def test_a_serve_config_file_builds_the_same_app_and_refuses_unknown_args(tmp_pa
     monkeypatch.undo()
     with pytest.raises(InvalidRequest, match="router must be one of"):
         ray_serve.app_builder({"models": [spec], "store": str(tmp_path), "router": "random"})
+    # rase serve's reasoning options reach every replica; a keep-alive has no place there
+    assert isinstance(ray_serve.app_builder({**args, "reasoning_format": "none", "reasoning_budget": 64}),
+                      ray_serve.serve.Application)
+    with pytest.raises(InvalidRequest, match="reasoning format"):
+        ray_serve.app_builder({"models": [spec], "store": str(tmp_path), "reasoning_format": "xml"})
+    with pytest.raises(InvalidRequest, match="keep_alive"):
+        ray_serve.build_app([spec], tmp_path, keep_alive=30)
 
 
 def test_the_documented_serve_configs_are_accepted(monkeypatch):

@@ -36,11 +36,13 @@ class RaseReplica:
     """One Engine over this node's store with the deployment's models present (fetched and
     SHA-256 checked if missing), loaded before the replica reports ready."""
 
-    def __init__(self, manifests: list[dict], store: str | None, engine_options: dict, guard: GuardConfig) -> None:
+    def __init__(self, manifests: list[dict], store: str | None, engine_options: dict, guard: GuardConfig,
+                 reasoning_format: str = "auto") -> None:
         from ..api import Engine
         from ..config import default_store
         from ..registry import ModelRegistry
         from ..server import create_app
+        from ..server.defaults import ServeDefaults
         from .node_store import ensure_model
 
         registry = ModelRegistry(store or default_store())
@@ -49,7 +51,7 @@ class RaseReplica:
         self.engine = Engine(registry.root, **engine_options)
         for m in manifests:
             self.engine.session(m["id"])  # verify + load now: a replica is healthy once it can answer
-        self.app = create_app(self.engine, guard=guard)
+        self.app = create_app(self.engine, guard=guard, defaults=ServeDefaults(reasoning_format))
         self.name = serve.get_replica_context().replica_id.unique_id
         self.headers = ((REPLICA_HEADER, f"{self.name} pid={os.getpid()}".encode()),)
 
@@ -171,17 +173,24 @@ ROUTERS = {"affinity": lambda max_batch: RequestRouterConfig(request_router_clas
 
 def build_app(models: Sequence[str | dict] | None = None, store=None, *, replicas: Replicas = Replicas(),
               threads_per_replica: int | None = None, router: str = "affinity", guard: GuardConfig | None = None,
-              drain_timeout_s: float = 300.0, **engine_options) -> serve.Application:
+              drain_timeout_s: float = 300.0, reasoning_format: str = "auto", **engine_options) -> serve.Application:
     """The Ray Serve application: RaseIngress over `replicas` RaseReplica of the models (ids in
     store, default all of them, or fetch specs: fetched_manifest) with Engine(**engine_options),
     rase serve's -np 8 and --max-waiting 64 unless given. Each replica takes threads_per_replica
-    cores (default: this machine's physical cores split between the replicas) as its Ray CPUs."""
+    cores (default: this machine's physical cores split between the replicas) as its Ray CPUs.
+    reasoning_format: rase serve's --reasoning-format, for every replica's app."""
     from ..config import default_store, physical_cores
     from ..errors import InvalidRequest
     from ..registry import ModelRegistry
 
     if router not in ROUTERS:
         raise InvalidRequest(f"router must be one of {', '.join(ROUTERS)}, got {router!r}", "router")
+    if engine_options.get("keep_alive") is not None:
+        raise InvalidRequest("keep_alive does not apply on Ray Serve: each replica keeps its models loaded "
+                             "(scale replicas down instead)", "keep_alive")
+    from ..server.defaults import ServeDefaults
+
+    ServeDefaults(reasoning_format)  # a bad format fails here, before Ray starts
     registry = ModelRegistry(store or default_store())
     models = list(models) if models else [m.id for m in registry.list()]
     if not models:
@@ -201,13 +210,13 @@ def build_app(models: Sequence[str | dict] | None = None, store=None, *, replica
     ingress = serve.deployment(RaseIngress, name="RaseIngress").options(
         num_replicas=1, ray_actor_options={"num_cpus": 0}, max_ongoing_requests=4096,
         graceful_shutdown_timeout_s=drain_timeout_s, graceful_shutdown_wait_loop_s=0.5)
-    return ingress.bind(replica.bind(manifests, str(store) if store else None, engine_options, guard),
-                        guard.max_body)
+    return ingress.bind(replica.bind(manifests, str(store) if store else None, engine_options, guard,
+                                     reasoning_format), guard.max_body)
 
 
 BUILDER_ARGS = {"models", "store", "replicas", "threads_per_replica", "router", "drain_timeout_s", "allowed_hosts",
                 "cors_origins", "n_ctx", "max_batch", "kv_cache_mb", "prefix_cache", "max_waiting", "time_limit_s",
-                "max_tokens_limit"}
+                "max_tokens_limit", "reasoning_format", "reasoning_budget"}
 
 
 def app_builder(args: dict) -> serve.Application:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..errors import InvalidRequest
 from ..thinking import REASONING_FORMATS
 
 
@@ -14,7 +15,8 @@ class ServeDefaults:
 
     def __post_init__(self) -> None:
         if self.reasoning_format not in REASONING_FORMATS:
-            raise ValueError(f"reasoning format must be one of {', '.join(REASONING_FORMATS)}")
+            raise InvalidRequest(f"reasoning format must be one of {', '.join(REASONING_FORMATS)}, got "
+                                 f"{self.reasoning_format!r}", "reasoning_format")
 
     def think(self, reasoning_format: str | None) -> str:
         """The engine's think mode for a request's reasoning_format (or this server's)."""
