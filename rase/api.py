@@ -62,13 +62,15 @@ class Engine:
     "length"); max_tokens_limit on any request's max_tokens (the default is lowered to it).
     keep_alive: how long a model stays loaded once idle (seconds, or a duration like "5m"; None:
     until unloaded); Engine.load(model, keep_alive=...) sets one model's. reasoning_budget: the
-    tokens a <think> block may take unless a request says (rase serve --reasoning-budget)."""
+    tokens a <think> block may take unless a request says (rase serve --reasoning-budget).
+    speculative "ngram": greedy requests decode prompt-lookup drafts, verified in the same step
+    as everything else (the same tokens as without, in fewer steps; rase serve --spec ngram)."""
 
     def __init__(self, store=None, device: str = "auto", n_ctx: int | None = None, *, max_batch: int = 8,
                  kv_cache_mb: float | None = None, prefix_cache: bool = True, tbt_target_ms: float = 100.0,
                  n_threads: int | None = None, max_waiting: int | None = None, time_limit_s: float | None = None,
                  max_tokens_limit: int | None = None, keep_alive: float | str | None = None,
-                 reasoning_budget: int | None = None) -> None:
+                 reasoning_budget: int | None = None, speculative: str | None = None) -> None:
         if device not in DEVICES:
             raise BackendUnavailable(f"requested backend is unavailable: {device!r}; rase runs on the CPU")
         if n_ctx is not None and (isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or n_ctx < 1):
@@ -84,12 +86,15 @@ class Engine:
         if reasoning_budget is not None and (isinstance(reasoning_budget, bool) or not isinstance(reasoning_budget, int)
                                              or reasoning_budget < 0):
             raise InvalidRequest(f"reasoning_budget must be a number of tokens, got {reasoning_budget!r}")
+        if speculative not in (None, "ngram"):
+            raise InvalidRequest(f"speculative must be None or 'ngram' (prompt lookup), got {speculative!r}",
+                                 "speculative")
         self.max_tokens_limit, self.reasoning_budget = max_tokens_limit, reasoning_budget
         self.registry = ModelRegistry(store if store is not None else default_store())
         self.sessions = SessionCache(functools.partial(
             load_session, n_ctx=n_ctx, n_threads=n_threads, max_batch=max_batch, kv_cache_mb=kv_cache_mb,
             prefix_cache=prefix_cache, tbt_target_ms=tbt_target_ms, max_waiting=max_waiting,
-            time_limit_s=time_limit_s))
+            time_limit_s=time_limit_s, speculative=speculative == "ngram"))
         self._retired_counts = dict.fromkeys(COUNTED, 0)
         self._stats_lock = threading.Lock()
         # counts of unloaded models survive them; the callback holds the counters, not self
@@ -113,7 +118,7 @@ class Engine:
             for k in COUNTED:
                 out[k] += m[k]
         for k in ("running", "waiting", "kv_blocks_used", "kv_blocks_total", "prefix_hit_tokens", "state_bytes_used",
-                  "state_bytes_total"):
+                  "state_bytes_total", "drafted_tokens", "accepted_draft_tokens"):
             out[k] = sum(m.get(k, 0) for m in models.values())
         out["models"] = models
         return out

@@ -392,6 +392,8 @@ def cmd_serve(args) -> int:
         if args.keep_alive is not None:
             raise InvalidRequest("--keep-alive does not apply with --ray: each replica keeps its models loaded "
                                  "(scale the replicas instead)", "keep_alive")
+        if args.spec is not None:
+            raise InvalidRequest("--spec does not apply with --ray yet", "spec")
         return _serve_on_ray(args)
     given = [f"--{k.replace('_', '-')}" for k in RAY_ONLY if getattr(args, k) is not None]
     if given:
@@ -399,7 +401,8 @@ def cmd_serve(args) -> int:
     engine = Engine(args.store or default_store(), device=args.device, n_ctx=args.ctx_size, max_batch=args.parallel,
                     kv_cache_mb=args.kv_cache_mb, prefix_cache=not args.no_prefix_cache, n_threads=args.threads,
                     max_waiting=args.max_waiting, time_limit_s=args.time_limit, max_tokens_limit=args.max_tokens_limit,
-                    keep_alive=args.keep_alive, reasoning_budget=_reasoning_budget(args.reasoning_budget))
+                    keep_alive=args.keep_alive, reasoning_budget=_reasoning_budget(args.reasoning_budget),
+                    speculative=args.spec)
     return _serve(engine, args)
 
 
@@ -530,6 +533,9 @@ def _add_generation_commands(sub, leaf) -> None:
                    help="refuse requests asking for more than N max_tokens (default: the context)")
     s.add_argument("-t", "--threads", type=int, default=None, metavar="T",
                    help="threads per forward pass (default: $RASE_NUM_THREADS, else physical cores)")
+    s.add_argument("--spec", choices=("ngram",), default=None,
+                   help="speculative decoding of greedy requests: ngram drafts from the request's own prompt and "
+                        "output (the same tokens, in fewer steps)")
     s.add_argument("--keep-alive", default=None, metavar="DURATION",
                    help="unload a model idle this long (seconds, or 30s / 5m / 1h; default: keep it loaded); "
                         "Ollama's keep_alive sets one model's")

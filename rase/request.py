@@ -62,6 +62,7 @@ class Request:
     reserved: int = 0
     cache_chain: bool = True
     slot: int = -1               # a hybrid's recurrent-state slot while it runs (state_cache.StateSlots)
+    lookup: Any = None           # drafting.Lookup: its speculative drafts, when the worker speculates
     cached_tokens: int = 0
     generated: int = 0
     stop_reason: GenerationStopReason | None = None
@@ -104,6 +105,8 @@ class Request:
                        prompt_per_second=round(prompt_n / prompt_s, 2) if prompt_s > 0 else None,
                        predicted_n=self.generated, predicted_ms=round(gen_s * 1e3, 3),
                        predicted_per_second=round((self.generated - 1) / gen_s, 2) if gen_s > 0 else None)
+        if self.lookup is not None:  # llama-server's names
+            timings.update(draft_n=self.lookup.drafted, draft_n_accepted=self.lookup.accepted)
         calls = list(getattr(self.text, "calls", ()))
         if calls and reason != "cancelled":
             reason = "tool_calls"

@@ -50,6 +50,7 @@ class Step:
     embd_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))  # rows whose hidden states are read
     reads: list = field(default_factory=list)  # (request, start, stop): its slice of hidden (embd_rows) or logits
     slots: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))  # seq -> recurrent-state slot
+    drafts: dict = field(default_factory=dict)  # request -> the draft tokens its rows verify (speculation)
 
 
 class _Ema:
@@ -62,8 +63,12 @@ class _Ema:
 
 class Scheduler:
     def __init__(self, kv: KVCache, max_batch: int = 8, max_chunk: int = 512, min_chunk: int = 16,
-                 tbt_target_ms: float = 100.0, causal: bool = True, max_logit_rows: int = 512) -> None:
+                 tbt_target_ms: float = 100.0, causal: bool = True, max_logit_rows: int = 512,
+                 speculative: bool = False) -> None:
+        """speculative: greedy requests decode drafts from prompt lookup (drafting.py), verified
+        as extra rows of their sequence: the same tokens, fewer steps."""
         self.kv, self.causal, self.max_logit_rows = kv, causal, max_logit_rows
+        self.speculative = speculative and causal and kv.state is None  # a recurrent state cannot step back
         self.max_batch, self.max_chunk, self.min_chunk = max_batch, max_chunk, min_chunk
         self.tbt_target = tbt_target_ms / 1e3
         self.waiting: deque[Request] = deque()
@@ -72,6 +77,7 @@ class Scheduler:
         self._decode_s = _Ema()           # a decode-only step
         self._prefill_tok_s = _Ema()      # each prompt token a step adds
         self.steps = 0
+        self.drafted = self.draft_accepted = 0  # speculation: draft tokens verified, and confirmed
 
     # ---------------------------------------------------------------- queue
 
@@ -153,13 +159,19 @@ class Scheduler:
         embd_rows: list[int] = []
         logit_rows: list[int] = []
         reads: list[tuple[Request, int, int]] = []
+        drafts: dict[Request, list[int]] = {}
         for req in decode:
-            self.kv.grow(req, req.n_computed + 1)
-            out_rows.append(len(rows))
-            out.append(req)
-            rows.append((req.tokens[req.n_computed], len(seqs), req.n_computed))
+            guess = self._drafts(req)
+            if guess:
+                drafts[req] = guess
+            n = req.n_computed
+            self.kv.grow(req, n + 1 + len(guess))
+            for i, token in enumerate([req.tokens[n]] + guess):  # each position's logits verify the next draft
+                out_rows.append(len(rows))
+                out.append(req)
+                rows.append((token, len(seqs), n + i))
             seqs.append(req)
-            counts.append(1)
+            counts.append(1 + len(guess))
         n_prefill = 0
         for req in self.running:
             if (req.remaining == 1 and req.collect is None) or budget <= 0:
@@ -198,7 +210,35 @@ class Scheduler:
         reads = [(r, a + n_out, b + n_out) if r.collect.source == "logits" else (r, a, b) for r, a, b in reads]
         return Step(np.array(rows, np.int32).reshape(-1, 3), tables, np.array(out_rows + logit_rows, np.int32),
                     out, seqs, counts, len(decode), n_prefill, [r.sampler for r in out] + [None] * len(logit_rows),
-                    np.array(embd_rows, np.int32), reads, np.array([r.slot for r in seqs], np.int32))
+                    np.array(embd_rows, np.int32), reads, np.array([r.slot for r in seqs], np.int32), drafts)
+
+    def _accepted(self, step: Step, tokens) -> dict[Request, int]:
+        """Per verified request: how many of its drafts the tokens its rows drew confirm (each
+        row's token is the one decoding one at a time would draw there, given the drafts before it)."""
+        out = {}
+        for req, guess in step.drafts.items():
+            j = step.out.index(req)
+            m = 0
+            while m < len(guess) and isinstance(tokens[j + m], int) and int(tokens[j + m]) == guess[m]:
+                m += 1
+            out[req] = m
+            req.lookup.verified(len(guess), m)
+            self.drafted += len(guess)
+            self.draft_accepted += m
+        return out
+
+    def _drafts(self, req: Request) -> list[int]:
+        """A decoding request's draft tokens: only where the verified tokens are the one-token
+        ones by construction (greedy, no grammar, no penalties, no logprobs)."""
+        if not self.speculative or req.config.temperature != 0 or req.constraint is not None or req.penalized \
+                or req.logprobs is not None:
+            return []
+        if req.lookup is None:
+            from .drafting import Lookup
+
+            req.lookup = Lookup()
+        # room: the tokens it may still sample, the last of which needs no draft after it
+        return req.lookup.propose(req.tokens, req.config.max_tokens - req.generated - 1)
 
     def _take(self, req: Request, budget: int, logit_rows: int) -> int:
         """Prompt positions req computes this step: within the budget and, when it reads logits,
@@ -222,8 +262,9 @@ class Scheduler:
         else:
             self._prefill_tok_s.add(max(seconds - (self._decode_s.value or 0.0) * (step.n_decode > 0), 0.0)
                                     / step.n_prefill)
+        accepted = self._accepted(step, tokens)
         for req, n in zip(step.seqs, step.counts):
-            req.n_computed += n
+            req.n_computed += n if req not in accepted else accepted[req] + 1  # rejected drafts' K/V is left behind
             self.kv.commit(req)
         events, self.events = self.events, []
         for req, a, b in step.reads:
@@ -231,7 +272,12 @@ class Scheduler:
             if req.n_computed == len(req.prompt):
                 req.collect.finish()
                 events.append(self._finish(req, None))
+        left = {req: m + 1 for req, m in accepted.items()}  # tokens of a verified run to take: the accepted + 1
         for j, (req, token) in enumerate(zip(step.out, tokens)):
+            if req in left:
+                if left[req] == 0 or req.state is State.DONE:
+                    continue  # past the first wrong draft, or the run already ended the request
+                left[req] -= 1
             try:
                 if isinstance(token, RaseError):
                     raise token
@@ -272,4 +318,4 @@ class Scheduler:
         return dict(running=len(self.running), waiting=len(self.waiting), steps=self.steps,
                     decode_step_ms=round((self._decode_s.value or 0.0) * 1e3, 3),
                     prefill_token_ms=round((self._prefill_tok_s.value or 0.0) * 1e3, 4),
-                    **self.kv.usage())
+                    drafted_tokens=self.drafted, accepted_draft_tokens=self.draft_accepted, **self.kv.usage())

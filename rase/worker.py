@@ -62,9 +62,11 @@ def state_slots(plan: ModelPlan, max_batch: int, n_blocks: int) -> tuple[int, in
 class ModelWorker:
     def __init__(self, plan: ModelPlan, *, max_batch: int = 8, kv_cache_mb: float | None = None,
                  n_threads: int | None = None, tbt_target_ms: float = 100.0, prefix_cache: bool = True,
-                 name: str = "model", max_waiting: int | None = None, time_limit_s: float | None = None) -> None:
+                 name: str = "model", max_waiting: int | None = None, time_limit_s: float | None = None,
+                 speculative: bool = False) -> None:
         """max_waiting: requests queued beyond the max_batch being decoded before submit refuses
-        (Overloaded); time_limit_s: wall-clock seconds per request from submission (TIME_LIMIT)."""
+        (Overloaded); time_limit_s: wall-clock seconds per request from submission (TIME_LIMIT);
+        speculative: greedy requests verify prompt-lookup drafts (scheduler.Scheduler)."""
         if max_batch < 1:
             raise InvalidRequest(f"max_batch must be at least 1, got {max_batch}")
         self.plan = plan
@@ -81,7 +83,7 @@ class ModelWorker:
                           state=state, max_tails=2 * max_batch)
         logit_rows = max(1, min(self.max_chunk, LOGIT_READS_MB * (1 << 20) // (4 * plan.vocab_size)))
         self.scheduler = Scheduler(self.kv, max_batch=max_batch, max_chunk=self.max_chunk, tbt_target_ms=tbt_target_ms,
-                                   causal=self.causal, max_logit_rows=logit_rows)
+                                   causal=self.causal, max_logit_rows=logit_rows, speculative=speculative)
         self._cond = threading.Condition()
         self._inbox: list[Request] = []
         self._closing = False

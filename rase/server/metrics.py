@@ -34,6 +34,10 @@ class _EngineCollector:
             yield GaugeMetricFamily(name, doc, value=stats.get(key, 0))
         yield CounterMetricFamily("rase_prefix_cache_hit_tokens", "prompt tokens served from the prefix cache",
                                   value=stats.get("prefix_hit_tokens", 0))
+        yield CounterMetricFamily("rase_draft_tokens", "speculative draft tokens verified (the loaded models)",
+                                  value=stats.get("drafted_tokens", 0))
+        yield CounterMetricFamily("rase_draft_accepted_tokens", "speculative draft tokens the model confirmed",
+                                  value=stats.get("accepted_draft_tokens", 0))
         yield GaugeMetricFamily("rase_models_loaded", "models resident", value=len(stats.get("models", {})))
         yield CounterMetricFamily("rase_model_loads", "models loaded (verified and planned)",
                                   value=self.engine.sessions.loads)

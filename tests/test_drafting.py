@@ -1,0 +1,117 @@
+"""Speculative decoding with prompt-lookup drafts: the lookup itself, and greedy output identical
+to decoding one token at a time on every tiny family and on SmolLM2, batched with other
+requests (greedy and sampled) in the same steps."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from rase import QuantType
+from rase.api import Engine
+from rase.drafting import K_MAX, Lookup
+from rase.registry import ModelRegistry
+from tests.tinymodels import ARCH_FEATURES
+
+
+def test_the_lookup_proposes_what_followed_the_tails_last_occurrence():
+    lk = Lookup()
+    assert lk.propose([5, 6, 7, 8, 5, 6], 10) == [7, 8, 5, 6][:lk.k]  # (5, 6) was followed by 7, 8, ...
+    assert lk.propose([1, 2, 3], 10) == []  # nothing repeats
+    assert Lookup().propose([9, 1, 2, 4, 1, 2], 1) == [4]  # within the room left
+    lk = Lookup()  # one per sequence: it indexes the tokens as they grow
+    assert lk.propose([1, 2, 9, 9, 3, 2], 10) == [9, 9, 3, 2][:lk.k]  # the 1-gram (2,) when longer ones miss
+    assert lk.propose([1, 2, 9, 9, 3, 2, 9], 10) == [9, 3, 2, 9][:lk.k]  # (2, 9) was followed by 9, 3, 2, 9
+
+
+def test_k_grows_while_drafts_hold_and_backs_off_when_they_fail():
+    lk = Lookup()
+    start = lk.k
+    lk.verified(start, start)
+    assert lk.k == min(K_MAX, 2 * start)
+    drafted = start
+    while lk.k:  # every draft wrong: k halves to 0
+        drafted += lk.k
+        lk.verified(lk.k, 0)
+    assert lk.propose([1, 2, 1, 2], 5) == []  # backed off: no drafts for a while
+    for _ in range(20):
+        lk.propose([1, 2, 1, 2], 5)
+    assert lk.k == 1  # then it probes again with one draft
+    assert (lk.drafted, lk.accepted) == (drafted, start)
+
+
+FAMILIES = sorted(set(ARCH_FEATURES) - {"gpt-oss"}) + ["lfm2-file", "qwen35-file"]  # the hybrids: no drafts
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory, tiny_models):
+    from pathlib import Path
+
+    root = tmp_path_factory.mktemp("spec-stores")
+    archs = Path(__file__).parent / "fixtures" / "archs"
+    out = {}
+    for family in FAMILIES:
+        path = archs / f"{family[:-5]}-tiny-q8_0.gguf" if family.endswith("-file") else \
+            tiny_models(family, QuantType.Q8_0)
+        ModelRegistry(root / family).import_local("m", path)
+        out[family] = root / family
+    return out
+
+
+PROMPTS = ["a b c d a b c d a b c", "xyz xyz xyz xyz", "hello there hello there hello", "one two three"]
+
+
+def _run(store, speculative):
+    """Every prompt greedy, submitted together with two sampled requests that share the steps."""
+    with Engine(store, speculative=speculative, n_threads=2, max_batch=8) as e:
+        handles = [e.submit_complete("m", p, max_tokens=24, temperature=0) for p in PROMPTS]
+        noise = [e.submit_complete("m", "noise", max_tokens=20, temperature=0.9, seed=s) for s in (1, 2)]
+        greedy = [h.result() for h in handles]
+        sampled = [h.result().text for h in noise]
+        stats = e.stats["models"]["m"]
+    return [g.text for g in greedy], sampled, stats
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_greedy_tokens_are_the_same_with_drafts_batched_with_others(stores, family):
+    plain, plain_sampled, _ = _run(stores[family], None)
+    spec, spec_sampled, stats = _run(stores[family], "ngram")
+    assert spec == plain and spec_sampled == plain_sampled
+    if family.endswith("-file"):
+        assert stats["drafted_tokens"] == 0  # a recurrent state cannot step back: no speculation
+    else:
+        assert stats["drafted_tokens"] > 0  # the repeated prompts gave drafts to verify
+
+
+def test_smollm2_quoting_accepts_most_drafts_and_says_so(smollm2_store):
+    passage = "The quick brown fox jumps over the lazy dog. All that glitters is not gold. " * 3
+    msgs = [{"role": "user", "content": "Repeat this text exactly:\n\n" + passage}]
+    outs = {}
+    for spec in (None, "ngram"):
+        with Engine(smollm2_store, speculative=spec, n_threads=2) as e:
+            done = threading.Event()
+            other = e.submit_chat("smollm2", [{"role": "user", "content": "Name a colour."}], max_tokens=30,
+                                  temperature=0.7, seed=3)
+            outs[spec] = (e.chat("smollm2", msgs, max_tokens=120, temperature=0), other.result().text)
+            done.set()
+    (plain, plain_other), (spec, spec_other) = outs[None], outs["ngram"]
+    assert spec.text == plain.text and spec_other == plain_other
+    t = spec.timings
+    assert t["draft_n"] > 20 and t["draft_n_accepted"] >= 0.6 * t["draft_n"], t
+
+
+def test_rase_serve_spec_ngram_reports_drafts_in_timings_and_metrics(smollm2_store, openai_client):
+    import httpx
+
+    from tests.conftest import rase_serve
+
+    passage = "Green leaves turn gold in autumn and fall to the ground. " * 4
+    with rase_serve(smollm2_store, "--threads", "2", "--spec", "ngram") as base:
+        out = openai_client(base).chat.completions.create(
+            model="smollm2", messages=[{"role": "user", "content": "Repeat exactly:\n\n" + passage}], max_tokens=60,
+            temperature=0)
+        timings = out.model_extra["timings"]
+        assert timings["draft_n"] > 0 and 0 < timings["draft_n_accepted"] <= timings["draft_n"]
+        metrics = httpx.get(f"{base}/metrics").text
+    drafted = next(float(line.split()[-1]) for line in metrics.splitlines() if line.startswith("rase_draft_tokens"))
+    assert drafted >= timings["draft_n"]
