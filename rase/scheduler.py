@@ -229,9 +229,11 @@ class Scheduler:
 
     def _drafts(self, req: Request) -> list[int]:
         """A decoding request's draft tokens: only where the verified tokens are the one-token
-        ones by construction (greedy, no grammar, no penalties, no logprobs)."""
+        ones by construction (greedy, no grammar, no penalties, no logprobs), and where its rows
+        may share one sampler (threads sample rows at once; a logit_bias or penalty writes the
+        sampler's scratch)."""
         if not self.speculative or req.config.temperature != 0 or req.constraint is not None or req.penalized \
-                or req.logprobs is not None:
+                or req.logprobs is not None or req.config.logit_bias:
             return []
         if req.lookup is None:
             from .drafting import Lookup

@@ -62,9 +62,11 @@ PROMPTS = ["a b c d a b c d a b c", "xyz xyz xyz xyz", "hello there hello there 
 
 
 def _run(store, speculative):
-    """Every prompt greedy, submitted together with two sampled requests that share the steps."""
+    """Every prompt greedy, submitted together with two sampled requests that share the steps
+    (and a greedy one with a logit_bias, which does not draft)."""
     with Engine(store, speculative=speculative, n_threads=2, max_batch=8) as e:
         handles = [e.submit_complete("m", p, max_tokens=24, temperature=0) for p in PROMPTS]
+        handles.append(e.submit_complete("m", PROMPTS[0], max_tokens=24, temperature=0, logit_bias={"5": 2.0}))
         noise = [e.submit_complete("m", "noise", max_tokens=20, temperature=0.9, seed=s) for s in (1, 2)]
         greedy = [h.result() for h in handles]
         sampled = [h.result().text for h in noise]
