@@ -90,6 +90,7 @@ cdef extern from "_sample.h" nogil:
         float logit
         int32_t id
     void rase_rng_seed(rase_rng *r, uint64_t seed)
+    uint64_t rase_rng_next(rase_rng *r)
     int RASE_SAMPLE_INVALID
     int RASE_SAMPLE_NONE
     int64_t RASE_SAMPLE_WORK(int64_t n)

@@ -74,6 +74,30 @@ cdef class Sampler:
             raise ValueError(f"mask must be a C-contiguous int32 array of {self.mask_words} words, or None")
         self._mask = value
 
+    def skip(self, int draws):
+        """Advance the RNG past `draws` draws (each sampled token at temperature > 0 takes one)."""
+        if draws < 0:
+            raise ValueError("draws must be non-negative")
+        cdef int i
+        for i in range(draws):
+            rase_rng_next(&self.rng)
+
+    def fork(self, int draws, Sampler into=None):
+        """A sampler that draws as this one will after `draws` more draws: the same settings,
+        its own scratch (into, when given, is reused). For the rows of a speculative run, each
+        sampling the position it would have sampled one token at a time. Penalties, a
+        logit_bias and a mask are not carried (such requests do not speculate)."""
+        if self._bias is not None or self._mask is not None:
+            raise ValueError("a sampler with a logit_bias or a mask cannot be forked")
+        cdef Sampler out = into
+        if out is None or out.n != self.n:
+            out = Sampler(self.n, self.p.temperature, self.p.top_k, self.p.top_p, self.p.min_p,
+                          self.p.repeat_penalty, self.p.presence_penalty, self.p.frequency_penalty, 0)
+        out.p = self.p
+        out.rng = self.rng
+        out.skip(draws)
+        return out
+
     def accept(self, int token):
         """Record a token as part of the history the penalties see (prompt or generated)."""
         if 0 <= token < self.n:

@@ -24,6 +24,7 @@ class Lookup:
         self.k = K_START
         self.idle = 0                      # tokens decoded since k fell to 0
         self.drafted = self.accepted = 0
+        self.forks: list = []              # the samplers of draft rows, reused step to step
 
     def _index(self, tokens: list[int]) -> None:
         for end in range(self.indexed, len(tokens)):

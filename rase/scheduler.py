@@ -160,6 +160,7 @@ class Scheduler:
         logit_rows: list[int] = []
         reads: list[tuple[Request, int, int]] = []
         drafts: dict[Request, list[int]] = {}
+        samplers: list = []
         for req in decode:
             guess = self._drafts(req)
             if guess:
@@ -169,6 +170,7 @@ class Scheduler:
             for i, token in enumerate([req.tokens[n]] + guess):  # each position's logits verify the next draft
                 out_rows.append(len(rows))
                 out.append(req)
+                samplers.append(req.sampler if i == 0 else self._fork(req, i))
                 rows.append((token, len(seqs), n + i))
             seqs.append(req)
             counts.append(1 + len(guess))
@@ -195,6 +197,7 @@ class Scheduler:
             if start + take == len(req.tokens) and req.collect is None:  # the prompt's last position: token 1
                 out_rows.append(len(rows) - 1)
                 out.append(req)
+                samplers.append(req.sampler)
             seqs.append(req)
             counts.append(take)
         if not seqs:
@@ -209,7 +212,7 @@ class Scheduler:
         n_out = len(out_rows)  # logits reads follow the sampled rows in the logits
         reads = [(r, a + n_out, b + n_out) if r.collect.source == "logits" else (r, a, b) for r, a, b in reads]
         return Step(np.array(rows, np.int32).reshape(-1, 3), tables, np.array(out_rows + logit_rows, np.int32),
-                    out, seqs, counts, len(decode), n_prefill, [r.sampler for r in out] + [None] * len(logit_rows),
+                    out, seqs, counts, len(decode), n_prefill, samplers + [None] * len(logit_rows),
                     np.array(embd_rows, np.int32), reads, np.array([r.slot for r in seqs], np.int32), drafts)
 
     def _accepted(self, step: Step, tokens) -> dict[Request, int]:
@@ -223,17 +226,28 @@ class Scheduler:
                 m += 1
             out[req] = m
             req.lookup.verified(len(guess), m)
+            if req.config.temperature > 0:
+                req.sampler.skip(m)  # its own row drew once; the m accepted rows' draws are its next ones
             self.drafted += len(guess)
             self.draft_accepted += m
         return out
 
+    @staticmethod
+    def _fork(req: Request, i: int):
+        """The sampler of a draft's row i: the request's as it will be i draws on (kept for reuse)."""
+        forks = req.lookup.forks
+        while len(forks) < i:
+            forks.append(None)
+        forks[i - 1] = req.sampler.fork(i, forks[i - 1])
+        return forks[i - 1]
+
     def _drafts(self, req: Request) -> list[int]:
-        """A decoding request's draft tokens: only where the verified tokens are the one-token
-        ones by construction (greedy, no grammar, no penalties, no logprobs), and where its rows
-        may share one sampler (threads sample rows at once; a logit_bias or penalty writes the
-        sampler's scratch)."""
-        if not self.speculative or req.config.temperature != 0 or req.constraint is not None or req.penalized \
-                or req.logprobs is not None or req.config.logit_bias:
+        """A decoding request's draft tokens: only where each verified token is, by construction,
+        the one decoding one at a time draws (row i samples with the request's sampler as it
+        will be i draws on: greedy or seeded alike); not with a grammar, penalties, a logit_bias
+        (they change as tokens are accepted) or logprobs."""
+        if not self.speculative or req.constraint is not None or req.penalized or req.logprobs is not None \
+                or req.config.logit_bias:
             return []
         if req.lookup is None:
             from .drafting import Lookup

@@ -1,9 +1,7 @@
-"""Speculative decoding with prompt-lookup drafts: the lookup itself, and greedy output identical
-to decoding one token at a time on every tiny family and on SmolLM2, batched with other
-requests (greedy and sampled) in the same steps."""
+"""Speculative decoding with prompt-lookup drafts: the lookup itself, and output identical to
+decoding one token at a time, greedy and seeded sampling alike, on every tiny family and on
+SmolLM2, batched with other requests in the same steps."""
 from __future__ import annotations
-
-import threading
 
 import pytest
 
@@ -62,12 +60,13 @@ PROMPTS = ["a b c d a b c d a b c", "xyz xyz xyz xyz", "hello there hello there 
 
 
 def _run(store, speculative):
-    """Every prompt greedy, submitted together with two sampled requests that share the steps
-    (and a greedy one with a logit_bias, which does not draft)."""
-    with Engine(store, speculative=speculative, n_threads=2, max_batch=8) as e:
+    """Every prompt greedy and seeded-sampled, all submitted together (and a greedy one with a
+    logit_bias, which does not draft)."""
+    with Engine(store, speculative=speculative, n_threads=2, max_batch=16) as e:
         handles = [e.submit_complete("m", p, max_tokens=24, temperature=0) for p in PROMPTS]
         handles.append(e.submit_complete("m", PROMPTS[0], max_tokens=24, temperature=0, logit_bias={"5": 2.0}))
-        noise = [e.submit_complete("m", "noise", max_tokens=20, temperature=0.9, seed=s) for s in (1, 2)]
+        noise = [e.submit_complete("m", p, max_tokens=24, temperature=0.9, top_k=8, seed=s)
+                 for s, p in enumerate(PROMPTS)]
         greedy = [h.result() for h in handles]
         sampled = [h.result().text for h in noise]
         stats = e.stats["models"]["m"]
@@ -75,7 +74,7 @@ def _run(store, speculative):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_greedy_tokens_are_the_same_with_drafts_batched_with_others(stores, family):
+def test_the_tokens_are_the_same_with_drafts_batched_with_others(stores, family):
     plain, plain_sampled, _ = _run(stores[family], None)
     spec, spec_sampled, stats = _run(stores[family], "ngram")
     assert spec == plain and spec_sampled == plain_sampled
@@ -85,21 +84,21 @@ def test_greedy_tokens_are_the_same_with_drafts_batched_with_others(stores, fami
         assert stats["drafted_tokens"] > 0  # the repeated prompts gave drafts to verify
 
 
-def test_smollm2_quoting_accepts_most_drafts_and_says_so(smollm2_store):
+@pytest.mark.parametrize("temperature", [0.0, 0.7])
+def test_smollm2_quoting_accepts_most_drafts_and_says_so(smollm2_store, temperature):
     passage = "The quick brown fox jumps over the lazy dog. All that glitters is not gold. " * 3
     msgs = [{"role": "user", "content": "Repeat this text exactly:\n\n" + passage}]
     outs = {}
     for spec in (None, "ngram"):
         with Engine(smollm2_store, speculative=spec, n_threads=2) as e:
-            done = threading.Event()
             other = e.submit_chat("smollm2", [{"role": "user", "content": "Name a colour."}], max_tokens=30,
                                   temperature=0.7, seed=3)
-            outs[spec] = (e.chat("smollm2", msgs, max_tokens=120, temperature=0), other.result().text)
-            done.set()
+            outs[spec] = (e.chat("smollm2", msgs, max_tokens=120, temperature=temperature, seed=11),
+                          other.result().text)
     (plain, plain_other), (spec, spec_other) = outs[None], outs["ngram"]
     assert spec.text == plain.text and spec_other == plain_other
     t = spec.timings
-    assert t["draft_n"] > 20 and t["draft_n_accepted"] >= 0.6 * t["draft_n"], t
+    assert t["draft_n"] > 20 and t["draft_n_accepted"] >= 0.5 * t["draft_n"], t
 
 
 def test_rase_serve_spec_ngram_reports_drafts_in_timings_and_metrics(smollm2_store, openai_client):

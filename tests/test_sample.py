@@ -162,3 +162,23 @@ def test_signed_zeros_tie_and_keep_id_order_in_the_full_sort():
     got = [s.sample(logits) for _ in range(50)]
     want = [reference(logits, np.zeros(n), 1.0, 0, 1.0, 0.0, 1.0, 0.0, 0.0, ref_rng) for _ in range(50)]
     assert got == want and len(set(got) & set(zeros.tolist())) > 10
+
+
+def test_a_fork_draws_as_its_sampler_will_after_as_many_draws():
+    """Speculation's rows: fork(i) samples as the sampler itself does i draws later, and skip(m)
+    brings the sampler there."""
+    rng = np.random.default_rng(5)
+    rows = [rng.standard_normal(300).astype(np.float32) for _ in range(6)]
+    alone = Sampler(300, 0.9, 40, 0.95, 0.0, 1.0, 0.0, 0.0, 21)
+    expected = [alone.sample(r) for r in rows]
+    s = Sampler(300, 0.9, 40, 0.95, 0.0, 1.0, 0.0, 0.0, 21)
+    forks = [s.fork(i) for i in range(1, 6)]
+    assert [s.sample(rows[0])] + [f.sample(r) for f, r in zip(forks, rows[1:])] == expected
+    again = Sampler(300, 0.9, 40, 0.95, 0.0, 1.0, 0.0, 0.0, 21)
+    again.sample(rows[0])
+    again.skip(2)
+    assert again.sample(rows[3]) == expected[3]
+    reused = s.fork(3, forks[0])
+    assert reused is forks[0]
+    with pytest.raises(ValueError):
+        Sampler(300, 0.9, 40, 0.95, 0.0, 1.0, 0.0, 0.0, 1, {3: 1.0}).fork(1)
