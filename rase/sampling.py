@@ -25,6 +25,8 @@ class GenerationConfig:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, added to its logit), OpenAI's -100..100
+    draft_max: int | None = None  # speculation: at most this many drafts a step (0: none; None: as it adapts)
+    draft_min: int = 0            # fewer drafts than this are not verified
 
     def validate(self) -> None:
         bad = InvalidGenerationConfig
@@ -43,6 +45,10 @@ class GenerationConfig:
         for name in ("presence_penalty", "frequency_penalty"):
             if not math.isfinite(getattr(self, name)):
                 raise bad(f"invalid generation configuration: {name} must be finite")
+        for name in ("draft_max", "draft_min"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise bad(f"invalid generation configuration: {name} must be a non-negative integer")
         if not 0 <= self.seed < 2**64:
             raise bad("invalid generation configuration: seed must be in [0, 2^64)")
         for tid, value in self.logit_bias:

@@ -254,7 +254,11 @@ class Scheduler:
 
             req.lookup = Lookup()
         # room: the tokens it may still sample, the last of which needs no draft after it
-        return req.lookup.propose(req.tokens, req.config.max_tokens - req.generated - 1)
+        room = req.config.max_tokens - req.generated - 1
+        if req.config.draft_max is not None:
+            room = min(room, req.config.draft_max)
+        guess = req.lookup.propose(req.tokens, room)
+        return guess if len(guess) >= max(1, req.config.draft_min) else []
 
     def _take(self, req: Request, budget: int, logit_rows: int) -> int:
         """Prompt positions req computes this step: within the budget and, when it reads logits,

@@ -13,7 +13,7 @@ from .thinking import ReasoningGate
 from .tools import ToolSpec, ToolText, tool_constraint
 
 GEN_FIELDS = ("max_tokens", "temperature", "top_k", "seed", "top_p", "min_p", "repeat_penalty",
-              "presence_penalty", "frequency_penalty", "stop_tokens", "logit_bias")
+              "presence_penalty", "frequency_penalty", "stop_tokens", "logit_bias", "draft_max", "draft_min")
 EFFORTS = ("none", "minimal", "low", "medium", "high")  # OpenAI's reasoning_effort values
 
 

@@ -114,5 +114,14 @@ def test_rase_serve_spec_ngram_reports_drafts_in_timings_and_metrics(smollm2_sto
         timings = out.model_extra["timings"]
         assert timings["draft_n"] > 0 and 0 < timings["draft_n_accepted"] <= timings["draft_n"]
         metrics = httpx.get(f"{base}/metrics").text
+        ask = {"model": "smollm2", "messages": [{"role": "user", "content": "Repeat exactly:\n\n" + passage}],
+               "max_tokens": 60, "temperature": 0}
+        off = httpx.post(f"{base}/v1/chat/completions", json={**ask, "speculative.n_max": 0}, timeout=60).json()
+        assert off["timings"]["draft_n"] == 0 and off["choices"][0]["message"] == out.choices[0].message.model_dump(
+            exclude_none=True)
+        capped = httpx.post(f"{base}/v1/chat/completions", json={**ask, "speculative.n_max": 1}, timeout=60).json()
+        assert 0 < capped["timings"]["draft_n"] <= capped["timings"]["predicted_n"]  # one draft a step at most
+        refused = httpx.post(f"{base}/v1/chat/completions", json={**ask, "speculative.p_min": 0.5}, timeout=60)
+        assert refused.status_code == 400 and refused.json()["error"]["param"] == "speculative.p_min"
     drafted = next(float(line.split()[-1]) for line in metrics.splitlines() if line.startswith("rase_draft_tokens"))
     assert drafted >= timings["draft_n"]

@@ -160,11 +160,22 @@ class _Common(BaseModel):
     response_format: Optional[dict[str, Any]] = None
     grammar: Optional[Annotated[str, Field(min_length=1)]] = None  # extension (llama-server's): Lark or GBNF
     regex: Optional[Annotated[str, Field(min_length=1)]] = None    # extension: a regex the whole output matches
+    # llama-server's speculation bounds (rase serve --spec): drafts per step at most / at least
+    speculative_n_max: Optional[Int] = Field(default=None, ge=0, alias="speculative.n_max")
+    speculative_n_min: Optional[Int] = Field(default=None, ge=0, alias="speculative.n_min")
+    speculative_p_min: Annotated[Optional[float], Unsupported] = Field(default=None, alias="speculative.p_min")
 
     def generation_kwargs(self) -> dict:
-        return {k: getattr(self, k) for k in ("max_tokens", "temperature", "top_p", "top_k", "min_p",
-                                              "seed", "presence_penalty", "frequency_penalty", "logit_bias")
-                if getattr(self, k) is not None}
+        if self.speculative_p_min is not None:
+            raise InvalidRequest("speculative.p_min applies to draft-model speculation; rase drafts by prompt lookup",
+                                 "speculative.p_min")
+        out = {k: getattr(self, k) for k in ("max_tokens", "temperature", "top_p", "top_k", "min_p",
+                                             "seed", "presence_penalty", "frequency_penalty", "logit_bias")
+               if getattr(self, k) is not None}
+        for ours, theirs in (("draft_max", self.speculative_n_max), ("draft_min", self.speculative_n_min)):
+            if theirs is not None:
+                out[ours] = theirs
+        return out
 
     def structure_kwargs(self) -> dict:
         return {k: getattr(self, k) for k in ("response_format", "grammar", "regex")}
