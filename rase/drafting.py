@@ -39,14 +39,20 @@ class Lookup:
     def propose(self, tokens: list[int], most: int) -> list[int]:
         """At most min(k, most) tokens that followed the tail's latest earlier occurrence."""
         self._index(tokens)
-        k = min(self.k, most)
+        k = self._room(most)
+        return self.guess(tokens, k) if k > 0 else []
+
+    def _room(self, most: int) -> int:
+        """This step's k: the adaptive one, or, once it fell to 0, one draft every PROBE tokens."""
         if self.k == 0:
             self.idle += 1
             if self.idle < PROBE:
-                return []
-            self.k, self.idle, k = 1, 0, min(1, most)
-        if k <= 0:
-            return []
+                return 0
+            self.k, self.idle = 1, 0
+        return min(self.k, most)
+
+    def guess(self, tokens: list[int], k: int) -> list[int]:
+        """The k tokens after the latest earlier occurrence of the longest tail n-gram seen before."""
         for n in range(min(N_MAX, len(tokens) - 1), 0, -1):
             at = self.prev.get(tuple(tokens[-n:]))
             if at is not None:
