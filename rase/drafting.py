@@ -1,7 +1,9 @@
-"""Draft tokens for speculative decoding: prompt lookup (llama.cpp's ngram-simple).
+"""Draft tokens for speculative decoding: prompt lookup (llama.cpp's ngram-simple), and an
+n-gram cache of the requests served before.
 
 A request's next tokens are guessed from its own prompt and output: the tokens that followed
-the latest earlier occurrence of its last n tokens (n = 3, then 2, then 1). The step verifies
+the latest earlier occurrence of its last n tokens (n = 3, then 2, then 1); failing that, what
+followed its last 3 tokens in a recent request (NgramCache). The step verifies
 them as extra rows of the request's sequence; rase's logits of a position do not depend on how
 many rows share the step, so every accepted token is exactly the token decoding one at a time
 gives (greedy), and the draft only changes how many forward steps it takes.
@@ -12,12 +14,35 @@ N_MAX = 3       # longest n-gram looked up
 K_START = 4     # drafts per step at first
 K_MAX = 8       # at most
 PROBE = 16      # tokens decoded without drafts before trying again once k fell to 0
+CACHED = 1 << 16  # 3-grams an NgramCache keeps (least recently seen dropped)
+
+
+class NgramCache:
+    """A worker's memory of what followed each 3-gram in the requests it finished (the latest
+    occurrence wins): later requests draft from it (an agent's turns, a template's boilerplate)."""
+
+    def __init__(self, size: int = CACHED) -> None:
+        from collections import OrderedDict
+
+        self.size, self.next = size, OrderedDict()
+
+    def add(self, tokens: list[int]) -> None:
+        for i in range(len(tokens) - N_MAX):
+            key = tuple(tokens[i:i + N_MAX])
+            self.next[key] = tuple(tokens[i + N_MAX:i + N_MAX + K_MAX])
+            self.next.move_to_end(key)
+        while len(self.next) > self.size:
+            self.next.popitem(last=False)
+
+    def get(self, tail: tuple, k: int) -> list[int]:
+        return list(self.next.get(tail, ())[:k])
 
 
 class Lookup:
-    """One request's n-gram index and adaptive draft length."""
+    """One request's n-gram index and adaptive draft length (cache: the worker's NgramCache)."""
 
-    def __init__(self) -> None:
+    def __init__(self, cache: NgramCache | None = None) -> None:
+        self.cache = cache
         self.last: dict[tuple, int] = {}   # n-gram -> position after its latest occurrence
         self.prev: dict[tuple, int] = {}   # n-gram -> position after the occurrence before that
         self.indexed = 0                   # tokens indexed so far
@@ -52,11 +77,16 @@ class Lookup:
         return min(self.k, most)
 
     def guess(self, tokens: list[int], k: int) -> list[int]:
-        """The k tokens after the latest earlier occurrence of the longest tail n-gram seen before."""
+        """The k tokens after the latest earlier occurrence of the longest tail n-gram seen before:
+        in this request, or (for the 3-gram, before shorter ones here) in earlier requests."""
         for n in range(min(N_MAX, len(tokens) - 1), 0, -1):
             at = self.prev.get(tuple(tokens[-n:]))
             if at is not None:
                 return tokens[at:at + k]
+            if n == N_MAX and self.cache is not None:
+                cached = self.cache.get(tuple(tokens[-N_MAX:]), k)
+                if cached:
+                    return cached
         return []
 
     def verified(self, drafted: int, accepted: int) -> None:

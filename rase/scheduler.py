@@ -69,6 +69,11 @@ class Scheduler:
         as extra rows of their sequence: the same tokens, fewer steps."""
         self.kv, self.causal, self.max_logit_rows = kv, causal, max_logit_rows
         self.speculative = speculative and causal and kv.state is None  # a recurrent state cannot step back
+        self.ngrams = None
+        if self.speculative:
+            from .drafting import NgramCache
+
+            self.ngrams = NgramCache()
         self.max_batch, self.max_chunk, self.min_chunk = max_batch, max_chunk, min_chunk
         self.tbt_target = tbt_target_ms / 1e3
         self.waiting: deque[Request] = deque()
@@ -90,6 +95,8 @@ class Scheduler:
 
     def _finish(self, req: Request, reason: GenerationStopReason | None, error: BaseException | None = None,
                 text: str = "", calls: tuple = (), reasoning: str = "") -> Event:
+        if self.ngrams is not None and req.collect is None and req.generated:
+            self.ngrams.add(req.tokens)  # later requests may draft from what this one wrote
         if req.state is State.RUNNING:
             self.kv.release(req)
             self.running.remove(req)
@@ -252,7 +259,7 @@ class Scheduler:
         if req.lookup is None:
             from .drafting import Lookup
 
-            req.lookup = Lookup()
+            req.lookup = Lookup(self.ngrams)
         # room: the tokens it may still sample, the last of which needs no draft after it
         room = req.config.max_tokens - req.generated - 1
         if req.config.draft_max is not None:

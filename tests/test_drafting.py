@@ -125,3 +125,26 @@ def test_rase_serve_spec_ngram_reports_drafts_in_timings_and_metrics(smollm2_sto
         assert refused.status_code == 400 and refused.json()["error"]["param"] == "speculative.p_min"
     drafted = next(float(line.split()[-1]) for line in metrics.splitlines() if line.startswith("rase_draft_tokens"))
     assert drafted >= timings["draft_n"]
+
+
+def test_the_ngram_cache_drafts_from_earlier_requests():
+    from rase.drafting import NgramCache
+
+    cache = NgramCache(size=4)
+    cache.add([1, 2, 3, 4, 5, 6])
+    lk = Lookup(cache)
+    assert lk.propose([9, 1, 2, 3], 10) == [4, 5, 6][:lk.k]  # nothing repeats here; an earlier request had it
+    assert Lookup(cache).propose([7, 8, 9, 7, 8], 10) == [9, 7, 8][:K_MAX]  # its own history first
+    cache.add(list(range(10, 20)))
+    assert len(cache.next) == 4 and cache.get((1, 2, 3), 5) == []  # least recently seen dropped
+
+
+def test_a_repeated_question_drafts_from_the_first_answer(smollm2_store):
+    ask = [{"role": "user", "content": "Write a short paragraph about the city of Paris and its history."}]
+    with Engine(smollm2_store, speculative="ngram", n_threads=2, prefix_cache=False) as e:
+        first = e.chat("smollm2", ask, max_tokens=80, temperature=0)
+        second = e.chat("smollm2", ask, max_tokens=80, temperature=0)
+    with Engine(smollm2_store, n_threads=2) as e:
+        plain = e.chat("smollm2", ask, max_tokens=80, temperature=0)
+    assert first.text == second.text == plain.text
+    assert second.timings["draft_n_accepted"] > first.timings["draft_n_accepted"] + 10, (first.timings, second.timings)
