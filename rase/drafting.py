@@ -26,7 +26,9 @@ class NgramCache:
 
         self.size, self.next = size, OrderedDict()
 
-    def add(self, tokens: list[int]) -> None:
+    def add(self, tokens: list[int], last: int = 2048) -> None:
+        """What followed each 3-gram of a finished request's last `last` tokens."""
+        tokens = tokens[-last:]
         for i in range(len(tokens) - N_MAX):
             key = tuple(tokens[i:i + N_MAX])
             self.next[key] = tuple(tokens[i + N_MAX:i + N_MAX + K_MAX])

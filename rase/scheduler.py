@@ -65,8 +65,8 @@ class Scheduler:
     def __init__(self, kv: KVCache, max_batch: int = 8, max_chunk: int = 512, min_chunk: int = 16,
                  tbt_target_ms: float = 100.0, causal: bool = True, max_logit_rows: int = 512,
                  speculative: bool = False) -> None:
-        """speculative: greedy requests decode drafts from prompt lookup (drafting.py), verified
-        as extra rows of their sequence: the same tokens, fewer steps."""
+        """speculative: requests decode drafts (drafting.py: prompt lookup, earlier requests'
+        n-grams), verified as extra rows of their sequence: the same tokens, fewer steps."""
         self.kv, self.causal, self.max_logit_rows = kv, causal, max_logit_rows
         self.speculative = speculative and causal and kv.state is None  # a recurrent state cannot step back
         self.ngrams = None
@@ -181,6 +181,8 @@ class Scheduler:
                 rows.append((token, len(seqs), n + i))
             seqs.append(req)
             counts.append(1 + len(guess))
+        # the forward holds max_batch + max_chunk rows: drafts' rows come out of the prompt budget
+        budget = min(budget, self.max_batch + self.max_chunk - len(rows))
         n_prefill = 0
         for req in self.running:
             if (req.remaining == 1 and req.collect is None) or budget <= 0:

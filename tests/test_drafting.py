@@ -148,3 +148,16 @@ def test_a_repeated_question_drafts_from_the_first_answer(smollm2_store):
         plain = e.chat("smollm2", ask, max_tokens=80, temperature=0)
     assert first.text == second.text == plain.text
     assert second.timings["draft_n_accepted"] > first.timings["draft_n_accepted"] + 10, (first.timings, second.timings)
+
+
+def test_the_schedulers_row_cap_is_the_forwards(tiny_models, tmp_path):
+    """Drafting requests beside a prompt being computed all finish, and the cap the scheduler
+    takes drafts' rows out of (max_batch + max_chunk) is the forward's max_rows."""
+    ModelRegistry(tmp_path).import_local("m", tiny_models("llama", QuantType.Q8_0))
+    with Engine(tmp_path, speculative="ngram", n_threads=2, max_batch=4) as e:
+        worker = e.session("m").worker
+        greedy = [e.submit_complete("m", "a b a b a b a b", max_tokens=40, temperature=0) for _ in range(4)]
+        long = e.submit_complete("m", list(range(3, 53)), max_tokens=4, temperature=0)
+        outs = [h.result() for h in greedy] + [long.result()]
+    assert all(o.finish_reason in ("length", "stop") for o in outs)
+    assert worker.scheduler.max_batch + worker.scheduler.max_chunk == worker.fwd.max_rows
