@@ -253,10 +253,9 @@ class Scheduler:
     def _drafts(self, req: Request) -> list[int]:
         """A decoding request's draft tokens: only where each verified token is, by construction,
         the one decoding one at a time draws (row i samples with the request's sampler as it
-        will be i draws on: greedy or seeded alike); not with a grammar, penalties, a logit_bias
-        (they change as tokens are accepted) or logprobs."""
-        if not self.speculative or req.constraint is not None or req.penalized or req.logprobs is not None \
-                or req.config.logit_bias:
+        will be i draws on: greedy or seeded alike, and each row's logits give its logprobs); not
+        with a grammar, penalties or a logit_bias (they change as tokens are accepted)."""
+        if not self.speculative or req.constraint is not None or req.penalized or req.config.logit_bias:
             return []
         if req.lookup is None:
             from .drafting import Lookup

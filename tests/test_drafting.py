@@ -127,6 +127,17 @@ def test_rase_serve_spec_ngram_reports_drafts_in_timings_and_metrics(smollm2_sto
     assert drafted >= timings["draft_n"]
 
 
+def test_logprobs_are_the_same_bits_with_drafts(smollm2_store):
+    passage = "One fish, two fish, red fish, blue fish. " * 4
+    msgs = [{"role": "user", "content": "Repeat exactly:\n\n" + passage}]
+    outs = {}
+    for spec in (None, "ngram"):
+        with Engine(smollm2_store, speculative=spec, n_threads=2) as e:
+            outs[spec] = e.chat("smollm2", msgs, max_tokens=60, temperature=0, logprobs=True, top_logprobs=3)
+    assert outs["ngram"].timings["draft_n_accepted"] > 10
+    assert outs["ngram"].logprobs == outs[None].logprobs  # each row's raw logits: token, bytes, logprob, top 3
+
+
 def test_the_ngram_cache_drafts_from_earlier_requests():
     from rase.drafting import NgramCache
 
