@@ -84,17 +84,18 @@ cdef class Sampler:
 
     def fork(self, int draws, Sampler into=None):
         """A sampler that draws as this one will after `draws` more draws: the same settings,
-        its own scratch (into, when given, is reused). For the rows of a speculative run, each
-        sampling the position it would have sampled one token at a time. Penalties, a
-        logit_bias and a mask are not carried (such requests do not speculate)."""
-        if self._bias is not None or self._mask is not None:
-            raise ValueError("a sampler with a logit_bias or a mask cannot be forked")
+        its own scratch (into, when given, is reused), no mask (the caller sets the row's). For
+        the rows of a speculative run, each sampling the position it would have sampled one
+        token at a time. Penalties and a logit_bias are not carried (such requests do not speculate)."""
+        if self._bias is not None:
+            raise ValueError("a sampler with a logit_bias cannot be forked")
         cdef Sampler out = into
         if out is None or out.n != self.n:
             out = Sampler(self.n, self.p.temperature, self.p.top_k, self.p.top_p, self.p.min_p,
                           self.p.repeat_penalty, self.p.presence_penalty, self.p.frequency_penalty, 0)
         out.p = self.p
         out.rng = self.rng
+        out._mask = None
         out.skip(draws)
         return out
 

@@ -169,7 +169,7 @@ class Scheduler:
         drafts: dict[Request, list[int]] = {}
         samplers: list = []
         for req in decode:
-            guess = self._drafts(req)
+            guess, masks = self._drafts(req)
             if guess:
                 drafts[req] = guess
             n = req.n_computed
@@ -177,7 +177,7 @@ class Scheduler:
             for i, token in enumerate([req.tokens[n]] + guess):  # each position's logits verify the next draft
                 out_rows.append(len(rows))
                 out.append(req)
-                samplers.append(req.sampler if i == 0 else self._fork(req, i))
+                samplers.append(req.sampler if i == 0 else self._fork(req, i, masks[i - 1] if masks else None))
                 rows.append((token, len(seqs), n + i))
             seqs.append(req)
             counts.append(1 + len(guess))
@@ -215,7 +215,7 @@ class Scheduler:
         tables = np.zeros((len(seqs), width), np.int32)
         for i, r in enumerate(seqs):
             tables[i, :len(r.table)] = r.table
-        for req in out:  # the grammar's mask for the token each out row samples
+        for req in dict.fromkeys(out):  # the grammar's mask for the token its first out row samples
             if req.constraint is not None:
                 req.sampler.mask = req.constraint.fill()
         n_out = len(out_rows)  # logits reads follow the sampled rows in the logits
@@ -242,21 +242,27 @@ class Scheduler:
         return out
 
     @staticmethod
-    def _fork(req: Request, i: int):
-        """The sampler of a draft's row i: the request's as it will be i draws on (kept for reuse)."""
+    def _fork(req: Request, i: int, mask=None):
+        """The sampler of a draft's row i: the request's as it will be i draws on, with the
+        grammar's mask after the i drafts before it (kept for reuse)."""
         forks = req.lookup.forks
         while len(forks) < i:
             forks.append(None)
         forks[i - 1] = req.sampler.fork(i, forks[i - 1])
+        forks[i - 1].mask = mask
         return forks[i - 1]
 
-    def _drafts(self, req: Request) -> list[int]:
-        """A decoding request's draft tokens: only where each verified token is, by construction,
-        the one decoding one at a time draws (row i samples with the request's sampler as it
-        will be i draws on: greedy or seeded alike, and each row's logits give its logprobs); not
-        with a grammar, penalties or a logit_bias (they change as tokens are accepted)."""
-        if not self.speculative or req.constraint is not None or req.penalized or req.config.logit_bias:
-            return []
+    def _drafts(self, req: Request) -> tuple[list[int], list]:
+        """A decoding request's draft tokens and its rows' grammar masks: only where each
+        verified token is, by construction, the one decoding one at a time draws (row i samples
+        with the request's sampler as it will be i draws on, greedy or seeded, with the grammar's
+        mask after the drafts before it; each row's logits give its logprobs); not with penalties
+        or a logit_bias (the sampler's scratch), nor a grammar wrapped in another constraint."""
+        from .structured import Constraint
+
+        plain = req.constraint is None or type(req.constraint) is Constraint
+        if not self.speculative or not plain or req.penalized or req.config.logit_bias:
+            return [], []
         if req.lookup is None:
             from .drafting import Lookup
 
@@ -265,8 +271,10 @@ class Scheduler:
         room = req.config.max_tokens - req.generated - 1
         if req.config.draft_max is not None:
             room = min(room, req.config.draft_max)
-        guess = req.lookup.propose(req.tokens, room)
-        return guess if len(guess) >= max(1, req.config.draft_min) else []
+        guess, masks = req.lookup.propose(req.tokens, room), []
+        if guess and req.constraint is not None:
+            guess, masks = req.constraint.draft_masks(guess)
+        return (guess, masks) if len(guess) >= max(1, req.config.draft_min) else ([], [])
 
     def _take(self, req: Request, budget: int, logit_rows: int) -> int:
         """Prompt positions req computes this step: within the budget and, when it reads logits,

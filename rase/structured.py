@@ -207,6 +207,24 @@ class Constraint:
     def complete(self) -> bool:
         return self._m.is_stopped()
 
+    def draft_masks(self, drafts: list[int]) -> tuple[list[int], list[np.ndarray]]:
+        """(the drafts the grammar allows from here, a prefix; the mask of the row after each),
+        the grammar left where it was. Speculation's rows draw with these masks, as decoding one
+        token at a time would after each draft; a draft that ends the grammar ends the run."""
+        masks: list[np.ndarray] = []
+        consumed = 0
+        for token in drafts[:self._m.validate_tokens(drafts)]:
+            if not self._m.consume_token(int(token)):
+                break
+            consumed += 1
+            if self._m.is_stopped():
+                break
+            mask = np.empty_like(self.mask)
+            self._m.unsafe_compute_mask_ptr(mask.ctypes.data, mask.nbytes)
+            masks.append(mask)
+        self._m.rollback(consumed)
+        return list(drafts[:len(masks)]), masks
+
     @property
     def accepting(self) -> bool:
         return self._m.is_accepting()

@@ -172,3 +172,23 @@ def test_the_schedulers_row_cap_is_the_forwards(tiny_models, tmp_path):
         outs = [h.result() for h in greedy] + [long.result()]
     assert all(o.finish_reason in ("length", "stop") for o in outs)
     assert worker.scheduler.max_batch + worker.scheduler.max_chunk == worker.fwd.max_rows
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_a_grammar_binds_every_verified_row(smollm2_store, temperature):
+    """A JSON schema answer quoting the prompt: each row draws with the grammar's mask after the
+    drafts before it, so the tokens (and the JSON) are the one-at-a-time ones."""
+    import json
+
+    record = {"name": "Ada Lovelace", "born": 1815, "fields": ["mathematics", "computing", "poetry"]}
+    schema = {"type": "object", "properties": {"name": {"type": "string"}, "born": {"type": "integer"},
+                                               "fields": {"type": "array", "items": {"type": "string"}}},
+              "required": ["name", "born", "fields"], "additionalProperties": False}
+    msgs = [{"role": "user", "content": "Copy this JSON exactly: " + json.dumps(record)}]
+    fmt = {"type": "json_schema", "json_schema": {"name": "r", "schema": schema}}
+    outs = {}
+    for spec in (None, "ngram"):
+        with Engine(smollm2_store, speculative=spec, n_threads=2) as e:
+            outs[spec] = e.chat("smollm2", msgs, max_tokens=80, temperature=temperature, seed=4, response_format=fmt)
+    assert outs["ngram"].text == outs[None].text and json.loads(outs["ngram"].text).keys() == record.keys()
+    assert outs["ngram"].timings["draft_n_accepted"] > 5, outs["ngram"].timings
