@@ -82,20 +82,23 @@ cdef class Sampler:
         for i in range(draws):
             rase_rng_next(&self.rng)
 
-    def fork(self, int draws, Sampler into=None):
-        """A sampler that draws as this one will after `draws` more draws: the same settings,
-        its own scratch (into, when given, is reused), no mask (the caller sets the row's). For
-        the rows of a speculative run, each sampling the position it would have sampled one
-        token at a time. Penalties and a logit_bias are not carried (such requests do not speculate)."""
-        if self._bias is not None:
-            raise ValueError("a sampler with a logit_bias cannot be forked")
+    def fork(self, int draws, Sampler into=None, tokens=()):
+        """A sampler that draws as this one will after `draws` more draws and accepting tokens:
+        the same settings and logit_bias (read-only, shared), the penalties' counts with tokens
+        added, its own scratch (into, when given, is reused), no mask (the caller sets the
+        row's). For the rows of a speculative run, each sampling the position it would have
+        sampled one token at a time."""
         cdef Sampler out = into
         if out is None or out.n != self.n:
             out = Sampler(self.n, self.p.temperature, self.p.top_k, self.p.top_p, self.p.min_p,
                           self.p.repeat_penalty, self.p.presence_penalty, self.p.frequency_penalty, 0)
-        out.p = self.p
+        out.p = self.p          # bias points into self._bias, which out keeps alive
+        out._bias = self._bias
         out.rng = self.rng
         out._mask = None
+        _np.copyto(out.counts, self.counts)
+        for t in tokens:
+            out.accept(t)
         out.skip(draws)
         return out
 

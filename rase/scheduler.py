@@ -177,7 +177,7 @@ class Scheduler:
             for i, token in enumerate([req.tokens[n]] + guess):  # each position's logits verify the next draft
                 out_rows.append(len(rows))
                 out.append(req)
-                samplers.append(req.sampler if i == 0 else self._fork(req, i, masks[i - 1] if masks else None))
+                samplers.append(req.sampler if i == 0 else self._fork(req, i, guess, masks[i - 1] if masks else None))
                 rows.append((token, len(seqs), n + i))
             seqs.append(req)
             counts.append(1 + len(guess))
@@ -242,13 +242,15 @@ class Scheduler:
         return out
 
     @staticmethod
-    def _fork(req: Request, i: int, mask=None):
-        """The sampler of a draft's row i: the request's as it will be i draws on, with the
-        grammar's mask after the i drafts before it (kept for reuse)."""
+    def _fork(req: Request, i: int, guess: list[int], mask=None):
+        """The sampler of a draft's row i: the request's as it will be i draws on, its penalties
+        counting the tokens before the row, with the grammar's mask after the drafts before it
+        (kept for reuse)."""
         forks = req.lookup.forks
         while len(forks) < i:
             forks.append(None)
-        forks[i - 1] = req.sampler.fork(i, forks[i - 1])
+        # the request's counts hold every token so far; row i samples after drafts 1..i too
+        forks[i - 1] = req.sampler.fork(i, forks[i - 1], guess[:i] if req.penalized else ())
         forks[i - 1].mask = mask
         return forks[i - 1]
 
@@ -256,12 +258,11 @@ class Scheduler:
         """A decoding request's draft tokens and its rows' grammar masks: only where each
         verified token is, by construction, the one decoding one at a time draws (row i samples
         with the request's sampler as it will be i draws on, greedy or seeded, with the grammar's
-        mask after the drafts before it; each row's logits give its logprobs); not with penalties
-        or a logit_bias (the sampler's scratch), nor a grammar wrapped in another constraint."""
+        mask after the drafts before it, its penalties counting them; each row's logits give its
+        logprobs); not with a grammar wrapped in another constraint (tool calls, reasoning)."""
         from .structured import Constraint
 
-        plain = req.constraint is None or type(req.constraint) is Constraint
-        if not self.speculative or not plain or req.penalized or req.config.logit_bias:
+        if not self.speculative or not (req.constraint is None or type(req.constraint) is Constraint):
             return [], []
         if req.lookup is None:
             from .drafting import Lookup

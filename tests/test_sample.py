@@ -180,5 +180,12 @@ def test_a_fork_draws_as_its_sampler_will_after_as_many_draws():
     assert again.sample(rows[3]) == expected[3]
     reused = s.fork(3, forks[0])
     assert reused is forks[0]
-    with pytest.raises(ValueError):
-        Sampler(300, 0.9, 40, 0.95, 0.0, 1.0, 0.0, 0.0, 1, {3: 1.0}).fork(1)
+    # penalties and a bias carry over, the fork's counts with the tokens it is told were accepted
+    p = Sampler(300, 0.9, 40, 0.95, 0.0, 1.3, 0.2, 0.1, 8, {3: 1.0})
+    q = Sampler(300, 0.9, 40, 0.95, 0.0, 1.3, 0.2, 0.1, 8, {3: 1.0})
+    for t in (5, 7, 7):
+        p.accept(t)
+        q.accept(t)
+    first = q.sample(rows[0])
+    q.accept(first)
+    assert p.fork(1, None, [first]).sample(rows[1]) == q.sample(rows[1])
