@@ -78,21 +78,21 @@ class MissingDependency(RaseError):
     """An optional extra (e.g. the server's fastapi/uvicorn) is not installed."""
 
 
-class InvalidRequest(RaseError):
-    """A request or configuration value that cannot be served as given (a malformed message, an
-    unsupported field, an engine or server setting out of range); param names the field."""
+class RequestError(RaseError):
+    """An error about one field of a request; param names it."""
 
     def __init__(self, message: str, param: str | None = None) -> None:
         super().__init__(message)
         self.param = param  # the request field at fault, when one is (OpenAI's error.param)
 
 
-class ModelNotLoaded(RaseError):
-    """An unload of a model that is not loaded (HTTP 409: the request conflicts with the state)."""
+class InvalidRequest(RequestError):
+    """A request or configuration value that cannot be served as given (a malformed message, an
+    unsupported field, an engine or server setting out of range)."""
 
-    def __init__(self, message: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.param = param
+
+class ModelNotLoaded(RequestError):
+    """An unload of a model that is not loaded (HTTP 409: the request conflicts with the state)."""
 
 
 class ModelUnloaded(RaseError):
@@ -100,13 +100,9 @@ class ModelUnloaded(RaseError):
     a request: the engine loads it again and retries once."""
 
 
-class ResponseNotFound(RaseError):
+class ResponseNotFound(RequestError):
     """A stored response a request names (the Responses API's previous_response_id) that this
     server does not hold."""
-
-    def __init__(self, message: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.param = param
 
 
 class InvalidGenerationConfig(InvalidRequest):

@@ -259,10 +259,9 @@ class Scheduler:
         verified token is, by construction, the one decoding one at a time draws (row i samples
         with the request's sampler as it will be i draws on, greedy or seeded, with the grammar's
         mask after the drafts before it, its penalties counting them; each row's logits give its
-        logprobs); not with a grammar wrapped in another constraint (tool calls, reasoning)."""
-        from .structured import Constraint
-
-        if not self.speculative or not (req.constraint is None or type(req.constraint) is Constraint):
+        logprobs); not with a constraint that cannot say its masks ahead (no draft_masks: tool
+        calls, reasoning gates)."""
+        if not self.speculative or (req.constraint is not None and not hasattr(req.constraint, "draft_masks")):
             return [], []
         if req.lookup is None:
             from .drafting import Lookup

@@ -174,15 +174,7 @@ def _kwargs(body: _Base) -> dict:
     if body.think is not None:
         kw["think"] = "separate" if body.think else "strip"
     if isinstance(body.think, str):
-        kw["reasoning_effort"] = body.think  # dropped for a model with no reasoning switch (_leveled)
-    return kw
-
-
-def _leveled(engine, model: str, kw: dict) -> dict:
-    """A think level is the template's reasoning effort where it has one; elsewhere it is think:
-    true, as Ollama takes a level for a model that only thinks or not."""
-    if "reasoning_effort" in kw and engine.session(model).reasoning_switch() is None:
-        return {k: v for k, v in kw.items() if k != "reasoning_effort"}
+        kw["reasoning_effort"] = body.think  # a template with no reasoning switch renders as with think: true
     return kw
 
 
@@ -269,7 +261,7 @@ def router(engine) -> APIRouter:
         if body.tools:
             kw["tools"] = body.tools
         messages = [m.chat() for m in body.messages]
-        submit = lambda: engine.submit_chat(body.model, messages, **_leveled(engine, body.model, kw))
+        submit = lambda: engine.submit_chat(body.model, messages, **kw)
         return await _answer(engine, body, submit, chat=True)
 
     @api.post("/api/generate")
@@ -287,7 +279,7 @@ def router(engine) -> APIRouter:
         else:  # the model's chat template, as Ollama applies it
             messages = ([{"role": "system", "content": body.system}] if body.system else []) + \
                 [{"role": "user", "content": body.prompt}]
-            submit = lambda: engine.submit_chat(body.model, messages, **_leveled(engine, body.model, kw))
+            submit = lambda: engine.submit_chat(body.model, messages, **kw)
         return await _answer(engine, body, submit, chat=False)
 
     return api
