@@ -9,6 +9,7 @@
 #define RASE_ATTENTION_H
 
 #include "_kv.h"
+#include "_attend_fa.h"  // a quantized pool's attention
 
 #if RASE_HAVE_X86  // the grouped kernel once per width (_attend_g.h)
 #  define RASE_ATTN_WIDE 0
@@ -130,6 +131,10 @@ static void attend_ggml_ref(const float *q, const rase_kv_view *kv, int j0, int 
 static void rase_attend(int g, const float *const *q, const rase_kv_view *kv, int j0, int j1, int hd,
                         float scale, float softcap, const float *sinks, float *scratch, int64_t qstride,
                         float *const *out, int isa) {
+    if (kv->type != RASE_TYPE_F16) {
+        rase_attend_fa(g, q, kv, kv->type, j0, j1, hd, scale, softcap, sinks, scratch, qstride, out, isa);
+        return;
+    }
 #if RASE_HAVE_X86
     if (isa >= RASE_ISA_AVX512 && hd % 32 == 0) { attend_512(g, q, kv, j0, j1, hd, scale, softcap, sinks, scratch, qstride, out); return; }
     if (isa >= RASE_ISA_AVX2 && hd % 32 == 0) { attend_avx2(g, q, kv, j0, j1, hd, scale, softcap, sinks, scratch, qstride, out); return; }

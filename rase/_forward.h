@@ -87,8 +87,8 @@ static void rase_qk_rope_store(rase_model *m, const rase_layer *L, int il, const
             if (!hp->causal) continue;  // an encoder attends to the step's own f32 K/V (rase_attend_f32)
             const int64_t slot = rase_kv_at(m->kv, L->kv_layer, hh, b->tables[e.seq * b->table_stride + e.pos / RASE_KV_BLOCK],
                                             e.pos % RASE_KV_BLOCK);
-            rase_fp32_to_fp16_row(khd, m->kv->k + slot, hd, m->isa);
-            rase_fp32_to_fp16_row(vh, m->kv->v + slot, hd, m->isa);
+            rase_kv_store_row(m->kv->type, khd, m->kv->k + slot, hd, m->isa);
+            rase_kv_store_row(m->kv->type, vh, m->kv->v + slot, hd, m->isa);
         }
     }
 }
@@ -102,7 +102,7 @@ static rase_kv_view rase_row_view(const rase_model *m, const rase_layer *L, int 
     *j1 = e.pos + 1;
     const int64_t koff = rase_kv_at(kv, L->kv_layer, kh, 0, 0);
     const rase_kv_view view = {kv->k + koff, kv->v + koff, b->tables + e.seq * b->table_stride,
-                               (int64_t)RASE_KV_BLOCK * kv->head_dim, kv->head_dim};
+                               (int64_t)RASE_KV_BLOCK * kv->row_elems, kv->row_elems, kv->type};
     return view;
 }
 
@@ -152,7 +152,7 @@ static int rase_attention_split(rase_model *m, const rase_layer *L, int il, cons
         rase_row_view(m, L, il, b, t, 0, &j0, &j1);
         if (j1 - j0 > longest) longest = j1 - j0;
     }
-    if (nth < 2 || longest < RASE_ATTN_SPLIT_MIN || !rase_attend_splits(hd, m->isa)) return 0;
+    if (nth < 2 || longest < RASE_ATTN_SPLIT_MIN || !rase_attend_splits(hd, m->isa) || m->kv->type != RASE_TYPE_F16) return 0;
     const float scale = hp->attn_prescale ? 1.0f : hp->attn_scale;
     float *own = s->scores + (size_t)ith * RASE_ATTN_G * s->attn_stride;
     for (int phase = 0; phase < 3; ++phase) {

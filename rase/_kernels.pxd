@@ -166,7 +166,7 @@ cdef extern from "_forward.h" nogil:
         const float *output_norm
         rase_layer *layers
     ctypedef struct rase_kv_pool:
-        int32_t n_blocks, n_slots
+        int32_t n_blocks, n_slots, type, row_elems
         int64_t state_floats
     ctypedef struct rase_scratch:
         int max_rows, n_threads, nonfinite
@@ -203,7 +203,7 @@ cdef extern from "_forward.h" nogil:
         int64_t step_ns
     int rase_weights_init(rase_weights *w)
     void rase_weights_free(rase_weights *w)
-    int rase_kv_pool_alloc(rase_kv_pool *kv, const rase_hparams *hp, int32_t n_blocks, int32_t n_slots)
+    int rase_kv_pool_alloc(rase_kv_pool *kv, const rase_hparams *hp, int32_t n_blocks, int32_t n_slots, int type)
     void rase_state_copy(rase_kv_pool *kv, int32_t src, int32_t dst)
     void rase_kv_pool_free(rase_kv_pool *kv)
     void rase_kv_copy_rows(rase_kv_pool *kv, int32_t src, int32_t dst, int n)
@@ -217,7 +217,14 @@ cdef extern from "_attention.h" nogil:
         const uint16_t *v
         const int32_t *table
         int64_t block_stride, row_stride
+        int type
     int RASE_ATTN_G
+    int rase_kv_row_elems(int type, int hd)
+    ctypedef struct block_q8_0:
+        uint16_t d
+    void rase_kv_store_row(int type, const float *x, uint16_t *dst, int hd, int isa)
+    void attend_fa_ref(const float *q, const rase_kv_view *kv, int type, int j0, int j1, int hd, float scale,
+                       float softcap, float sink, block_q8_0 *qq, float *out)
     int64_t rase_attend_scratch(int64_t n_ctx, int hd)
     void rase_attend(int g, const float *const *q, const rase_kv_view *kv, int j0, int j1, int hd,
                      float scale, float softcap, const float *sinks, float *scratch, int64_t qstride,

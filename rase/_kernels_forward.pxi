@@ -1,14 +1,30 @@
 # rase/_kernels_forward.pxi: included by _kernels.pyx (one extension module). The forward: KV pool, scratch and steps over a Weights plan (rase/_forward.h).
 
+# the KV pool's element types (llama.cpp's -ctk / -ctv names) -> ggml type ids; quantized pools
+# attend with llama.cpp's flash-attention numerics (_attend_fa.h)
+KV_TYPES = {"f16": 1, "q8_0": 8, "q4_0": 2}
+
+
+def kv_row_bytes(str kv_type, int head_dim):
+    """Bytes of one position's K (or V) row of one KV head in a pool of kv_type."""
+    if kv_type not in KV_TYPES:
+        raise ValueError(f"KV type {kv_type!r}: one of {', '.join(KV_TYPES)}")
+    if kv_type != "f16" and head_dim % 32:
+        raise ValueError(f"KV type {kv_type} needs a head size divisible by 32; this model's is {head_dim}")
+    return 2 * rase_kv_row_elems(KV_TYPES[kv_type], head_dim)
+
+
 cdef class Forward:
     """Runs steps over a Weights plan: owns a KV pool of n_blocks blocks (RASE_KV_BLOCK
     positions each, every attention layer), n_slots recurrent-state slots (a model with
     recurrent layers: one per running sequence, the rest checkpoints) and scratch for steps of
-    up to max_rows rows. One caller at a time (a session's decoder, or a model's worker thread)."""
+    up to max_rows rows. kv_type: the pool's K/V elements (KV_TYPES). One caller at a time (a
+    session's decoder, or a model's worker thread)."""
     cdef rase_model m
     cdef rase_kv_pool kv
     cdef rase_scratch s
     cdef readonly Weights weights
+    cdef readonly str kv_type
     cdef object _identity  # int32 (1, n_blocks): the single-sequence block table
     cdef object _logits    # float32 (rows, n_vocab): step() output, grown on demand
     cdef object _hidden    # float32 (rows, n_embd): step()'s embd_rows output, grown on demand
@@ -20,15 +36,17 @@ cdef class Forward:
         self._refs = NULL
         self._n_refs = 0
 
-    def __init__(self, Weights weights, int n_blocks, int max_rows, int n_threads, int n_slots=1):
+    def __init__(self, Weights weights, int n_blocks, int max_rows, int n_threads, int n_slots=1, str kv_type="f16"):
         if n_blocks < 1 or max_rows < 1 or n_threads < 1 or n_slots < 1:
             raise ValueError("n_blocks, max_rows, n_threads and n_slots must be positive")
+        kv_row_bytes(kv_type, weights.w.hp.head_dim)
+        self.kv_type = kv_type
         self.weights = weights
         self.m.w = &weights.w
         self.m.kv = &self.kv
         self.m.s = &self.s
         self.m.isa = weights._isa
-        if rase_kv_pool_alloc(&self.kv, &weights.w.hp, n_blocks, n_slots) != 0:
+        if rase_kv_pool_alloc(&self.kv, &weights.w.hp, n_blocks, n_slots, KV_TYPES[kv_type]) != 0:
             raise MemoryError(f"cannot allocate a KV pool of {n_blocks} blocks and {n_slots} state slots")
         if rase_scratch_alloc(&self.s, &weights.w.hp, max_rows, n_threads) != 0:
             raise MemoryError(f"cannot allocate scratch for {max_rows} rows")

@@ -68,11 +68,73 @@ def attention(const float[:, ::1] q, const uint16_t[:, ::1] k, const uint16_t[:,
         qs[h] = &q[h, 0]
         outs[h] = &ov[h, 0]
     view.k, view.v, view.table = &kv_[0, 0], &vv[0, 0], &tv[0]
-    view.block_stride, view.row_stride = RASE_KV_BLOCK * hd, hd
+    view.block_stride, view.row_stride, view.type = RASE_KV_BLOCK * hd, hd, 1
     with nogil:
         if ref:
             for h in range(g):
                 attend_ggml_ref(qs[h], &view, j0, n, hd, scale, softcap, skv[h], &sv[0], outs[h])
+        else:
+            rase_attend(g, qs, &view, j0, n, hd, scale, softcap, sk, &sv[0], qstride, outs, path)
+    return out
+
+
+def kv_rows(str kv_type, const float[:, ::1] x, isa=None):
+    """Rows x (n, hd) as a pool of kv_type stores them (rase_kv_store_row): (n, row bytes) uint8."""
+    cdef int n = x.shape[0], hd = x.shape[1], i
+    cdef int row = kv_row_bytes(kv_type, hd) // 2, t = KV_TYPES[kv_type]
+    cdef int path = rase_isa if isa is None else _isa_id(isa)
+    out = _np.zeros((n, row), dtype=_np.uint16)
+    cdef uint16_t[:, ::1] o = out
+    with nogil:
+        for i in range(n):
+            rase_kv_store_row(t, &x[i, 0], &o[i, 0], hd, path)
+    return out.view(_np.uint8)
+
+
+def attention_kv(const float[:, ::1] q, const float[:, ::1] k, const float[:, ::1] v, str kv_type, float scale,
+                 int j0=0, isa=None, float softcap=0.0, sinks=None):
+    """attention() over a pool of kv_type: k, v (n, hd) f32 stored as the forward stores them
+    (kv_rows), then rase_attend for 1..ATTN_G query heads q (g, hd). isa "fa-ref": attend_fa_ref,
+    the scalar reference of the quantized paths, query by query. Returns (g, hd)."""
+    cdef int n = k.shape[0], hd = q.shape[1], g = q.shape[0], h
+    if n < 1 or k.shape[1] != hd or v.shape[0] != n or v.shape[1] != hd or not 0 <= j0 < n:
+        raise ValueError("q (g, hd), k and v (n, hd), 0 <= j0 < n required")
+    if not 1 <= g <= RASE_ATTN_G:
+        raise ValueError(f"1..{RASE_ATTN_G} query heads per call")
+    cdef bint ref = isa == "fa-ref"
+    cdef int path = rase_isa if isa is None or ref else _isa_id(isa)
+    cdef int t = KV_TYPES[kv_type]
+    cdef int row = kv_row_bytes(kv_type, hd) // 2, nb = (n + RASE_KV_BLOCK - 1) // RASE_KV_BLOCK
+    kp = _np.zeros((nb * RASE_KV_BLOCK, row), dtype=_np.uint16)
+    vp = _np.zeros_like(kp)
+    kp[:n] = kv_rows(kv_type, k, None if ref else isa).view(_np.uint16)
+    vp[:n] = kv_rows(kv_type, v, None if ref else isa).view(_np.uint16)
+    table = _np.arange(nb, dtype=_np.int32)
+    cdef int64_t qstride = rase_attend_scratch(n, hd)
+    scratch = _np.zeros(g * qstride, dtype=_np.float32)
+    out = _np.empty((g, hd), dtype=_np.float32)
+    sink_arr = _np.full(g, -_np.inf, _np.float32) if sinks is None else _np.ascontiguousarray(sinks, _np.float32)
+    if sink_arr.shape != (g,):
+        raise ValueError(f"sinks: ({g},) expected")
+    cdef float[::1] sv = scratch
+    cdef float[:, ::1] ov = out
+    cdef const int32_t[::1] tv = table
+    cdef const float[::1] skv = sink_arr
+    cdef const float *sk = NULL if sinks is None else &skv[0]
+    cdef const uint16_t[:, ::1] kv_ = kp
+    cdef const uint16_t[:, ::1] vv = vp
+    cdef rase_kv_view view
+    cdef const float *qs[8]
+    cdef float *outs[8]
+    for h in range(g):
+        qs[h] = &q[h, 0]
+        outs[h] = &ov[h, 0]
+    view.k, view.v, view.table = &kv_[0, 0], &vv[0, 0], &tv[0]
+    view.block_stride, view.row_stride, view.type = RASE_KV_BLOCK * row, row, t
+    with nogil:
+        if ref:
+            for h in range(g):
+                attend_fa_ref(qs[h], &view, t, j0, n, hd, scale, softcap, skv[h], <block_q8_0 *>&sv[0], outs[h])
         else:
             rase_attend(g, qs, &view, j0, n, hd, scale, softcap, sk, &sv[0], qstride, outs, path)
     return out

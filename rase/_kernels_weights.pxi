@@ -311,7 +311,11 @@ cdef class Weights:
     @property
     def kv_bytes_per_token(self):
         """f16 K and V of one position, every attention layer."""
-        return 2 * 2 * self.w.hp.n_kv_layer * self.w.hp.n_head_kv * self.w.hp.head_dim
+        return self.kv_bytes("f16")
+
+    def kv_bytes(self, str kv_type):
+        """K and V of one position, every attention layer, in a pool of kv_type (KV_TYPES)."""
+        return 2 * self.w.hp.n_kv_layer * self.w.hp.n_head_kv * kv_row_bytes(kv_type, self.w.hp.head_dim)
 
     @property
     def state_bytes(self):

@@ -11,10 +11,11 @@
 // A sequence's K/V rows for one layer and KV head. Position j lives in pool block
 // table[j / RASE_KV_BLOCK], row j % RASE_KV_BLOCK.
 typedef struct {
-    const uint16_t *k, *v;  // f16; block 0, row 0 of this layer and head
+    const uint16_t *k, *v;  // block 0, row 0 of this layer and head (f16, or blocks in 2-byte units)
     const int32_t *table;   // the sequence's block ids
     int64_t block_stride;   // elements from one pool block to the next
     int64_t row_stride;     // elements from one position to the next inside a block
+    int type;               // RASE_TYPE_F16, or the blocks of a quantized pool (Q8_0, Q4_0)
 } rase_kv_view;
 
 static inline int64_t rase_kv_off(const rase_kv_view *kv, int j) {

@@ -103,11 +103,13 @@ typedef struct {  // read-only during a forward
 } rase_weights;
 
 typedef struct {
-    // (n_layer, n_head_kv, n_blocks, RASE_KV_BLOCK, head_dim) f16; pages touched as written. One
+    // (n_layer, n_head_kv, n_blocks, RASE_KV_BLOCK, row_elems) uint16: f16 elements or q8_0 / q4_0
+    // blocks (rase_kv_row_elems); pages touched as written. One
     // head's rows of a layer are contiguous block after block, so a sequence whose blocks were
     // taken in order reads each head's K and V as one stream
     uint16_t *k, *v;
     int32_t n_blocks, n_layer, n_head_kv, head_dim;  // n_layer: the attention layers
+    int32_t type, row_elems;  // RASE_TYPE_F16 / Q8_0 / Q4_0; uint16 units of one (position, head) row
     // (n_slots, state_floats) f32: recurrent state slots. A running sequence's is updated in place
     // by its rows; the others are checkpoints (copies at a position the prefix cache keeps)
     float *state;
@@ -215,14 +217,16 @@ static void rase_kv_pool_free(rase_kv_pool *kv) {
 }
 
 // 0 on success, -1 when out of memory
-static int rase_kv_pool_alloc(rase_kv_pool *kv, const rase_hparams *hp, int32_t n_blocks, int32_t n_slots) {
+static int rase_kv_pool_alloc(rase_kv_pool *kv, const rase_hparams *hp, int32_t n_blocks, int32_t n_slots, int type) {
     kv->n_blocks = n_blocks;
     kv->n_layer = hp->n_kv_layer;
     kv->n_head_kv = hp->n_head_kv;
     kv->head_dim = hp->head_dim;
+    kv->type = type;
+    kv->row_elems = rase_kv_row_elems(type, hp->head_dim);
     kv->state_floats = hp->state_floats;
     kv->n_slots = n_slots;
-    const size_t bytes = (size_t)n_blocks * hp->n_kv_layer * hp->n_head_kv * RASE_KV_BLOCK * hp->head_dim * sizeof(uint16_t);
+    const size_t bytes = (size_t)n_blocks * hp->n_kv_layer * hp->n_head_kv * RASE_KV_BLOCK * kv->row_elems * sizeof(uint16_t);
     kv->k = rase_alloc(bytes);  // never written here: pages are touched as positions fill
     kv->v = rase_alloc(bytes);
     kv->state = hp->state_floats ? rase_alloc((size_t)n_slots * hp->state_floats * sizeof(float)) : NULL;
@@ -239,13 +243,13 @@ static void rase_state_copy(rase_kv_pool *kv, int32_t src, int32_t dst) {
 }
 
 static inline int64_t rase_kv_at(const rase_kv_pool *kv, int il, int h, int64_t blk, int row) {
-    return ((((int64_t)il * kv->n_head_kv + h) * kv->n_blocks + blk) * RASE_KV_BLOCK + row) * kv->head_dim;
+    return ((((int64_t)il * kv->n_head_kv + h) * kv->n_blocks + blk) * RASE_KV_BLOCK + row) * kv->row_elems;
 }
 
 // rows [0, n) of block src copied into block dst, every attention layer, K and V (a cached
 // block's leading positions reused by a sequence that shares only them)
 static void rase_kv_copy_rows(rase_kv_pool *kv, int32_t src, int32_t dst, int n) {
-    const size_t bytes = (size_t)n * kv->head_dim * sizeof(uint16_t);
+    const size_t bytes = (size_t)n * kv->row_elems * sizeof(uint16_t);
     for (int il = 0; il < kv->n_layer; ++il)
         for (int h = 0; h < kv->n_head_kv; ++h) {
             const int64_t s = rase_kv_at(kv, il, h, src, 0), d = rase_kv_at(kv, il, h, dst, 0);
