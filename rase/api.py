@@ -21,6 +21,7 @@ from .config import default_store
 from .errors import (BackendUnavailable, InvalidGenerationConfig, InvalidGrammar, InvalidRequest, ModelUnloaded,
                      WrongModelKind)
 from .lifecycle import KeepAlive, parse_duration
+from .plan import KV_TYPES
 from .sampling import GenerationConfig
 from .logprobs import MAX_TOP_CHAT, MAX_TOP_COMPLETION
 from .registry import ModelRegistry
@@ -64,13 +65,15 @@ class Engine:
     until unloaded); Engine.load(model, keep_alive=...) sets one model's. reasoning_budget: the
     tokens a <think> block may take unless a request says (rase serve --reasoning-budget).
     speculative "ngram": greedy requests decode prompt-lookup drafts, verified in the same step
-    as everything else (the same tokens as without, in fewer steps; rase serve --spec ngram)."""
+    as everything else (the same tokens as without, in fewer steps; rase serve --spec ngram).
+    kv_type: the KV pool's elements, "f16", or llama.cpp's quantized "q8_0" (0.53x the bytes) and
+    "q4_0" (0.28x), which attend with llama.cpp's flash-attention numerics (rase serve -ctk/-ctv)."""
 
     def __init__(self, store=None, device: str = "auto", n_ctx: int | None = None, *, max_batch: int = 8,
                  kv_cache_mb: float | None = None, prefix_cache: bool = True, tbt_target_ms: float = 100.0,
                  n_threads: int | None = None, max_waiting: int | None = None, time_limit_s: float | None = None,
                  max_tokens_limit: int | None = None, keep_alive: float | str | None = None,
-                 reasoning_budget: int | None = None, speculative: str | None = None) -> None:
+                 reasoning_budget: int | None = None, speculative: str | None = None, kv_type: str = "f16") -> None:
         if device not in DEVICES:
             raise BackendUnavailable(f"requested backend is unavailable: {device!r}; rase runs on the CPU")
         if n_ctx is not None and (isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or n_ctx < 1):
@@ -89,12 +92,14 @@ class Engine:
         if speculative not in (None, "ngram"):
             raise InvalidRequest(f"speculative must be None or 'ngram' (prompt lookup), got {speculative!r}",
                                  "speculative")
+        if kv_type not in KV_TYPES:
+            raise InvalidRequest(f"kv_type must be one of {', '.join(KV_TYPES)}, got {kv_type!r}", "kv_type")
         self.max_tokens_limit, self.reasoning_budget = max_tokens_limit, reasoning_budget
         self.registry = ModelRegistry(store if store is not None else default_store())
         self.sessions = SessionCache(functools.partial(
             load_session, n_ctx=n_ctx, n_threads=n_threads, max_batch=max_batch, kv_cache_mb=kv_cache_mb,
             prefix_cache=prefix_cache, tbt_target_ms=tbt_target_ms, max_waiting=max_waiting,
-            time_limit_s=time_limit_s, speculative=speculative == "ngram"))
+            time_limit_s=time_limit_s, speculative=speculative == "ngram", kv_type=kv_type))
         self._retired_counts = dict.fromkeys(COUNTED, 0)
         self._stats_lock = threading.Lock()
         # counts of unloaded models survive them; the callback holds the counters, not self

@@ -16,6 +16,7 @@ from .config import default_store, fix_malloc_threshold
 from .errors import (ContextOverflow, InvalidGrammar, InvalidRequest, ManifestError, MissingDependency,
                      ModelNotFound, RaseError)
 from .gguf import GGUFFile
+from .plan import KV_TYPES
 
 
 def _fmt_value(value: object, limit: int = 60) -> str:
@@ -356,8 +357,17 @@ def _serve_defaults(args):
     return ServeDefaults(getattr(args, "reasoning_format", "auto"))
 
 
+def _kv_type(args) -> str:
+    """-ctk / -ctv: rase's pool holds K and V in one type, so the two must agree (or one be unsaid)."""
+    k, v = args.cache_type_k, args.cache_type_v
+    if k is not None and v is not None and k != v:
+        raise InvalidRequest(f"-ctk {k} -ctv {v}: rase stores K and V in one type; give both the same "
+                             "(q8_0 is llama.cpp's usual choice)", "cache_type_v")
+    return k or v or "f16"
+
+
 def _engine_options(args) -> dict:
-    return dict(n_ctx=args.ctx_size, max_batch=args.parallel, kv_cache_mb=args.kv_cache_mb,
+    return dict(n_ctx=args.ctx_size, max_batch=args.parallel, kv_cache_mb=args.kv_cache_mb, kv_type=_kv_type(args),
                 prefix_cache=not args.no_prefix_cache, max_waiting=args.max_waiting, time_limit_s=args.time_limit,
                 max_tokens_limit=args.max_tokens_limit, reasoning_budget=_reasoning_budget(args.reasoning_budget))
 
@@ -402,7 +412,7 @@ def cmd_serve(args) -> int:
                     kv_cache_mb=args.kv_cache_mb, prefix_cache=not args.no_prefix_cache, n_threads=args.threads,
                     max_waiting=args.max_waiting, time_limit_s=args.time_limit, max_tokens_limit=args.max_tokens_limit,
                     keep_alive=args.keep_alive, reasoning_budget=_reasoning_budget(args.reasoning_budget),
-                    speculative=args.spec)
+                    speculative=args.spec, kv_type=_kv_type(args))
     return _serve(engine, args)
 
 
@@ -524,6 +534,10 @@ def _add_generation_commands(sub, leaf) -> None:
                    help="requests one model decodes together (default 8; 1 = one at a time)")
     s.add_argument("--kv-cache-mb", type=float, default=None, metavar="M",
                    help="KV pool per model in MiB (default: N full contexts + 256 MiB of cached prefixes)")
+    for short, name in (("-ctk", "--cache-type-k"), ("-ctv", "--cache-type-v")):
+        s.add_argument(short, name, choices=KV_TYPES, default=None,
+                       help="KV cache element type, as llama.cpp's (default f16; q8_0 halves the KV bytes, with "
+                            "llama.cpp's flash-attention numerics; K and V take one type)")
     s.add_argument("--no-prefix-cache", action="store_true", help="do not reuse the KV of earlier prompts")
     s.add_argument("--max-waiting", type=int, default=64, metavar="N",
                    help="requests queued per model beyond -np before new ones get 429 + Retry-After (default 64)")

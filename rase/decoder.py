@@ -20,7 +20,7 @@ from . import _kernels
 from .config import PROFILE, default_threads
 from .errors import Cancelled, ContextOverflow, InvalidRequest, InvalidLogits
 from .models import resolve
-from .plan import ModelPlan, blocks_for, load_plan
+from .plan import ModelPlan, blocks_for, check_kv_type, load_plan
 from .profiling import profile_add
 
 PREFILL_CHUNK = 512      # tokens per prefill call (any chunking gives the same bits)
@@ -31,7 +31,7 @@ class GGUFDecoder:
 
     def __init__(self, path: str | os.PathLike[str] | ModelPlan, architecture: str | None = None,
                  n_ctx: int | None = None, n_threads: int | None = None,
-                 chunk: int = PREFILL_CHUNK) -> None:
+                 chunk: int = PREFILL_CHUNK, kv_type: str = "f16") -> None:
         plan = path if isinstance(path, ModelPlan) else load_plan(path, architecture, n_ctx)
         self.plan = plan
         self.gguf, self.architecture, self.hparams = plan.gguf, plan.architecture, plan.hparams
@@ -40,7 +40,7 @@ class GGUFDecoder:
         if threads < 1:
             raise InvalidRequest(f"n_threads must be positive, got {n_threads}")
         chunk = max(1, min(int(chunk), self.n_ctx))
-        self._fwd = _kernels.Forward(plan.weights, blocks_for(self.n_ctx), chunk, threads)
+        self._fwd = _kernels.Forward(plan.weights, blocks_for(self.n_ctx), chunk, threads, kv_type=check_kv_type(plan, kv_type))
         self.position = 0
         if PROFILE:
             self._fwd.take_profile()  # switches the C timers on

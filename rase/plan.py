@@ -19,6 +19,7 @@ from .pack_cache import PackCache
 
 DEFAULT_MAX_CTX = 4096   # positions per sequence when the caller does not say (KV pages fill lazily)
 KV_BLOCK = _kernels.KV_BLOCK
+KV_TYPES = tuple(_kernels.KV_TYPES)  # the KV pool's element types: f16, q8_0, q4_0 (llama.cpp's -ctk names)
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,10 @@ class ModelPlan:
     @property
     def kv_bytes_per_token(self) -> int:
         return self.weights.kv_bytes_per_token
+
+    def kv_bytes(self, kv_type: str) -> int:
+        """K and V bytes of one position in a pool of kv_type (check_kv_type)."""
+        return self.weights.kv_bytes(kv_type)
 
 
 class _TensorAt:
@@ -95,6 +100,16 @@ def load_plan(path: str | os.PathLike[str], architecture: str | None = None,
     eos = g.get("tokenizer.ggml.eos_token_id")
     eos = eos if g.metadata_types.get("tokenizer.ggml.eos_token_id") == 4 else None
     return ModelPlan(g, arch, hp, ctx, weights, eos, forward.output_norm)
+
+
+def check_kv_type(plan: ModelPlan, kv_type: str) -> str:
+    """kv_type if a pool of it can hold this model's K/V (f16; q8_0 and q4_0, llama.cpp's -ctk /
+    -ctv blocks, for head sizes divisible by 32), else InvalidRequest."""
+    try:
+        plan.weights.kv_bytes(kv_type)
+    except (ValueError, TypeError) as exc:
+        raise InvalidRequest(f"kv_type: {exc}", "kv_type") from None
+    return kv_type
 
 
 def blocks_for(positions: int) -> int:

@@ -19,7 +19,7 @@ from .errors import ContextOverflow, InvalidRequest, ModelUnloaded, Overloaded, 
 from .sampling import GenerationConfig, make_sampler, token_or_error
 from .kv_cache import KVCache, blocks_for
 from .logprobs import LogprobDelta
-from .plan import ModelPlan
+from .plan import ModelPlan, check_kv_type
 from .profiling import profile_add
 from .request import NoText, Request
 from .channel import RequestHandle
@@ -32,10 +32,11 @@ LOGIT_READS_MB = 128       # logits rows prompt-only requests may read in one st
 PREFIX_CACHE_MB = 256      # default pool room for cached prefixes, beyond max_batch full contexts
 
 
-def pool_blocks(plan: ModelPlan, max_batch: int, kv_cache_mb: float | None, prefix_cache: bool = True) -> int:
+def pool_blocks(plan: ModelPlan, max_batch: int, kv_cache_mb: float | None, prefix_cache: bool = True,
+                kv_type: str = "f16") -> int:
     """KV pool size: kv_cache_mb if given, else max_batch full contexts, plus PREFIX_CACHE_MB of
     room for cached prefixes when there is a prefix cache to keep them."""
-    per_block = plan.kv_bytes_per_token * _kernels.KV_BLOCK
+    per_block = plan.kv_bytes(kv_type) * _kernels.KV_BLOCK
     if kv_cache_mb is not None:
         n = int(kv_cache_mb * (1 << 20) // per_block)
         if n < 1:
@@ -46,7 +47,7 @@ def pool_blocks(plan: ModelPlan, max_batch: int, kv_cache_mb: float | None, pref
     return blocks_for(max_batch * plan.n_ctx, _kernels.KV_BLOCK) + room
 
 
-def state_slots(plan: ModelPlan, max_batch: int, n_blocks: int) -> tuple[int, int, int]:
+def state_slots(plan: ModelPlan, max_batch: int, n_blocks: int, kv_type: str = "f16") -> tuple[int, int, int]:
     """A hybrid's recurrent-state slots: (running: one per batched request, checkpoints, every:
     checkpoint interval in blocks). The interval makes a checkpoint cost about the K/V of the
     blocks it spans, so checkpoints take about as much memory as the KV pool; at least two per
@@ -54,7 +55,7 @@ def state_slots(plan: ModelPlan, max_batch: int, n_blocks: int) -> tuple[int, in
     state = plan.weights.state_bytes
     if not state:
         return 1, 0, 1
-    per_block = max(1, plan.kv_bytes_per_token * _kernels.KV_BLOCK)
+    per_block = max(1, plan.kv_bytes(kv_type) * _kernels.KV_BLOCK)
     every = max(1, -(-state // per_block))
     return max_batch, max(2 * max_batch, -(-n_blocks // every)), every
 
@@ -63,20 +64,22 @@ class ModelWorker:
     def __init__(self, plan: ModelPlan, *, max_batch: int = 8, kv_cache_mb: float | None = None,
                  n_threads: int | None = None, tbt_target_ms: float = 100.0, prefix_cache: bool = True,
                  name: str = "model", max_waiting: int | None = None, time_limit_s: float | None = None,
-                 speculative: bool = False) -> None:
+                 speculative: bool = False, kv_type: str = "f16") -> None:
         """max_waiting: requests queued beyond the max_batch being decoded before submit refuses
         (Overloaded); time_limit_s: wall-clock seconds per request from submission (TIME_LIMIT);
-        speculative: greedy requests verify prompt-lookup drafts (scheduler.Scheduler)."""
+        speculative: greedy requests verify prompt-lookup drafts (scheduler.Scheduler); kv_type:
+        the KV pool's elements (plan.check_kv_type)."""
         if max_batch < 1:
             raise InvalidRequest(f"max_batch must be at least 1, got {max_batch}")
         self.plan = plan
         self.causal = plan.weights.causal
         # an encoder: every input whole in one step (up to a full context), no KV pool
-        n_blocks = pool_blocks(plan, max_batch, kv_cache_mb, prefix_cache) if self.causal else 1
+        self.kv_type = check_kv_type(plan, kv_type)
+        n_blocks = pool_blocks(plan, max_batch, kv_cache_mb, prefix_cache, kv_type) if self.causal else 1
         self.max_chunk = MAX_CHUNK if self.causal else plan.n_ctx
-        running, checkpoints, every = state_slots(plan, max_batch, n_blocks)
+        running, checkpoints, every = state_slots(plan, max_batch, n_blocks, kv_type)
         self.fwd = _kernels.Forward(plan.weights, n_blocks, max_batch + self.max_chunk,
-                                    n_threads or default_threads(), running + checkpoints)
+                                    n_threads or default_threads(), running + checkpoints, kv_type=kv_type)
         state = StateSlots(running, checkpoints, every, self.fwd.copy_state, plan.weights.state_bytes) \
             if plan.weights.state_bytes else None
         self.kv = KVCache(n_blocks, _kernels.KV_BLOCK, prefix_cache and self.causal, copy_rows=self.fwd.copy_rows,
@@ -207,7 +210,8 @@ class ModelWorker:
         out = dict(self.scheduler.stats(), requests=c["requests"], generated_tokens=c["generated_tokens"],
                    cancelled=c["cancelled"], failed=c["failed"], rows_per_step=round(c["rows"] / steps, 3),
                    step_ms_mean=round(c["step_s"] / steps * 1e3, 3),
-                   python_ms_per_step=round(c["python_s"] / steps * 1e3, 3))
+                   python_ms_per_step=round(c["python_s"] / steps * 1e3, 3), kv_type=self.kv_type,
+                   kv_bytes_per_token=self.plan.kv_bytes(self.kv_type))
         if self.kv.cache:
             out.update({f"prefix_{k}": v for k, v in self.kv.cache.stats.items()})
             out["prefix_hit_tokens"] += self.kv.copied_tokens  # leading positions of partial blocks
