@@ -490,7 +490,7 @@ def _add_model_commands(sub, leaf) -> None:
 def _add_generation_commands(sub, leaf) -> None:
     def context(s):
         s.add_argument("-c", "--ctx-size", type=int, default=None, metavar="N",
-                       help="context positions per model (default: the model's, at most 4096)")
+                       help="context positions per request (default: the model's own, within the KV pool's budget)")
 
     def generation(s):
         context(s)

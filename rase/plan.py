@@ -17,7 +17,6 @@ from .models.base import HParams, read_hparams
 from .models.layout import build_layout
 from .pack_cache import PackCache
 
-DEFAULT_MAX_CTX = 4096   # positions per sequence when the caller does not say (KV pages fill lazily)
 KV_BLOCK = _kernels.KV_BLOCK
 KV_TYPES = tuple(_kernels.KV_TYPES)  # the KV pool's element types: f16, q8_0, q4_0 (llama.cpp's -ctk names)
 
@@ -73,7 +72,7 @@ def load_plan(path: str | os.PathLike[str], architecture: str | None = None,
             architecture, reason=f"the file declares {file_arch!r}; register the model "
             f"with architecture {file_arch!r} or leave it unset")
     hp = read_hparams(g)
-    ctx = min(hp.context_length, DEFAULT_MAX_CTX) if n_ctx is None else int(n_ctx)
+    ctx = hp.context_length if n_ctx is None else int(n_ctx)  # the KV budget, not n_ctx, bounds memory (worker.pool_blocks)
     if ctx < 1:
         raise InvalidRequest(f"n_ctx must be positive, got {n_ctx}")
     spec = ARCHITECTURES[arch].spec(g, hp)

@@ -9,6 +9,7 @@ and run in parallel.
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
 import weakref
@@ -30,12 +31,20 @@ from .textstate import ReasoningDelta
 MAX_CHUNK = 512            # prompt tokens per step at most (llama.cpp's default ubatch)
 LOGIT_READS_MB = 128       # logits rows prompt-only requests may read in one step (f32 x vocabulary)
 PREFIX_CACHE_MB = 256      # default pool room for cached prefixes, beyond max_batch full contexts
+KV_MEMORY_SHARE = 0.25     # the default pool per model at most this share of physical memory
+
+
+def physical_memory() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def pool_blocks(plan: ModelPlan, max_batch: int, kv_cache_mb: float | None, prefix_cache: bool = True,
                 kv_type: str = "f16") -> int:
     """KV pool size: kv_cache_mb if given, else max_batch full contexts, plus PREFIX_CACHE_MB of
-    room for cached prefixes when there is a prefix cache to keep them."""
+    room for cached prefixes when there is a prefix cache to keep them, within KV_MEMORY_SHARE of
+    the machine's memory (a model's own context, 32k-128k positions, times max_batch would
+    not fit it). Requests reserve what they may reach, so the pool, not n_ctx, decides
+    admission."""
     per_block = plan.kv_bytes(kv_type) * _kernels.KV_BLOCK
     if kv_cache_mb is not None:
         n = int(kv_cache_mb * (1 << 20) // per_block)
@@ -44,7 +53,8 @@ def pool_blocks(plan: ModelPlan, max_batch: int, kv_cache_mb: float | None, pref
                                           f"({per_block} bytes each for this model)")
         return n
     room = PREFIX_CACHE_MB * (1 << 20) // per_block if prefix_cache else 0
-    return blocks_for(max_batch * plan.n_ctx, _kernels.KV_BLOCK) + room
+    budget = max(1, int(KV_MEMORY_SHARE * physical_memory()) // per_block)
+    return min(blocks_for(max_batch * plan.n_ctx, _kernels.KV_BLOCK) + room, budget)
 
 
 def state_slots(plan: ModelPlan, max_batch: int, n_blocks: int, kv_type: str = "f16") -> tuple[int, int, int]:

@@ -258,7 +258,7 @@ class Reference:
 
     def __init__(self, path, n_ctx: int | None = None) -> None:
         """n_ctx: the context the model is loaded for (LongRoPE's long/short switch), default the
-        file's, capped at 4096 as rase's loader does."""
+        file's own, as rase's loader does."""
         self.g = g = GGUFFile(path)
         self.hp = hp = read_hparams(g)
         self.spec = ARCHITECTURES[resolve(g.architecture)].spec(g, hp)
@@ -275,7 +275,7 @@ class Reference:
         g = self.g
         if not r.file_factors:
             return r
-        n_ctx = min(self.hp.context_length, 4096) if n_ctx is None else n_ctx
+        n_ctx = self.hp.context_length if n_ctx is None else n_ctx
         name = "rope_freqs.weight" if "rope_freqs.weight" in g.tensors else (
             "rope_factors_long.weight" if -(-n_ctx // 256) * 256 > r.n_ctx_orig else "rope_factors_short.weight")
         return replace(r, factors=_w(g, name)) if name in g.tensors else r

@@ -155,7 +155,7 @@ def test_engine_context_size(engine):
         with pytest.raises(InvalidRequest, match="n_ctx"):
             Engine(engine.registry.root, n_ctx=bad)
     small = Engine(engine.registry.root, n_ctx=64)
-    assert small.session("smollm2").plan.n_ctx == 64 and engine.session("smollm2").plan.n_ctx == 4096
+    assert small.session("smollm2").plan.n_ctx == 64 and engine.session("smollm2").plan.n_ctx == 8192
     with pytest.raises(ContextOverflow, match="context of 64"):
         small.chat("smollm2", CHAT, max_tokens=40)
 

@@ -98,6 +98,29 @@ def test_a_pool_too_small_for_all_serves_everyone_in_turn(store, oracle):
     pool_is_whole(engine, "smollm2")
 
 
+def test_the_default_pool_is_a_memory_budget_and_decides_admission(store, oracle, monkeypatch):
+    """No n_ctx, no kv_cache_mb: each sequence may reach the model's own context (SmolLM2: 8192),
+    and the pool is max_batch such contexts capped at KV_MEMORY_SHARE of the machine's memory.
+    On a (pretended) 12 MiB machine that is ~136 positions: requests take turns within it."""
+    from rase import worker
+
+    monkeypatch.setattr(worker, "physical_memory", lambda: 12 << 20)
+    engine = Engine(store, max_batch=8)
+    jobs = [(q, 0) for q in QUESTIONS[:5]]
+    assert _serve_all(engine, jobs) == {j: oracle[j] for j in jobs}
+    session = engine.session("smollm2")
+    assert session.plan.n_ctx == session.plan.hparams.context_length == 8192
+    assert engine.stats["models"]["smollm2"]["kv_blocks_total"] * 32 * session.plan.kv_bytes_per_token <= 3 << 20
+    with pytest.raises(ContextOverflow, match="whole KV pool"):
+        engine.chat("smollm2", [{"role": "user", "content": "Hi"}], max_tokens=400)
+    pool_is_whole(engine, "smollm2")
+    monkeypatch.undo()
+    per_block = 32 * session.plan.kv_bytes_per_token
+    want = min(8 * 8192 // 32 + (256 << 20) // per_block, worker.physical_memory() // 4 // per_block)
+    with Engine(store, max_batch=8) as big:
+        assert big.session("smollm2").worker.kv.n_blocks == want
+
+
 def test_second_turn_hits_the_cache_and_answers_the_same(store):
     turn1 = [{"role": "system", "content": "You are a helpful assistant who answers carefully. " * 20},
              {"role": "user", "content": "What is the capital of France?"}]
