@@ -170,11 +170,11 @@ static void attend_fa_ref(const float *q, const rase_kv_view *kv, int type, int 
 RASE_TARGET_AVX2 static inline __m256i rase_kv_block_avx2(int type, const uint16_t *row, int b, float *d) {
     if (type == RASE_TYPE_Q8_0) {
         const block_q8_0 *x = (const block_q8_0 *)row + b;
-        *d = rase_fp16_to_fp32(x->d);
+        *d = rase_h2f(x->d);
         return _mm256_loadu_si256((const __m256i *)x->qs);
     }
     const block_q4_0 *x = (const block_q4_0 *)row + b;
-    *d = rase_fp16_to_fp32(x->d);
+    *d = rase_h2f(x->d);
     return _mm256_sub_epi8(rase_avx2_nibbles16(x->qs), _mm256_set1_epi8(8));
 }
 
@@ -185,11 +185,12 @@ RASE_TARGET_AVX2 static void attend_fa_avx2(int g, const float *const *q, const 
                                             float *scratch, int64_t qstride, float *const *out) {
     const int nb = hd / 32;
     block_q8_0 *qq[RASE_ATTN_G];
-    float S[RASE_ATTN_G], M[RASE_ATTN_G];
+    float S[RASE_ATTN_G], M[RASE_ATTN_G], qd[RASE_ATTN_G][8];  // qd: the q blocks' scales (hd <= 256)
     if (softcap > 0.0f) scale /= softcap;
     for (int h = 0; h < g; ++h) {
         qq[h] = (block_q8_0 *)(scratch + h * qstride);
         rase_kv_quant_q8_0_avx2(q[h], qq[h], hd);
+        for (int b = 0; b < nb; ++b) qd[h][b] = rase_h2f(qq[h][b].d);
         S[h] = 0.0f, M[h] = -INFINITY;
         for (int i = 0; i < hd; ++i) out[h][i] = 0.0f;
     }
@@ -202,7 +203,7 @@ RASE_TARGET_AVX2 static void attend_fa_avx2(int g, const float *const *q, const 
             const __m256i kx = rase_kv_block_avx2(type, kv->k + off, b, &dk);
             for (int h = 0; h < g; ++h) {
                 const __m256 p = _mm256_cvtepi32_ps(rase_avx2_dot_i8(kx, _mm256_loadu_si256((const __m256i *)qq[h][b].qs)));
-                acc[h] = _mm256_fmadd_ps(_mm256_set1_ps(dk * rase_fp16_to_fp32(qq[h][b].d)), p, acc[h]);
+                acc[h] = _mm256_fmadd_ps(_mm256_set1_ps(dk * qd[h][b]), p, acc[h]);
             }
         }
         float ms[RASE_ATTN_G], vs[RASE_ATTN_G];
@@ -243,7 +244,7 @@ static void rase_attend_fa(int g, const float *const *q, const rase_kv_view *kv,
                            float scale, float softcap, const float *sinks, float *scratch, int64_t qstride,
                            float *const *out, int isa) {
 #if RASE_HAVE_X86
-    if (isa >= RASE_ISA_AVX2) { attend_fa_avx2(g, q, kv, type, j0, j1, hd, scale, softcap, sinks, scratch, qstride, out); return; }
+    if (isa >= RASE_ISA_AVX2 && hd <= 256) { attend_fa_avx2(g, q, kv, type, j0, j1, hd, scale, softcap, sinks, scratch, qstride, out); return; }
 #endif
     (void)isa;
     for (int h = 0; h < g; ++h)
