@@ -67,6 +67,35 @@ RASE_TARGET_AVX2 static void rase_kv_quant_q8_0_avx2(const float *x, block_q8_0 
 }
 #endif
 
+// ggml_compute_forward_fwht on each n-element part of x (len elements; n a power of 2): llama.cpp's
+// Walsh-Hadamard rotation of Q/K and V around a quantized cache. Scaled by 1 / sqrtf(n) first, then
+// butterflies of width 1, 2, .. n / 2 (its SIMD passes' u + v * -1 is u - v exactly). Its own
+// inverse: applied to the attention output it undoes V's.
+static void rase_fwht_rows(float *x, int64_t len, int n) {
+    const float scale = 1.0f / sqrtf((float)n);
+    for (int64_t o = 0; o + n <= len; o += n) {
+        float *y = x + o;
+        for (int j = 0; j < n; ++j) y[j] *= scale;
+        for (int w = 1; w < n; w <<= 1)
+            for (int i = 0; i < n; i += 2 * w)
+                for (int j = 0; j < w; ++j) {
+                    const float u = y[i + j], v = y[i + w + j];
+                    y[i + j] = u + v;
+                    y[i + w + j] = u - v;
+                }
+    }
+}
+
+// llama.cpp's rotation sizes for a quantized cache of head size hd (0: none): K (and Q) in parts of
+// the largest power of 2 >= 64 dividing hd, V (and the output) in parts of 64; only for hd % 64 == 0
+static inline int rase_kv_rot_k(int type, int hd) {
+    if (type == RASE_TYPE_F16 || hd % 64) return 0;
+    int n = 64;
+    while (hd % (2 * n) == 0) n *= 2;
+    return n;
+}
+static inline int rase_kv_rot_v(int type, int hd) { return type == RASE_TYPE_F16 || hd % 64 ? 0 : 64; }
+
 // one f32 row (hd) into the pool as `type` (F16, Q8_0 or Q4_0)
 static void rase_kv_store_row(int type, const float *x, uint16_t *dst, int hd, int isa) {
     switch (type) {

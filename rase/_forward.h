@@ -78,6 +78,7 @@ static void rase_qk_rope_store(rase_model *m, const rase_layer *L, int il, const
             if (cs) rase_rope(qh, cs, hp->n_rot, hp->rope_neox, m->isa);
             if (hp->attn_prescale)
                 for (int i = 0; i < hd; ++i) qh[i] *= hp->attn_scale;
+            if (m->kv->rot_k) rase_fwht_rows(qh, hd, m->kv->rot_k);
         } else {
             const rase_entry e = b->rows[t];
             float *khd = s->k + t * nk + (int64_t)hh * hd;
@@ -85,6 +86,8 @@ static void rase_qk_rope_store(rase_model *m, const rase_layer *L, int il, const
             if (L->k_norm && !L->qk_norm_full) rase_rmsnorm(khd, L->k_norm, khd, hd, hp->eps);
             if (cs) rase_rope(khd, cs, hp->n_rot, hp->rope_neox, m->isa);
             if (!hp->causal) continue;  // an encoder attends to the step's own f32 K/V (rase_attend_f32)
+            if (m->kv->rot_k) rase_fwht_rows(khd, hd, m->kv->rot_k);
+            if (m->kv->rot_v) rase_fwht_rows(s->v + t * nk + (int64_t)hh * hd, hd, m->kv->rot_v);
             const int64_t slot = rase_kv_at(m->kv, L->kv_layer, hh, b->tables[e.seq * b->table_stride + e.pos / RASE_KV_BLOCK],
                                             e.pos % RASE_KV_BLOCK);
             rase_kv_store_row(m->kv->type, khd, m->kv->k + slot, hd, m->isa);
@@ -128,6 +131,8 @@ static void rase_attend_heads(rase_model *m, const rase_layer *L, int il, const 
     rase_head_rows(m, t, h0, g, qs, outs);
     rase_attend(g, qs, &view, j0, j1, hd, hp->attn_prescale ? 1.0f : hp->attn_scale, hp->attn_softcap,
                 L->sinks ? L->sinks + h0 : NULL, s->scores + (size_t)ith * RASE_ATTN_G * s->attn_stride, s->attn_stride, outs, m->isa);
+    if (m->kv->rot_v)
+        for (int i = 0; i < g; ++i) rase_fwht_rows(outs[i], hd, m->kv->rot_v);
 }
 
 #define RASE_ATTN_SPLIT_MIN 512  // keys from which decode splits a KV head's group over threads

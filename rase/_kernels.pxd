@@ -166,7 +166,7 @@ cdef extern from "_forward.h" nogil:
         const float *output_norm
         rase_layer *layers
     ctypedef struct rase_kv_pool:
-        int32_t n_blocks, n_slots, type, row_elems
+        int32_t n_blocks, n_slots, type, row_elems, rot_k, rot_v
         int64_t state_floats
     ctypedef struct rase_scratch:
         int max_rows, n_threads, nonfinite
@@ -203,7 +203,8 @@ cdef extern from "_forward.h" nogil:
         int64_t step_ns
     int rase_weights_init(rase_weights *w)
     void rase_weights_free(rase_weights *w)
-    int rase_kv_pool_alloc(rase_kv_pool *kv, const rase_hparams *hp, int32_t n_blocks, int32_t n_slots, int type)
+    int rase_kv_pool_alloc(rase_kv_pool *kv, const rase_hparams *hp, int32_t n_blocks, int32_t n_slots, int type,
+                           int rotate)
     void rase_state_copy(rase_kv_pool *kv, int32_t src, int32_t dst)
     void rase_kv_pool_free(rase_kv_pool *kv)
     void rase_kv_copy_rows(rase_kv_pool *kv, int32_t src, int32_t dst, int n)

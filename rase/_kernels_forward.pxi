@@ -18,8 +18,9 @@ cdef class Forward:
     """Runs steps over a Weights plan: owns a KV pool of n_blocks blocks (RASE_KV_BLOCK
     positions each, every attention layer), n_slots recurrent-state slots (a model with
     recurrent layers: one per running sequence, the rest checkpoints) and scratch for steps of
-    up to max_rows rows. kv_type: the pool's K/V elements (KV_TYPES). One caller at a time (a
-    session's decoder, or a model's worker thread)."""
+    up to max_rows rows. kv_type: the pool's K/V elements (KV_TYPES); a quantized pool rotates
+    Q/K and V by Walsh-Hadamard transforms as llama.cpp does unless kv_rotate is False (llama.cpp's
+    LLAMA_ATTN_ROT_DISABLE=1). One caller at a time (a session's decoder, or a model's worker thread)."""
     cdef rase_model m
     cdef rase_kv_pool kv
     cdef rase_scratch s
@@ -36,7 +37,8 @@ cdef class Forward:
         self._refs = NULL
         self._n_refs = 0
 
-    def __init__(self, Weights weights, int n_blocks, int max_rows, int n_threads, int n_slots=1, str kv_type="f16"):
+    def __init__(self, Weights weights, int n_blocks, int max_rows, int n_threads, int n_slots=1, str kv_type="f16",
+                 bint kv_rotate=True):
         if n_blocks < 1 or max_rows < 1 or n_threads < 1 or n_slots < 1:
             raise ValueError("n_blocks, max_rows, n_threads and n_slots must be positive")
         kv_row_bytes(kv_type, weights.w.hp.head_dim)
@@ -46,7 +48,7 @@ cdef class Forward:
         self.m.kv = &self.kv
         self.m.s = &self.s
         self.m.isa = weights._isa
-        if rase_kv_pool_alloc(&self.kv, &weights.w.hp, n_blocks, n_slots, KV_TYPES[kv_type]) != 0:
+        if rase_kv_pool_alloc(&self.kv, &weights.w.hp, n_blocks, n_slots, KV_TYPES[kv_type], kv_rotate) != 0:
             raise MemoryError(f"cannot allocate a KV pool of {n_blocks} blocks and {n_slots} state slots")
         if rase_scratch_alloc(&self.s, &weights.w.hp, max_rows, n_threads) != 0:
             raise MemoryError(f"cannot allocate scratch for {max_rows} rows")

@@ -110,6 +110,7 @@ typedef struct {
     uint16_t *k, *v;
     int32_t n_blocks, n_layer, n_head_kv, head_dim;  // n_layer: the attention layers
     int32_t type, row_elems;  // RASE_TYPE_F16 / Q8_0 / Q4_0; uint16 units of one (position, head) row
+    int32_t rot_k, rot_v;     // a quantized pool's Walsh-Hadamard part sizes (rase_kv_rot_k/v), 0: none
     // (n_slots, state_floats) f32: recurrent state slots. A running sequence's is updated in place
     // by its rows; the others are checkpoints (copies at a position the prefix cache keeps)
     float *state;
@@ -217,13 +218,16 @@ static void rase_kv_pool_free(rase_kv_pool *kv) {
 }
 
 // 0 on success, -1 when out of memory
-static int rase_kv_pool_alloc(rase_kv_pool *kv, const rase_hparams *hp, int32_t n_blocks, int32_t n_slots, int type) {
+static int rase_kv_pool_alloc(rase_kv_pool *kv, const rase_hparams *hp, int32_t n_blocks, int32_t n_slots, int type,
+                              int rotate) {
     kv->n_blocks = n_blocks;
     kv->n_layer = hp->n_kv_layer;
     kv->n_head_kv = hp->n_head_kv;
     kv->head_dim = hp->head_dim;
     kv->type = type;
     kv->row_elems = rase_kv_row_elems(type, hp->head_dim);
+    kv->rot_k = rotate && hp->causal ? rase_kv_rot_k(type, hp->head_dim) : 0;
+    kv->rot_v = rotate && hp->causal ? rase_kv_rot_v(type, hp->head_dim) : 0;
     kv->state_floats = hp->state_floats;
     kv->n_slots = n_slots;
     const size_t bytes = (size_t)n_blocks * hp->n_kv_layer * hp->n_head_kv * RASE_KV_BLOCK * kv->row_elems * sizeof(uint16_t);

@@ -31,7 +31,7 @@ class GGUFDecoder:
 
     def __init__(self, path: str | os.PathLike[str] | ModelPlan, architecture: str | None = None,
                  n_ctx: int | None = None, n_threads: int | None = None,
-                 chunk: int = PREFILL_CHUNK, kv_type: str = "f16") -> None:
+                 chunk: int = PREFILL_CHUNK, kv_type: str = "f16", kv_rotate: bool = True) -> None:
         plan = path if isinstance(path, ModelPlan) else load_plan(path, architecture, n_ctx)
         self.plan = plan
         self.gguf, self.architecture, self.hparams = plan.gguf, plan.architecture, plan.hparams
@@ -40,7 +40,8 @@ class GGUFDecoder:
         if threads < 1:
             raise InvalidRequest(f"n_threads must be positive, got {n_threads}")
         chunk = max(1, min(int(chunk), self.n_ctx))
-        self._fwd = _kernels.Forward(plan.weights, blocks_for(self.n_ctx), chunk, threads, kv_type=check_kv_type(plan, kv_type))
+        self._fwd = _kernels.Forward(plan.weights, blocks_for(self.n_ctx), chunk, threads, kv_type=check_kv_type(plan, kv_type),
+                                     kv_rotate=kv_rotate)
         self.position = 0
         if PROFILE:
             self._fwd.take_profile()  # switches the C timers on

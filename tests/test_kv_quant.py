@@ -2,9 +2,9 @@
 reference, the forward against llama.cpp (llama-cpp-python, flash attention, the same KV types)
 one token at a time, bit for bit, and the pool's bytes.
 
-llama.cpp 0.3.36 also rotates Q/K and V by a Walsh-Hadamard matrix when the cache is quantized and
-the head size is a multiple of 64; rase stores them unrotated, which is llama.cpp with its own
-switch LLAMA_ATTN_ROT_DISABLE=1, the configuration these comparisons use."""
+llama.cpp 0.3.36 also rotates Q/K and V by Walsh-Hadamard transforms when the cache is quantized
+and the head size is a multiple of 64 (ggml_compute_forward_fwht), and so does rase by default;
+kv_rotate=False is llama.cpp with its own switch LLAMA_ATTN_ROT_DISABLE=1. Both are compared."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -66,10 +66,13 @@ def test_rows_are_ggml_blocks():
         assert _kernels.kv_rows("q8_0", x, isa=isa).tobytes() == q8.tobytes()
 
 
-def _llama_one_token(path, tokens, kv_type, monkeypatch):
+def _llama_one_token(path, tokens, kv_type, monkeypatch, rotate=True):
     from tests import llamacpp_ref
 
-    monkeypatch.setenv("LLAMA_ATTN_ROT_DISABLE", "1")
+    if rotate:
+        monkeypatch.delenv("LLAMA_ATTN_ROT_DISABLE", raising=False)
+    else:
+        monkeypatch.setenv("LLAMA_ATTN_ROT_DISABLE", "1")
     t = LLAMA_TYPES[kv_type]
     llm = llamacpp_ref.llama(path, n_ctx=128, n_batch=1, n_ubatch=1, logits_all=True, n_threads=1,
                              flash_attn=True, type_k=t, type_v=t)
@@ -86,40 +89,62 @@ def _tokens(n_vocab: int) -> list[int]:
 
 
 # Every causal family's tiny file whose weights carry llama.cpp's one-token order (q8_0 files),
-# hybrids, sliding windows, soft-capping and sinks among them. Not here: llama-moe-tiny, whose
-# position 7 differs in one row (the rest equal) for a reason not yet found.
-FAMILIES = ["gemma-tiny", "gemma2-tiny", "gpt-oss-tiny", "granite-tiny", "lfm2-tiny", "llama3-tiny",
+# hybrids, sliding windows, soft-capping and sinks among them; head sizes 64 and 128 rotate.
+FAMILIES = ["gemma-tiny", "gemma2-tiny", "gpt-oss-tiny", "granite-tiny", "lfm2-tiny", "llama3-tiny", "llama-moe-tiny",
             "olmo2-tiny", "olmoe-tiny", "phi3-longrope-tiny", "qwen2-tiny", "qwen35-tiny", "qwen3moe-tiny",
             "smollm3-tiny"]
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-def test_q8_0_logits_equal_llama_cpps_on_every_family(family, monkeypatch):
-    path = ARCHS / f"{family}-q8_0.gguf"
-    dec = load_gguf_decoder(None, path, n_ctx=128, kv_type="q8_0")
+def _equal(path, kv_type, rotate, monkeypatch) -> None:
+    dec = load_gguf_decoder(None, path, n_ctx=128, kv_type=kv_type, kv_rotate=rotate)
     tokens = _tokens(dec.vocab_size)
-    theirs = _llama_one_token(path, tokens, "q8_0", monkeypatch)
+    theirs = _llama_one_token(path, tokens, kv_type, monkeypatch, rotate)
     assert dec.prefill(tokens, all_logits=True).tobytes() == theirs.tobytes()
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_q8_0_logits_equal_llama_cpps_on_every_family(family, monkeypatch):
+    _equal(ARCHS / f"{family}-q8_0.gguf", "q8_0", True, monkeypatch)
+
+
+@pytest.mark.parametrize("family", [f for f in FAMILIES if f != "llama-moe-tiny"])
+def test_unrotated_q8_0_logits_equal_llama_cpps_without_its_rotation(family, monkeypatch):
+    """llama-moe-tiny left out: unrotated, its position 7 differs (the others equal), reason not found."""
+    _equal(ARCHS / f"{family}-q8_0.gguf", "q8_0", False, monkeypatch)
+
+
 @pytest.mark.parametrize("family", ["gemma2-tiny", "granite-tiny", "llama3-tiny", "qwen35-tiny"])
-def test_q4_0_logits_equal_llama_cpps(family, monkeypatch):
-    path = ARCHS / f"{family}-q8_0.gguf"
-    dec = load_gguf_decoder(None, path, n_ctx=128, kv_type="q4_0")
-    tokens = _tokens(dec.vocab_size)
-    assert dec.prefill(tokens, all_logits=True).tobytes() == _llama_one_token(path, tokens, "q4_0", monkeypatch).tobytes()
+@pytest.mark.parametrize("rotate", [True, False])
+def test_q4_0_logits_equal_llama_cpps(family, rotate, monkeypatch):
+    _equal(ARCHS / f"{family}-q8_0.gguf", "q4_0", rotate, monkeypatch)
 
 
-def test_smollm2_q8_0_equals_llama_cpp_and_decode_equals_prefill(smollm2_path, monkeypatch):
-    dec = load_gguf_decoder(None, smollm2_path, n_ctx=128, kv_type="q8_0")
+@pytest.mark.parametrize("kv_type", ["q8_0", "q4_0"])
+def test_smollm2_unrotated_equals_llama_cpp_and_decode_equals_prefill(smollm2_path, kv_type, monkeypatch):
+    dec = load_gguf_decoder(None, smollm2_path, n_ctx=128, kv_type=kv_type, kv_rotate=False)
     tokens = _tokens(dec.vocab_size)
-    theirs = _llama_one_token(smollm2_path, tokens, "q8_0", monkeypatch)
+    theirs = _llama_one_token(smollm2_path, tokens, kv_type, monkeypatch, rotate=False)
     assert dec.prefill(tokens, all_logits=True).tobytes() == theirs.tobytes()
     dec.reset()
     one = [dec.prefill(tokens[:1], all_logits=True)[0]] + [dec.decode(t) for t in tokens[1:]]
     assert np.array(one, np.float32).tobytes() == theirs.tobytes()
     f16 = load_gguf_decoder(None, smollm2_path, n_ctx=128).prefill(tokens, all_logits=True)
     assert f16.tobytes() != theirs.tobytes()  # the pool's type reached the forward
+
+
+def test_smollm2_rotated_follows_llama_cpp(smollm2_path, monkeypatch):
+    """Rotated, SmolLM2 equals llama.cpp's default bit for bit up to position 37 with q8_0, then
+    differs (a K/V block quantized differently; not found why). The later positions are held to
+    test_kl's bar: llama.cpp's top token at least as often as its own batched run picks its
+    one-token run's (95.5% on SmolLM2, less a point). And the rotation reached the forward."""
+    dec = load_gguf_decoder(None, smollm2_path, n_ctx=128, kv_type="q8_0")
+    tokens = _tokens(dec.vocab_size)
+    theirs = _llama_one_token(smollm2_path, tokens, "q8_0", monkeypatch)
+    ours = dec.prefill(tokens, all_logits=True)
+    assert (ours.argmax(1) == theirs.argmax(1)).mean() >= 0.955 - 0.01
+    assert ours[:38].tobytes() == theirs[:38].tobytes()
+    plain = load_gguf_decoder(None, smollm2_path, n_ctx=128, kv_type="q8_0", kv_rotate=False)
+    assert plain.prefill(tokens, all_logits=True)[1:].tobytes() != ours[1:].tobytes()
 
 
 def test_pool_bytes_per_token(smollm2_path):
