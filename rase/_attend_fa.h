@@ -155,6 +155,20 @@ static inline float rase_fa_step(float s, float *M, float *S, float *vs) {
     return ms;
 }
 
+// the end of a query: a sink logit joins the softmax after the last key (as ggml: a new maximum
+// scales the accumulator), then out (hd) is divided by the sum
+static void rase_fa_finish(float sink, float M, float S, float *out, int hd) {
+    if (sink > -INFINITY) {
+        float ms = 1.0f, vs = 1.0f;
+        if (sink > M) ms = expf(M - sink); else vs = expf(sink - M);
+        if (ms != 1.0f)
+            for (int i = 0; i < hd; ++i) out[i] *= ms;
+        S = fmaf(S, ms, vs);
+    }
+    const float inv = S == 0.0f ? 0.0f : 1.0f / S;
+    for (int i = 0; i < hd; ++i) out[i] *= inv;
+}
+
 // scale as ggml passes it to the score: divided by the cap when scores are capped
 static inline float rase_fa_score(float dot, float scale, float softcap) {
     float s = dot * scale;
@@ -183,15 +197,7 @@ static void attend_fa_ref(const float *q, const rase_kv_view *kv, int type, int 
             for (int i = 0; i < 32; ++i) out[32 * b + i] = fmaf((float)vx[i] * d, vs, out[32 * b + i]);
         }
     }
-    if (sink > -INFINITY) {
-        float ms = 1.0f, vs = 1.0f;
-        if (sink > M) ms = expf(M - sink); else vs = expf(sink - M);
-        if (ms != 1.0f)
-            for (int i = 0; i < hd; ++i) out[i] *= ms;
-        S = fmaf(S, ms, vs);
-    }
-    const float inv = S == 0.0f ? 0.0f : 1.0f / S;
-    for (int i = 0; i < hd; ++i) out[i] *= inv;
+    rase_fa_finish(sink, M, S, out, hd);
 }
 
 #if RASE_HAVE_X86
@@ -253,18 +259,7 @@ RASE_TARGET_AVX2 static void attend_fa_avx2(int g, const float *const *q, const 
             }
         }
     }
-    for (int h = 0; h < g; ++h) {
-        const float sink = sinks ? sinks[h] : -INFINITY;
-        if (sink > -INFINITY) {
-            float f = 1.0f, vs = 1.0f;
-            if (sink > M[h]) f = expf(M[h] - sink); else vs = expf(sink - M[h]);
-            if (f != 1.0f)
-                for (int i = 0; i < hd; ++i) out[h][i] *= f;
-            S[h] = fmaf(S[h], f, vs);
-        }
-        const float inv = S[h] == 0.0f ? 0.0f : 1.0f / S[h];
-        for (int i = 0; i < hd; ++i) out[h][i] *= inv;
-    }
+    for (int h = 0; h < g; ++h) rase_fa_finish(sinks ? sinks[h] : -INFINITY, M[h], S[h], out[h], hd);
 }
 #endif
 
