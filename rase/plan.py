@@ -61,7 +61,8 @@ class _TensorAt:
 
 
 def load_plan(path: str | os.PathLike[str], architecture: str | None = None,
-              n_ctx: int | None = None) -> ModelPlan:
+              n_ctx: int | None = None, *, pack_wait: bool = False) -> ModelPlan:
+    """pack_wait: return only once the pack cache is written (prepare), not while it is."""
     g = GGUFFile(path)
     file_arch = g.architecture
     if file_arch is None:
@@ -91,7 +92,9 @@ def load_plan(path: str | os.PathLike[str], architecture: str | None = None,
         weights = _kernels.Weights(forward, default_threads(), packed, packed=cache.load(huge_pages=not hp.n_expert))
     except ValueError as exc:
         raise CorruptModelFile(g.path, str(exc)) from None
-    cache.save_in_background(weights.repacked)  # later loads map it instead of repacking
+    saving = cache.save_in_background(weights.repacked)  # later loads map it instead of repacking
+    if pack_wait and saving is not None:
+        saving.join()
     for data in weights.streamed:  # mapped now, in one call each, as llama.cpp's MAP_POPULATE does
         t, off = holder(data)
         if t is not None:
@@ -99,6 +102,20 @@ def load_plan(path: str | os.PathLike[str], architecture: str | None = None,
     eos = g.get("tokenizer.ggml.eos_token_id")
     eos = eos if g.metadata_types.get("tokenizer.ggml.eos_token_id") == 4 else None
     return ModelPlan(g, arch, hp, ctx, weights, eos, forward.output_norm)
+
+
+def prepare(path: str | os.PathLike[str]) -> int:
+    """Write the pack cache of the GGUF at path now, as registration does, so that its first
+    load maps the repacked matrices instead of making them (a 1.7B Q4_K_M: 0.03 s instead of
+    0.3-1.1 s). The bytes repacked: 0 when the cache holds them already or is off, or no matrix
+    of the file is of a repacked type."""
+    cache = PackCache(path)
+    if not cache.enabled or cache.load() is not None:
+        return 0
+    plan = load_plan(path, pack_wait=True)
+    n = sum(int(a.nbytes) for a in plan.weights.repacked.values())
+    plan.gguf.close()
+    return n
 
 
 def check_kv_type(plan: ModelPlan, kv_type: str) -> str:

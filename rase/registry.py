@@ -183,10 +183,13 @@ class ModelRegistry:
     def import_local(self, model_id: str, weights: str | os.PathLike[str], *, kind: str | None = None,
                      architecture: str | None = None, context_length: int | None = None,
                      chat_template: str | None = None, source: dict | None = None,
-                     copy: bool = False, expected_sha256: str | None = None) -> ModelManifest:
+                     copy: bool = False, expected_sha256: str | None = None,
+                     prepare: bool = True) -> ModelManifest:
         """Register a file; the GGUF's own architecture, context length and kind (an encoder is an
         "embedding" model, anything else a "generator" unless registered as "embedding") fill
-        what is not given. copy=True moves a copy into the store (which then owns it)."""
+        what is not given. copy=True moves a copy into the store (which then owns it).
+        prepare: once registered, write the file's repacked weights to the pack cache, so that
+        its first load maps them (_prepare)."""
         validate_model_id(model_id)
         path = Path(weights).expanduser()
         if not path.is_file():
@@ -224,6 +227,8 @@ class ModelRegistry:
             raise
         if old is not None and old.owned and old.weights != manifest.weights:
             self._drop_blob(old.weights)
+        if prepare and fmt == "gguf":
+            _prepare(manifest)
         return manifest
 
     def _gguf_defaults(self, path: Path, architecture: str | None,
@@ -383,6 +388,22 @@ class ModelRegistry:
                                      expected_sha256=sha256, **import_kwargs)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+
+
+def _prepare(manifest: ModelManifest) -> None:
+    """The plan stage's pack cache for a just-registered GGUF, as a load would write it (the file
+    was read whole to hash it; repacking it now costs what the first load would have). A cache:
+    a file that cannot be planned or packed here is left for its load to refuse or repack."""
+    from .errors import RaseError
+    from .plan import prepare
+
+    try:
+        n = prepare(manifest.weights)
+    except (RaseError, MemoryError, OSError, ValueError) as exc:
+        log.warning("%s: weights not prepared for loading (%s); the first load repacks them", manifest.id, exc)
+        return
+    if n:
+        log.info("%s: %.0f MB of weights repacked into the pack cache", manifest.id, n / 1e6)
 
 
 def _hf_download(repo: str, filename: str, revision: str | None, endpoint: str | None,

@@ -16,6 +16,7 @@ from typing import Sequence
 import numpy as np
 
 from .errors import TokenizerError
+from .gguf import T_ARRAY as T_GGUF_ARRAY, T_STRING as T_GGUF_STRING
 
 # token types (tokenizer.ggml.token_type)
 T_NORMAL, T_UNKNOWN, T_CONTROL, T_USER_DEFINED, T_UNUSED, T_BYTE = 1, 2, 3, 4, 5, 6
@@ -127,7 +128,8 @@ def _check_vocab_metadata(g) -> None:
         return TokenizerError(f"{g.path}: {key} {what}; the file's vocabulary is malformed")
 
     tokens = g.get("tokenizer.ggml.tokens")
-    if not isinstance(tokens, list) or not tokens or not all(isinstance(t, str) for t in tokens):
+    strings = g.metadata_types.get("tokenizer.ggml.tokens") == (T_GGUF_ARRAY, T_GGUF_STRING)  # each item a str
+    if not isinstance(tokens, list) or not tokens or not strings:
         raise bad("tokenizer.ggml.tokens", "is not a non-empty list of strings")
     n = len(tokens)
     for key, kinds in (("tokenizer.ggml.scores", "iuf"), ("tokenizer.ggml.token_type", "iu")):
@@ -209,13 +211,14 @@ class _GGUFVocab(_Impl):
         if not self.tokens:
             raise TokenizerError(f"{g.path} carries no vocabulary (tokenizer.ggml.tokens)")
         n = len(self.tokens)
-        types = g.get("tokenizer.ggml.token_type")
-        self.types = [int(t) for t in types] if types is not None else [T_NORMAL] * n
+        types = g.get("tokenizer.ggml.token_type")  # numpy arrays (_check_vocab_metadata), or absent
+        types = np.asarray(types, np.int64) if types is not None else np.full(n, T_NORMAL, np.int64)
+        self.types = types.tolist()
         scores = g.get("tokenizer.ggml.scores")
-        self.scores = [float(s) for s in scores] if scores is not None else [0.0] * n
+        self.scores = np.asarray(scores, np.float64).tolist() if scores is not None else [0.0] * n
         self.n_vocab = n
         self.model, self.fragment_encode = model, fragment_encode
-        self.ids = {t: i for i, t in enumerate(self.tokens)}
+        self.ids = dict(zip(self.tokens, range(n)))  # a repeated token: its last id, as before
         self.bos_id = g.get("tokenizer.ggml.bos_token_id", 101 if model == "bert" else None)
         self.eos_id = g.get("tokenizer.ggml.eos_token_id")
         self.sep_id = g.get("tokenizer.ggml.seperator_token_id", 102) if model == "bert" else None  # llama.cpp's spelling
@@ -223,11 +226,11 @@ class _GGUFVocab(_Impl):
         self.add_eos = bool(g.get("tokenizer.ggml.add_eos_token", False))
         self.add_space_prefix = bool(g.get("tokenizer.ggml.add_space_prefix", model == "llama"))
         # split-out tokens, longest first (llama.cpp's cache_special_tokens)
-        special = [i for i, t in enumerate(self.types) if t in (T_CONTROL, T_USER_DEFINED, T_UNKNOWN)]
+        special = np.flatnonzero(np.isin(types, (T_CONTROL, T_USER_DEFINED, T_UNKNOWN))).tolist()
         self.special = sorted(special, key=lambda i: -len(self.tokens[i].encode()))
         self.byte_ids = {}
-        for i, t in enumerate(self.types):
-            if t == T_BYTE and len(self.tokens[i]) == 6 and self.tokens[i].startswith("<0x"):
+        for i in np.flatnonzero(types == T_BYTE).tolist():
+            if len(self.tokens[i]) == 6 and self.tokens[i].startswith("<0x"):
                 self.byte_ids[int(self.tokens[i][3:5], 16)] = i
 
     # -------------------------------------------------------------- encode

