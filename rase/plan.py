@@ -118,6 +118,21 @@ def prepare(path: str | os.PathLike[str]) -> int:
     return n
 
 
+def check_draft(plan: ModelPlan, draft: ModelPlan, name: str = "the draft model") -> ModelPlan:
+    """draft if it can draft for plan (speculative decoding): a causal model with no recurrent
+    state (its cache must step back to the tokens kept) and the same vocabulary, token for
+    token; else InvalidRequest saying which."""
+    if not draft.weights.causal or draft.weights.state_bytes:
+        raise InvalidRequest(f"{name} ({draft.architecture}) cannot draft: a draft model must be a plain "
+                             "causal model, without recurrent layers", "speculative")
+    ours, theirs = plan.gguf.get("tokenizer.ggml.tokens"), draft.gguf.get("tokenizer.ggml.tokens")
+    if not ours or ours != theirs:
+        raise InvalidRequest(f"{name}'s vocabulary ({len(theirs or ())} tokens) is not the model's "
+                             f"({len(ours or ())} tokens): draft with a model of the same family and tokenizer",
+                             "speculative")
+    return draft
+
+
 def check_kv_type(plan: ModelPlan, kv_type: str) -> str:
     """kv_type if a pool of it can hold this model's K/V (f16; q8_0 and q4_0, llama.cpp's -ctk /
     -ctv blocks, for head sizes divisible by 32), else InvalidRequest."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import numpy as np
 
@@ -64,16 +65,18 @@ class _Ema:
 class Scheduler:
     def __init__(self, kv: KVCache, max_batch: int = 8, max_chunk: int = 512, min_chunk: int = 16,
                  tbt_target_ms: float = 100.0, causal: bool = True, max_logit_rows: int = 512,
-                 speculative: bool = False) -> None:
+                 speculative: bool = False, drafter: Callable[[Request], Any] | None = None) -> None:
         """speculative: requests decode drafts (drafting.py: prompt lookup, earlier requests'
-        n-grams), verified as extra rows of their sequence: the same tokens, fewer steps."""
+        n-grams), verified as extra rows of their sequence: the same tokens, fewer steps.
+        drafter: request -> its drafting.Lookup instead (a draft model's: drafting.DraftModel)."""
         self.kv, self.causal, self.max_logit_rows = kv, causal, max_logit_rows
         self.speculative = speculative and causal and kv.state is None  # a recurrent state cannot step back
-        self.ngrams = None
-        if self.speculative:
-            from .drafting import NgramCache
+        self.ngrams, self.drafter = None, drafter
+        if self.speculative and drafter is None:
+            from .drafting import Lookup, NgramCache
 
             self.ngrams = NgramCache()
+            self.drafter = lambda req: Lookup(self.ngrams)
         self.max_batch, self.max_chunk, self.min_chunk = max_batch, max_chunk, min_chunk
         self.tbt_target = tbt_target_ms / 1e3
         self.waiting: deque[Request] = deque()
@@ -97,6 +100,8 @@ class Scheduler:
                 text: str = "", calls: tuple = (), reasoning: str = "") -> Event:
         if self.ngrams is not None and req.collect is None and req.generated:
             self.ngrams.add(req.tokens)  # later requests may draft from what this one wrote
+        if hasattr(req.lookup, "close"):
+            req.lookup.close()  # a draft model's cache goes with the request
         if req.state is State.RUNNING:
             self.kv.release(req)
             self.running.remove(req)
@@ -264,9 +269,7 @@ class Scheduler:
         if not self.speculative or (req.constraint is not None and not hasattr(req.constraint, "draft_masks")):
             return [], []
         if req.lookup is None:
-            from .drafting import Lookup
-
-            req.lookup = Lookup(self.ngrams)
+            req.lookup = self.drafter(req)
         # room: the tokens it may still sample, the last of which needs no draft after it
         room = req.config.max_tokens - req.generated - 1
         if req.config.draft_max is not None:

@@ -17,7 +17,7 @@ from typing import Callable
 
 from .errors import BackendUnavailable, IntegrityMismatch, InvalidRequest, UnsupportedFormat
 from .models import resolve
-from .plan import ModelPlan, load_plan
+from .plan import ModelPlan, check_draft, load_plan
 from .registry import ModelManifest, ModelRegistry
 from .worker import ModelWorker
 
@@ -185,10 +185,22 @@ class _Entry:
     fingerprint: tuple
 
 
+def _draft_plan(plan: ModelPlan, manifest: ModelManifest, draft: Callable[[], ModelManifest]) -> ModelPlan:
+    """The plan of the draft model draft() names (verified), checked against plan; the model
+    drafting for itself shares its plan."""
+    dm = draft()
+    if dm.id == manifest.id:
+        return plan
+    if dm.format != "gguf":
+        raise UnsupportedFormat(f"draft model {dm.id!r}: only GGUF model bundles are executable")
+    return check_draft(plan, load_plan(dm.weights, dm.architecture), f"draft model {dm.id!r}")
+
+
 def load_session(manifest: ModelManifest, n_threads: int | None = None, n_ctx: int | None = None,
-                 **serving) -> Session:
+                 draft: Callable[[], ModelManifest] | None = None, **serving) -> Session:
     """Verified manifest -> plan, tokenizer and worker. serving: ModelWorker options
-    (max_batch, kv_cache_mb, prefix_cache, tbt_target_ms)."""
+    (max_batch, kv_cache_mb, prefix_cache, tbt_target_ms, speculative). draft: the verified
+    manifest of the model that drafts for a generator (speculative), loaded beside it."""
     if manifest.format != "gguf":
         raise UnsupportedFormat("only GGUF model bundles are currently executable")
     from .tokenizer import LocalTokenizer
@@ -198,7 +210,8 @@ def load_session(manifest: ModelManifest, n_threads: int | None = None, n_ctx: i
     plan = load_plan(manifest.weights, manifest.architecture, n_ctx)
     tokenizer = (LocalTokenizer.from_file(manifest.tokenizer) if manifest.tokenizer
                  else LocalTokenizer.from_gguf(plan.gguf))
-    worker = ModelWorker(plan, n_threads=n_threads, name=manifest.id, **serving)
+    draft_plan = _draft_plan(plan, manifest, draft) if draft is not None and plan.weights.causal else None
+    worker = ModelWorker(plan, n_threads=n_threads, name=manifest.id, draft=draft_plan, **serving)
     return Session(manifest, plan, tokenizer, worker, n_threads)
 
 

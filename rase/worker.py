@@ -20,6 +20,7 @@ from .errors import ContextOverflow, InvalidRequest, ModelUnloaded, Overloaded, 
 from .sampling import GenerationConfig, make_sampler, token_or_error
 from .kv_cache import KVCache, blocks_for
 from .logprobs import LogprobDelta
+from .drafting import DraftModel
 from .plan import ModelPlan, check_kv_type
 from .profiling import profile_add
 from .request import NoText, Request
@@ -74,11 +75,12 @@ class ModelWorker:
     def __init__(self, plan: ModelPlan, *, max_batch: int = 8, kv_cache_mb: float | None = None,
                  n_threads: int | None = None, tbt_target_ms: float = 100.0, prefix_cache: bool = True,
                  name: str = "model", max_waiting: int | None = None, time_limit_s: float | None = None,
-                 speculative: bool = False, kv_type: str = "f16") -> None:
+                 speculative: bool = False, kv_type: str = "f16", draft: ModelPlan | None = None) -> None:
         """max_waiting: requests queued beyond the max_batch being decoded before submit refuses
         (Overloaded); time_limit_s: wall-clock seconds per request from submission (TIME_LIMIT);
-        speculative: greedy requests verify prompt-lookup drafts (scheduler.Scheduler); kv_type:
-        the KV pool's elements (plan.check_kv_type)."""
+        speculative: requests verify prompt-lookup drafts (scheduler.Scheduler), or, given a
+        draft plan (a model sharing the tokenizer: check_draft), that model's; kv_type: the KV
+        pool's elements (plan.check_kv_type)."""
         if max_batch < 1:
             raise InvalidRequest(f"max_batch must be at least 1, got {max_batch}")
         self.plan = plan
@@ -95,8 +97,14 @@ class ModelWorker:
         self.kv = KVCache(n_blocks, _kernels.KV_BLOCK, prefix_cache and self.causal, copy_rows=self.fwd.copy_rows,
                           state=state, max_tails=2 * max_batch)
         logit_rows = max(1, min(self.max_chunk, LOGIT_READS_MB * (1 << 20) // (4 * plan.vocab_size)))
+        drafter = None
+        if speculative and draft is not None:
+            threads = n_threads or default_threads()
+            drafter = lambda req: DraftModel(  # noqa: E731  its cache: the request's prompt and answer
+                draft, len(req.prompt) + req.config.max_tokens + 1, threads)
         self.scheduler = Scheduler(self.kv, max_batch=max_batch, max_chunk=self.max_chunk, tbt_target_ms=tbt_target_ms,
-                                   causal=self.causal, max_logit_rows=logit_rows, speculative=speculative)
+                                   causal=self.causal, max_logit_rows=logit_rows, speculative=speculative,
+                                   drafter=drafter)
         self._cond = threading.Condition()
         self._inbox: list[Request] = []
         self._closing = False

@@ -1,4 +1,4 @@
-"""Speculative decoding with prompt-lookup drafts: the lookup itself, and output identical to
+"""Speculative decoding with prompt-lookup drafts and with a draft model: the lookup itself, and output identical to
 decoding one token at a time, greedy and seeded sampling alike, on every tiny family and on
 SmolLM2, batched with other requests in the same steps."""
 from __future__ import annotations
@@ -198,3 +198,75 @@ def test_a_grammar_binds_every_verified_row(smollm2_store, temperature):
             outs[spec] = e.chat("smollm2", msgs, max_tokens=80, temperature=temperature, seed=4, response_format=fmt)
     assert outs["ngram"].text == outs[None].text and json.loads(outs["ngram"].text).keys() == record.keys()
     assert outs["ngram"].timings["draft_n_accepted"] > 5, outs["ngram"].timings
+
+
+# ---------------------------------------------------------------- a draft model
+
+
+DRAFT_FAMILIES = ["llama", "qwen3", "gemma3", "gemma2", "phi3", "qwen3moe"]
+
+
+@pytest.mark.parametrize("family,draft", [(f, "q4_0") for f in DRAFT_FAMILIES]
+                         + [(f, "other-seed") for f in ("llama", "qwen3", "qwen3moe")])
+def test_a_draft_model_gives_the_same_tokens_batched_with_others(tmp_path, tiny_models, family, draft):
+    """The target is the Q8_0 file; the draft the same weights at Q4_0 (close: its drafts hold),
+    or other random weights (its drafts fail): the output is the target's own either way."""
+    from tests.tinymodels import write_tiny_model
+
+    reg = ModelRegistry(tmp_path)
+    reg.import_local("m", tiny_models(family, QuantType.Q8_0))
+    reg.import_local("d", tiny_models(family, QuantType.Q4_0) if draft == "q4_0" else
+                     write_tiny_model(tmp_path / "d.gguf", family, QuantType.Q8_0, seed=7))
+    plain, plain_sampled, _ = _run(tmp_path, None)
+    spec, spec_sampled, stats = _run(tmp_path, "draft:d")
+    assert spec == plain and spec_sampled == plain_sampled
+    drafted, accepted = stats["drafted_tokens"], stats["accepted_draft_tokens"]
+    assert drafted > 0 and (accepted > 0 if draft == "q4_0" else accepted < drafted), stats
+
+
+def test_smollm2_drafting_for_itself_holds_every_greedy_draft(smollm2_store):
+    """The draft's cache follows the request's tokens through rollbacks: the same model's greedy
+    drafts are exactly the tokens verified, so every one holds (a draft evaluated at a wrong
+    position or on stale tokens would fail)."""
+    msgs = [{"role": "user", "content": "Write three sentences about the sea."}]
+    outs = {}
+    for spec in (None, "draft:smollm2"):
+        with Engine(smollm2_store, speculative=spec, n_threads=2) as e:
+            other = e.submit_chat("smollm2", [{"role": "user", "content": "Name a colour."}], max_tokens=30,
+                                  temperature=0.7, seed=3)
+            outs[spec] = (e.chat("smollm2", msgs, max_tokens=80, temperature=0), other.result())
+    (plain, plain_other), (spec, spec_other) = outs[None], outs["draft:smollm2"]
+    assert spec.text == plain.text and spec_other.text == plain_other.text
+    t = spec.timings
+    assert t["draft_n"] >= 40 and t["draft_n_accepted"] == t["draft_n"], t
+    assert spec_other.timings["draft_n"] > 0  # the sampled request drafted too: its drafts are guesses
+
+
+def test_draft_models_that_cannot_draft_are_refused_at_load(tmp_path, tiny_models, smollm2_path):
+    from pathlib import Path
+
+    from rase import InvalidRequest, ModelNotFound
+
+    reg = ModelRegistry(tmp_path)
+    reg.import_local("m", smollm2_path)
+    reg.import_local("other-vocab", tiny_models("llama", QuantType.Q8_0))
+    reg.import_local("hybrid", Path(__file__).parent / "fixtures" / "archs" / "lfm2-tiny-q8_0.gguf")
+    for draft, error, words in (("other-vocab", InvalidRequest, "vocabulary"), ("hybrid", InvalidRequest, "recurrent"),
+                                ("missing", ModelNotFound, "missing")):
+        with Engine(tmp_path, speculative=f"draft:{draft}", n_threads=2) as e:
+            with pytest.raises(error, match=words):
+                e.complete("m", "hello", max_tokens=2)
+    for bad in ("draft:", "draft:../x", "eagle", 3):
+        with pytest.raises(InvalidRequest, match="speculative"):
+            Engine(tmp_path, speculative=bad)
+
+
+def test_rase_serve_spec_draft_reports_drafts(smollm2_store, openai_client):
+    from tests.conftest import rase_serve
+
+    with rase_serve(smollm2_store, "--threads", "2", "--spec", "draft:smollm2") as base:
+        out = openai_client(base).chat.completions.create(
+            model="smollm2", messages=[{"role": "user", "content": "Count from one to ten in words."}],
+            max_tokens=40, temperature=0)
+    timings = out.model_extra["timings"]
+    assert timings["draft_n"] > 0 and timings["draft_n_accepted"] == timings["draft_n"], timings

@@ -167,8 +167,8 @@ class _Common(BaseModel):
 
     def generation_kwargs(self) -> dict:
         if self.speculative_p_min is not None:
-            raise InvalidRequest("speculative.p_min applies to draft-model speculation; rase drafts by prompt lookup",
-                                 "speculative.p_min")
+            raise InvalidRequest("speculative.p_min is not supported: rase's drafts per step adapt to how many held "
+                                 "(bound them with speculative.n_max and speculative.n_min)", "speculative.p_min")
         out = {k: getattr(self, k) for k in ("max_tokens", "temperature", "top_p", "top_k", "min_p",
                                              "seed", "presence_penalty", "frequency_penalty", "logit_bias")
                if getattr(self, k) is not None}
