@@ -124,7 +124,7 @@ class DraftModel(Lookup):
         k = self._room(most)
         try:
             return self.guess(tokens, k) if k > 0 else []
-        except RaseError as exc:  # drafts are guesses: a draft model that fails only stops drafting
+        except (RaseError, MemoryError, ValueError) as exc:  # drafts are guesses: a failing draft model stops drafting
             log.warning("draft model stopped drafting for a request: %s", exc)
             self.k, self.idle, self.decoder = 0, -(1 << 30), None  # never probes again
             return []

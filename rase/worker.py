@@ -8,6 +8,7 @@ and run in parallel.
 """
 from __future__ import annotations
 
+import logging
 import math
 import os
 import threading
@@ -28,6 +29,8 @@ from .channel import RequestHandle
 from .scheduler import Event, Scheduler
 from .state_cache import StateSlots
 from .textstate import ReasoningDelta
+
+log = logging.getLogger("rase")
 
 MAX_CHUNK = 512            # prompt tokens per step at most (llama.cpp's default ubatch)
 LOGIT_READS_MB = 128       # logits rows prompt-only requests may read in one step (f32 x vocabulary)
@@ -250,7 +253,11 @@ class ModelWorker:
             t0 = time.perf_counter()
             for req in inbox:
                 self.scheduler.add(req)
-            step = self.scheduler.next_step()
+            try:
+                step = self.scheduler.next_step()
+            except Exception as exc:
+                self._crash("scheduling a step", exc)
+                continue
             self._deliver(self.scheduler.drain_events())
             if step is None:
                 continue
@@ -258,17 +265,28 @@ class ModelWorker:
             try:
                 tokens, logits = self.fwd.step(step.rows, step.tables, step.out_rows, step.samplers,
                                                embd_rows=step.embd_rows, slots=step.slots)
-            except Exception as exc:  # a bug, not bad input (inputs were checked): fail, stay alive
-                self._deliver(self.scheduler.fail_all(RaseError(f"forward step failed: {exc}")))
+            except Exception as exc:
+                self._crash("forward step", exc)
                 continue
             t2 = time.perf_counter()
             if PROFILE:
                 profile_add(self.fwd, step.n_prefill > 0, len(step.rows), int((t2 - t1) * 1e9))
             drawn = [token_or_error(int(t)) for t in tokens[:len(step.out)]]
-            self._deliver(self.scheduler.update(step, drawn, t2 - t1, time.monotonic(), logits, self.fwd.hidden))
+            try:
+                events = self.scheduler.update(step, drawn, t2 - t1, time.monotonic(), logits, self.fwd.hidden)
+            except Exception as exc:
+                self._crash("folding a step back", exc)
+                continue
+            self._deliver(events)
             self.counters["rows"] += len(step.rows)
             self.counters["step_s"] += t2 - t1
             self.counters["python_s"] += (time.perf_counter() - t0) - (t2 - t1)
+
+    def _crash(self, what: str, exc: Exception) -> None:
+        """A bug, not bad input (inputs were checked): every request fails with a RaseError
+        saying what failed, and the worker stays alive for the next ones."""
+        log.error("model worker: %s failed", what, exc_info=exc)
+        self._deliver(self.scheduler.fail_all(RaseError(f"{what} failed: {type(exc).__name__}: {exc}")))
 
     def _deliver(self, events: list[Event]) -> None:
         for ev in events:

@@ -195,3 +195,28 @@ def test_an_engine_dropped_without_close_stops_its_workers(store):
         worker = engine.session("smollm2").worker
     worker.close(wait=True)
     assert not worker.alive
+
+
+@pytest.mark.parametrize("stage", ["next_step", "update"])
+def test_a_scheduler_bug_fails_the_requests_and_the_worker_serves_on(store, stage):
+    """An exception inside the scheduler (a bug: inputs are checked before) fails every request
+    with a RaseError saying where, instead of killing the worker thread and hanging them."""
+    from rase.errors import RaseError
+
+    with Engine(store, n_threads=2) as e:
+        scheduler = e.session("smollm2").worker.scheduler
+        real = getattr(scheduler, stage)
+        calls = []
+
+        def broken(*args, **kwargs):
+            if not calls:
+                calls.append(1)
+                raise ZeroDivisionError("a planted bug")
+            return real(*args, **kwargs)
+
+        setattr(scheduler, stage, broken)
+        handle = e.submit_complete("smollm2", "The capital of France is", max_tokens=8, temperature=0)
+        with pytest.raises(RaseError, match="ZeroDivisionError: a planted bug"):
+            handle.result(timeout=60)
+        after = e.complete("smollm2", "The capital of France is", max_tokens=8, temperature=0)
+        assert after.completion_tokens == 8 and calls == [1]
