@@ -36,7 +36,7 @@ class GGUFDecoder:
         self.plan = plan
         self.gguf, self.architecture, self.hparams = plan.gguf, plan.architecture, plan.hparams
         self.eos_token, self.vocab_size = plan.eos_token, plan.vocab_size
-        # a shared plan keeps its context; this cache may be shorter (a draft model's, per request)
+        # a shared plan keeps its context; this decoder's cache may be shorter
         self.n_ctx = plan.n_ctx if n_ctx is None or not isinstance(path, ModelPlan) else min(plan.n_ctx, int(n_ctx))
         if self.n_ctx < 1:
             raise InvalidRequest(f"n_ctx must be positive, got {n_ctx}")
@@ -98,22 +98,6 @@ class GGUFDecoder:
             self.position = start + part.size
         out = np.concatenate(outs) if all_logits else outs[-1][0]
         return self._logits(out, finite)
-
-    def extend(self, tokens: Sequence[int], start: int) -> np.ndarray:
-        """Evaluate tokens at positions start.. (the cache before start is kept, after it
-        overwritten: a rollback to start); logits of the last position (vocab,)."""
-        ids = np.ascontiguousarray(tokens, dtype=np.int32).reshape(-1)
-        if ids.size == 0 or not 0 <= start <= self.position:
-            raise InvalidRequest(f"extend needs tokens and 0 <= start <= {self.position}, got {ids.size} at {start}")
-        if start + ids.size > self.n_ctx:
-            raise ContextOverflow(start + int(ids.size), self.n_ctx)
-        self._check(ids)
-        chunk, out = self._fwd.max_rows, None
-        for at in range(0, ids.size, chunk):
-            part = ids[at:at + chunk]
-            out = self._fwd.run(part, start + at, 1)[0]
-            self.position = start + at + part.size
-        return self._logits(out, self._fwd.logits_finite)
 
     def decode(self, token: int) -> np.ndarray:
         """Append one token at the next position; logits (vocab,)."""

@@ -1,5 +1,5 @@
-"""Draft tokens for speculative decoding: prompt lookup (llama.cpp's ngram-simple), an n-gram
-cache of the requests served before, or a smaller draft model sharing the tokenizer.
+"""Draft tokens for speculative decoding: prompt lookup (llama.cpp's ngram-simple), and an
+n-gram cache of the requests served before (a draft model's drafts: draft_model.py).
 
 A request's next tokens are guessed from its own prompt and output: the tokens that followed
 the latest earlier occurrence of its last n tokens (n = 3, then 2, then 1); failing that, what
@@ -9,10 +9,6 @@ many rows share the step, so every accepted token is exactly the token decoding 
 gives (greedy), and the draft only changes how many forward steps it takes.
 """
 from __future__ import annotations
-
-import logging
-
-log = logging.getLogger("rase")
 
 N_MAX = 3       # longest n-gram looked up
 K_START = 4     # drafts per step at first
@@ -104,54 +100,3 @@ class Lookup:
         elif 2 * accepted <= drafted:
             self.k //= 2
 
-
-class DraftModel(Lookup):
-    """One request's drafts from a smaller model that shares the tokenizer (llama-server's
-    --model-draft): its greedy continuation of the request's tokens, k at a time, on a
-    single-stream cache of its own. The cache keeps the tokens the request kept: each draft
-    evaluates only what changed since the last one (the tokens the step accepted, and the one it
-    drew), from the first position where the request's tokens and the cache's differ."""
-
-    def __init__(self, plan, n_ctx: int, n_threads: int | None = None) -> None:
-        super().__init__(None)
-        self.plan, self.n_ctx, self.n_threads = plan, n_ctx, n_threads
-        self.decoder = None          # decoder.GGUFDecoder over plan, made at the first draft
-        self.known: list[int] = []   # the tokens whose K/V the cache holds, position by position
-
-    def propose(self, tokens: list[int], most: int) -> list[int]:
-        from .errors import RaseError
-
-        k = self._room(most)
-        try:
-            return self.guess(tokens, k) if k > 0 else []
-        except (RaseError, MemoryError, ValueError) as exc:  # drafts are guesses: a failing draft model stops drafting
-            log.warning("draft model stopped drafting for a request: %s", exc)
-            self.k, self.idle, self.decoder = 0, -(1 << 30), None  # never probes again
-            return []
-
-    def guess(self, tokens: list[int], k: int) -> list[int]:
-        import numpy as np
-
-        from .decoder import GGUFDecoder
-
-        if self.decoder is None:
-            self.decoder = GGUFDecoder(self.plan, n_ctx=self.n_ctx, n_threads=self.n_threads)
-        k = min(k, self.decoder.n_ctx - len(tokens))
-        if k <= 0 or not tokens:
-            return []
-        same = 0
-        for a, b in zip(self.known, tokens):
-            if a != b:
-                break
-            same += 1
-        same = min(same, len(tokens) - 1)  # the last token runs again: its logits give the first draft
-        logits = self.decoder.extend(tokens[same:], same)
-        drafts = [int(np.argmax(logits))]
-        while len(drafts) < k:
-            drafts.append(int(np.argmax(self.decoder.decode(drafts[-1]))))
-        self.known = tokens + drafts[:-1]
-        return drafts
-
-    def close(self) -> None:
-        """Free the cache (the counters stay: a finished request's timings read them)."""
-        self.decoder, self.known = None, []

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -65,18 +65,18 @@ class _Ema:
 class Scheduler:
     def __init__(self, kv: KVCache, max_batch: int = 8, max_chunk: int = 512, min_chunk: int = 16,
                  tbt_target_ms: float = 100.0, causal: bool = True, max_logit_rows: int = 512,
-                 speculative: bool = False, drafter: Callable[[Request], Any] | None = None) -> None:
+                 speculative: bool = False, draft_batch: Any = None) -> None:
         """speculative: requests decode drafts (drafting.py: prompt lookup, earlier requests'
         n-grams), verified as extra rows of their sequence: the same tokens, fewer steps.
-        drafter: request -> its drafting.Lookup instead (a draft model's: drafting.DraftModel)."""
+        draft_batch: a draft model's drafts instead (draft_model.DraftBatch), made for all
+        decoding requests before each step."""
         self.kv, self.causal, self.max_logit_rows = kv, causal, max_logit_rows
         self.speculative = speculative and causal and kv.state is None  # a recurrent state cannot step back
-        self.ngrams, self.drafter = None, drafter
-        if self.speculative and drafter is None:
-            from .drafting import Lookup, NgramCache
+        self.ngrams, self.draft_batch = None, draft_batch
+        if self.speculative and draft_batch is None:
+            from .drafting import NgramCache
 
             self.ngrams = NgramCache()
-            self.drafter = lambda req: Lookup(self.ngrams)
         self.max_batch, self.max_chunk, self.min_chunk = max_batch, max_chunk, min_chunk
         self.tbt_target = tbt_target_ms / 1e3
         self.waiting: deque[Request] = deque()
@@ -173,8 +173,11 @@ class Scheduler:
         reads: list[tuple[Request, int, int]] = []
         drafts: dict[Request, list[int]] = {}
         samplers: list = []
-        for req in decode:
-            guess, masks = self._drafts(req)
+        rooms = [self._draft_room(req) for req in decode]
+        if self.draft_batch is not None:
+            self.draft_batch.run([(r.lookup, r.tokens, room) for r, room in zip(decode, rooms) if room > 0])
+        for req, room in zip(decode, rooms):
+            guess, masks = self._drafts(req, room) if room > 0 else ([], [])
             if guess:
                 drafts[req] = guess
             n = req.n_computed
@@ -259,21 +262,30 @@ class Scheduler:
         forks[i - 1].mask = mask
         return forks[i - 1]
 
-    def _drafts(self, req: Request) -> tuple[list[int], list]:
-        """A decoding request's draft tokens and its rows' grammar masks: only where each
+    def _draft_room(self, req: Request) -> int:
+        """How many drafts a decoding request may verify this step (0: none): only where each
         verified token is, by construction, the one decoding one at a time draws (row i samples
         with the request's sampler as it will be i draws on, greedy or seeded, with the grammar's
         mask after the drafts before it, its penalties counting them; each row's logits give its
         logprobs); not with a constraint that cannot say its masks ahead (no draft_masks: tool
         calls, reasoning gates)."""
         if not self.speculative or (req.constraint is not None and not hasattr(req.constraint, "draft_masks")):
-            return [], []
+            return 0
         if req.lookup is None:
-            req.lookup = self.drafter(req)
+            if self.draft_batch is not None:
+                req.lookup = self.draft_batch.sequence(req)
+            else:
+                from .drafting import Lookup
+
+                req.lookup = Lookup(self.ngrams)
         # room: the tokens it may still sample, the last of which needs no draft after it
         room = req.config.max_tokens - req.generated - 1
         if req.config.draft_max is not None:
             room = min(room, req.config.draft_max)
+        return room
+
+    def _drafts(self, req: Request, room: int) -> tuple[list[int], list]:
+        """req's draft tokens (at most room) and its rows' grammar masks."""
         guess, masks = req.lookup.propose(req.tokens, room), []
         if guess and req.constraint is not None:
             guess, masks = req.constraint.draft_masks(guess)

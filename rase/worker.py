@@ -21,7 +21,7 @@ from .errors import ContextOverflow, InvalidRequest, ModelUnloaded, Overloaded, 
 from .sampling import GenerationConfig, make_sampler, token_or_error
 from .kv_cache import KVCache, blocks_for
 from .logprobs import LogprobDelta
-from .drafting import DraftModel
+from .draft_model import DraftBatch
 from .plan import ModelPlan, check_kv_type
 from .profiling import profile_add
 from .request import NoText, Request
@@ -100,14 +100,12 @@ class ModelWorker:
         self.kv = KVCache(n_blocks, _kernels.KV_BLOCK, prefix_cache and self.causal, copy_rows=self.fwd.copy_rows,
                           state=state, max_tails=2 * max_batch)
         logit_rows = max(1, min(self.max_chunk, LOGIT_READS_MB * (1 << 20) // (4 * plan.vocab_size)))
-        drafter = None
-        if speculative and draft is not None:
-            threads = n_threads or default_threads()
-            drafter = lambda req: DraftModel(  # noqa: E731  its cache: the request's prompt and answer
-                draft, len(req.prompt) + req.config.max_tokens + 1, threads)
+        # a draft model's pool holds as many positions as this one's (its rows are smaller)
+        drafts = DraftBatch(draft, n_blocks, max_batch + self.max_chunk, n_threads or default_threads()) \
+            if speculative and draft is not None and self.causal else None
         self.scheduler = Scheduler(self.kv, max_batch=max_batch, max_chunk=self.max_chunk, tbt_target_ms=tbt_target_ms,
                                    causal=self.causal, max_logit_rows=logit_rows, speculative=speculative,
-                                   drafter=drafter)
+                                   draft_batch=drafts)
         self._cond = threading.Condition()
         self._inbox: list[Request] = []
         self._closing = False

@@ -242,6 +242,37 @@ def test_smollm2_drafting_for_itself_holds_every_greedy_draft(smollm2_store):
     assert spec_other.timings["draft_n"] > 0  # the sampled request drafted too: its drafts are guesses
 
 
+def test_a_draft_model_drafts_for_all_requests_in_shared_steps(smollm2_store):
+    """Six requests at once (one with a prompt longer than a draft step's rows, caught up over
+    several steps): one draft-model step serves every request still drafting, and the tokens
+    are the plain run's."""
+    story = "Once upon a time a lighthouse keeper lived alone by the sea and kept the lamp lit. " * 40
+    prompts = [story + "Continue the story."] + [f"Write a sentence about the number {i}." for i in range(5)]
+    outs, steps = {}, []
+    for spec in (None, "draft:smollm2"):
+        with Engine(smollm2_store, speculative=spec, n_threads=2, max_batch=8) as e:
+            worker = e.session("smollm2").worker
+            batch = worker.scheduler.draft_batch
+            if batch is not None:
+                real = batch.fwd
+
+                class Counting:
+                    def step(self, rows, *args, **kwargs):
+                        steps.append(len(rows))
+                        return real.step(rows, *args, **kwargs)
+
+                batch.fwd = Counting()
+                assert len(e.tokenize("smollm2", prompts[0])) > batch.max_rows
+            handles = [e.submit_chat("smollm2", [{"role": "user", "content": p}], max_tokens=40, temperature=0)
+                       for p in prompts]
+            outs[spec] = [h.result() for h in handles]
+    assert [o.text for o in outs["draft:smollm2"]] == [o.text for o in outs[None]]
+    drafted = sum(o.timings["draft_n"] for o in outs["draft:smollm2"])
+    for o in outs["draft:smollm2"]:  # drafting for itself: every draft holds (a prompt caught up wrong would not)
+        assert 0 < o.timings["draft_n"] == o.timings["draft_n_accepted"], o.timings
+    assert len(steps) < drafted / 3 and max(steps) > 5  # rows of several requests share a draft step
+
+
 def test_draft_models_that_cannot_draft_are_refused_at_load(tmp_path, tiny_models, smollm2_path):
     from pathlib import Path
 

@@ -81,3 +81,18 @@ def test_a_cold_load_gives_back_every_repacked_experts_file_pages(tmp_path, monk
         spans = sorted(released[name])
         assert spans[0][0] == 0 and spans[-1][1] == dec.gguf.tensor(name).nbytes, name
         assert all(a[1] == b[0] for a, b in zip(spans, spans[1:])), name  # contiguous, no gap
+
+
+def test_a_decoder_over_a_shared_plan_takes_a_shorter_context(tiny_models):
+    from rase.decoder import GGUFDecoder
+    from rase.errors import ContextOverflow
+    from rase.plan import load_plan
+    from rase import QuantType
+
+    plan = load_plan(tiny_models("llama", QuantType.Q8_0))
+    short = GGUFDecoder(plan, n_ctx=40, n_threads=1)
+    assert short.n_ctx == 40 < plan.n_ctx and GGUFDecoder(plan, n_threads=1).n_ctx == plan.n_ctx
+    whole = GGUFDecoder(plan, n_threads=1)
+    assert np.array_equal(short.prefill(list(range(1, 41))), whole.prefill(list(range(1, 41))))
+    with pytest.raises(ContextOverflow):
+        short.decode(5)
