@@ -12,6 +12,7 @@ draft has not seen is caught up chunk by chunk, within the step's rows, before i
 from __future__ import annotations
 
 import logging
+import time
 
 import numpy as np
 
@@ -21,6 +22,19 @@ from .errors import RaseError
 
 log = logging.getLogger("rase")
 BLOCK = _kernels.KV_BLOCK
+
+
+def best_k(a: float, r: float, most: int) -> int:
+    """The draft length (0..most) that gives the most tokens per unit of time: k drafts, each
+    holding with probability a (and only after those before it), give (1 - a^(k+1)) / (1 - a)
+    tokens for a target step and k draft steps of r target steps each. 0 when no length beats
+    not drafting by 2%."""
+    best, value = 0, 1.02
+    for k in range(1, most + 1):
+        tokens = (k + 1) if a >= 1.0 else (1.0 - a ** (k + 1)) / (1.0 - a)
+        if tokens / (1.0 + k * r) > value:
+            best, value = k, tokens / (1.0 + k * r)
+    return best
 
 
 class DraftSeq(Lookup):
@@ -37,6 +51,20 @@ class DraftSeq(Lookup):
         out, self.pending = self.pending[:max(0, most)], []
         return out
 
+    def _room(self, most: int) -> int:
+        """Lookup's k (grown while drafts hold), capped by what pays for this draft model's cost
+        (best_k, at this request's acceptance so far); when nothing pays, k falls to 0 and a
+        probe of one draft comes every PROBE tokens."""
+        probe = self.k == 0
+        k = super()._room(most)
+        ratio = self.batch.ratio()
+        if k <= 0 or ratio is None or probe:  # a probe's one draft goes through: it measures acceptance
+            return k
+        cap = best_k((self.accepted + 1) / (self.drafted + 2), ratio, k)
+        if cap == 0:
+            self.k, self.idle = 0, 0
+        return cap
+
     def close(self) -> None:
         """The request is done: its blocks go back (the counters stay for its timings)."""
         self.batch.free.extend(self.blocks)
@@ -52,6 +80,12 @@ class DraftBatch:
         self.free = list(range(n_blocks - 1, -1, -1))
         self.max_rows, self.n_ctx = max_rows, plan.n_ctx
         self.failed = False
+        self.step_s: float | None = None    # moving mean of a draft step (a row per request)
+        self.target_s: float | None = None  # the worker's decode step, as the scheduler measures it
+
+    def ratio(self) -> float | None:
+        """A draft step's time in target steps, once both were measured."""
+        return None if self.step_s is None or not self.target_s else self.step_s / self.target_s
 
     def sequence(self, req) -> DraftSeq:
         return DraftSeq(self)
@@ -63,10 +97,12 @@ class DraftBatch:
         seq.blocks.extend(self.free.pop() for _ in range(max(0, need)))
         return True
 
-    def run(self, wants: list[tuple[DraftSeq, list[int], int]]) -> None:
+    def run(self, wants: list[tuple[DraftSeq, list[int], int]], target_s: float | None = None) -> None:
         """wants: (sequence, the request's tokens, the most drafts it may verify); each
-        sequence's pending becomes its drafts (none: not this step). A failure of the draft
+        sequence's pending becomes its drafts (none: not this step). target_s: the worker's
+        decode step in seconds (best_k weighs the drafts' cost by it). A failure of the draft
         model stops drafting, never the requests."""
+        self.target_s = target_s
         try:
             if not self.failed:
                 self._run(wants)
@@ -106,7 +142,11 @@ class DraftBatch:
             tables[sid, :len(seq.blocks)] = seq.blocks
         while rows:  # the first step also when it only catches up (its one logits row then unread)
             read = [o[3] for o in outs] or [len(rows) - 1]
+            t0 = time.perf_counter()
             _, logits = self.fwd.step(np.array(rows, np.int32), tables, np.array(read, np.int32))
+            if len(rows) <= 2 * len(live):  # a drafting step, not a prompt's catch-up
+                dt = time.perf_counter() - t0
+                self.step_s = dt if self.step_s is None else self.step_s + 0.1 * (dt - self.step_s)
             drawn = np.argmax(logits, axis=1).tolist() if outs else []
             rows, nxt = [], []
             for (seq, k, sid, _), tok in zip(outs, drawn):

@@ -175,7 +175,8 @@ class Scheduler:
         samplers: list = []
         rooms = [self._draft_room(req) for req in decode]
         if self.draft_batch is not None:
-            self.draft_batch.run([(r.lookup, r.tokens, room) for r, room in zip(decode, rooms) if room > 0])
+            self.draft_batch.run([(r.lookup, r.tokens, room) for r, room in zip(decode, rooms) if room > 0],
+                                 self._decode_s.value)
         for req, room in zip(decode, rooms):
             guess, masks = self._drafts(req, room) if room > 0 else ([], [])
             if guess:
