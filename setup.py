@@ -17,7 +17,7 @@ exts = [Extension("rase._kernels", sources=["rase/_kernels.pyx"], depends=DEPEND
                   extra_compile_args=["-O3"] + FLAGS, extra_link_args=["-fopenmp"])]
 
 simde = os.environ.get("RASE_SIMDE_INCLUDE", "/usr/include")
-if os.path.exists(os.path.join(simde, "simde", "x86", "avx512.h")):
+if os.path.exists(os.path.join(simde, "simde", "x86", "avx512.h")) and not os.environ.get("RASE_NO_EMU"):  # wheels: none
     exts.append(Extension("rase._kernels_emu", sources=["rase/_kernels_emu.pyx"], depends=DEPENDS,
                           include_dirs=["rase", simde], define_macros=[("RASE_EMULATE_SIMD", "1")],
                           extra_compile_args=["-O1"] + FLAGS, extra_link_args=["-fopenmp"]))
