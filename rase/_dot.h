@@ -180,6 +180,11 @@ static inline float rase_kdot_ref(rase_kunpack_fn unpack, int64_t n, const void 
 static float vec_dot_q2_k_q8_k_ref(int64_t n, const void *w, const void *a) { return rase_kdot_ref(kunpack_q2_k, n, w, a); }
 static float vec_dot_q3_k_q8_k_ref(int64_t n, const void *w, const void *a) { return rase_kdot_ref(kunpack_q3_k, n, w, a); }
 
+// multi-token dots take up to RASE_NT tokens (every ISA); RASE_ACT: token t's activation block b
+#define RASE_NT 8
+#define RASE_INLINE __attribute__((always_inline)) inline
+#define RASE_ACT(T, t, b) ((const T *)((const char *)a + (size_t)(t) * astride) + (b))
+
 // ---------------------------------------------------------------- AVX2
 #if RASE_HAVE_X86
 
@@ -332,9 +337,6 @@ RASE_TARGET_AVX2 static float vec_dot_bf16_f32_avx2(int64_t n, const void *w, co
 // Each weight block is unpacked once and reused for every token; per token the arithmetic is
 // identical for every nt (so prefill, chunked prefill and decode give the same bits).
 
-#define RASE_NT 8
-#define RASE_INLINE __attribute__((always_inline)) inline
-#define RASE_ACT(T, t, b) ((const T *)((const char *)a + (size_t)(t) * astride) + (b))
 
 // Instantiate NAME(n, w, a, astride, nt, out) for TARGET from NAME##_body specialised for
 // nt = 1..RASE_NT (AVX2 kernels: RASE_DOTN, AVX-512 ones: RASE_DOTN512).

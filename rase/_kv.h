@@ -50,7 +50,6 @@ static float rase_softcap(float *s, int64_t j0, int64_t j1, float cap) {
     return mx;
 }
 
-#if RASE_HAVE_X86
 // llama.cpp's one-token (decode) attention, step for step, so logits equal its n_batch = 1
 // numerics: q rounded to f16; scores as ggml_vec_dot_f16 computes them (four 8-lane FMA
 // accumulators, 32 elements per step); softmax over the length padded to 32 with ggml's exp
@@ -78,6 +77,7 @@ static float rase_softcap(float *s, int64_t j0, int64_t j1, float cap) {
 static inline void rase_kv_prefetch_row(const uint16_t *row, int hd) {
     for (int o = 0; o < hd * 2; o += 64) rase_prefetch((const char *)row + o);
 }
+#if RASE_HAVE_X86
 RASE_TARGET_AVX512 static inline __m256 rase_512_hi(__m512 v) {
     return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
 }
