@@ -75,10 +75,13 @@ class DraftBatch:
     """A worker's draft model: its plan's forward with a pool of n_blocks and steps of up to
     max_rows rows, run from the worker's thread."""
 
-    def __init__(self, plan, n_blocks: int, max_rows: int, n_threads: int) -> None:
+    def __init__(self, plan, n_blocks: int, max_rows: int, n_threads: int, vocab: int | None = None) -> None:
+        """vocab: the model's vocabulary size; a draft token past it (or past the draft's) ends
+        that request's drafts for the step (plan.check_draft allows sizes a little apart)."""
         self.fwd = _kernels.Forward(plan.weights, n_blocks, max_rows, n_threads)
         self.free = list(range(n_blocks - 1, -1, -1))
         self.max_rows, self.n_ctx = max_rows, plan.n_ctx
+        self.vocab = min(plan.vocab_size, vocab or plan.vocab_size)
         self.failed = False
         self.step_s: float | None = None    # moving mean of a draft step (a row per request)
         self.target_s: float | None = None  # the worker's decode step, as the scheduler measures it
@@ -150,6 +153,8 @@ class DraftBatch:
             drawn = np.argmax(logits, axis=1).tolist() if outs else []
             rows, nxt = [], []
             for (seq, k, sid, _), tok in zip(outs, drawn):
+                if tok >= self.vocab:  # a token the model does not have: no draft from here on
+                    continue
                 seq.pending.append(int(tok))
                 if len(seq.pending) < k:  # evaluate this draft: its logits give the next one
                     rows.append((int(tok), sid, len(seq.known)))

@@ -99,4 +99,3 @@ class Lookup:
             self.k = min(K_MAX, max(1, self.k * 2))
         elif 2 * accepted <= drafted:
             self.k //= 2
-

@@ -118,18 +118,27 @@ def prepare(path: str | os.PathLike[str]) -> int:
     return n
 
 
+DRAFT_VOCAB_SLACK = 128  # llama.cpp's SPEC_VOCAB_MAX_SIZE_DIFFERENCE: padded vocabularies of one family
+
+
 def check_draft(plan: ModelPlan, draft: ModelPlan, name: str = "the draft model") -> ModelPlan:
-    """draft if it can draft for plan (speculative decoding): a causal model with no recurrent
-    state (its cache must step back to the tokens kept) and the same vocabulary, token for
-    token; else InvalidRequest saying which."""
+    """draft if it can draft for plan (speculative decoding), else InvalidRequest saying why: a
+    causal model with no recurrent state (its cache must step back to the tokens kept) and
+    llama.cpp's compatible vocabulary (common_speculative_are_compatible): the same tokenizer
+    model, BOS and EOS, sizes within DRAFT_VOCAB_SLACK, and the same text for every token id
+    from 5 on that both have. Drafts past the smaller vocabulary are never verified."""
     if not draft.weights.causal or draft.weights.state_bytes:
         raise InvalidRequest(f"{name} ({draft.architecture}) cannot draft: a draft model must be a plain "
                              "causal model, without recurrent layers", "speculative")
-    ours, theirs = plan.gguf.get("tokenizer.ggml.tokens"), draft.gguf.get("tokenizer.ggml.tokens")
-    if not ours or ours != theirs:
-        raise InvalidRequest(f"{name}'s vocabulary ({len(theirs or ())} tokens) is not the model's "
-                             f"({len(ours or ())} tokens): draft with a model of the same family and tokenizer",
-                             "speculative")
+    g, d = plan.gguf, draft.gguf
+    ours, theirs = g.get("tokenizer.ggml.tokens") or [], d.get("tokenizer.ggml.tokens") or []
+    n = min(len(ours), len(theirs))
+    differ = [key for key in ("tokenizer.ggml.model", "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id")
+              if g.get(key) != d.get(key)]
+    if differ or not n or abs(len(ours) - len(theirs)) > DRAFT_VOCAB_SLACK or ours[5:n] != theirs[5:n]:
+        why = f"its {differ[0]} differs" if differ else f"{len(theirs)} tokens against {len(ours)}, not the same ones"
+        raise InvalidRequest(f"{name}'s vocabulary is not the model's ({why}): draft with a model of the same "
+                             "family and tokenizer", "speculative")
     return draft
 
 

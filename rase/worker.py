@@ -101,8 +101,10 @@ class ModelWorker:
                           state=state, max_tails=2 * max_batch)
         logit_rows = max(1, min(self.max_chunk, LOGIT_READS_MB * (1 << 20) // (4 * plan.vocab_size)))
         # a draft model's pool holds as many positions as this one's (its rows are smaller)
-        drafts = DraftBatch(draft, n_blocks, max_batch + self.max_chunk, n_threads or default_threads()) \
-            if speculative and draft is not None and self.causal else None
+        drafts = None
+        if speculative and draft is not None and self.causal:
+            drafts = DraftBatch(draft, n_blocks, max_batch + self.max_chunk, n_threads or default_threads(),
+                                plan.vocab_size)
         self.scheduler = Scheduler(self.kv, max_batch=max_batch, max_chunk=self.max_chunk, tbt_target_ms=tbt_target_ms,
                                    causal=self.causal, max_logit_rows=logit_rows, speculative=speculative,
                                    draft_batch=drafts)

@@ -131,6 +131,28 @@ def test_draft_models_that_cannot_draft_are_refused_at_load(tmp_path, tiny_model
             Engine(tmp_path, speculative=bad)
 
 
+def test_vocabularies_a_little_apart_may_draft_as_llama_cpp_allows(tmp_path, tiny_models):
+    """llama.cpp's rule (common_speculative_are_compatible): sizes within 128 tokens and the same
+    text for the ids both have; the output is the model's own, whatever the draft proposes."""
+    from rase import InvalidRequest
+    from tests.tinymodels import HP, write_tiny_model
+
+    V = HP["n_vocab"]
+    reg = ModelRegistry(tmp_path)
+    reg.import_local("m", tiny_models("llama", QuantType.Q8_0))
+    reg.import_local("padded", write_tiny_model(tmp_path / "p.gguf", "llama", QuantType.Q8_0, hp={"n_vocab": V + 32}))
+    reg.import_local("far", write_tiny_model(tmp_path / "f.gguf", "llama", QuantType.Q8_0, hp={"n_vocab": V + 200}))
+    reg.import_local("renamed", write_tiny_model(tmp_path / "r.gguf", "llama", QuantType.Q8_0,
+                                                 extra_tokens={"<|other|>": 4}))
+    plain, plain_sampled, _ = _run(tmp_path, None)
+    spec, spec_sampled, stats = _run(tmp_path, "draft:padded")
+    assert spec == plain and spec_sampled == plain_sampled and stats["drafted_tokens"] > 0
+    for draft, why in (("far", "tokens against"), ("renamed", "not the same ones")):
+        with Engine(tmp_path, speculative=f"draft:{draft}", n_threads=2) as e:
+            with pytest.raises(InvalidRequest, match=why):
+                e.complete("m", "hello", max_tokens=2)
+
+
 def test_rase_serve_spec_draft_reports_drafts(smollm2_store, openai_client):
     from tests.conftest import rase_serve
 
