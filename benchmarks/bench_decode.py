@@ -27,7 +27,6 @@ import resource
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -79,9 +78,9 @@ def _rates(reset, prefill, decode, ids: list[int]) -> dict:
 
 
 def worker_rase(path: str, threads: int, depth: int = 0, first_load: bool = False) -> dict:
-    """first_load: only the load and first prompt of a file never loaded or registered before
-    (RASE_PACK_CACHE points at an empty directory): the load repacks, and writes the cache
-    in the background while the first prompt runs."""
+    """first_load: only the load and first prompt, as for a file never loaded or registered
+    before (run with RASE_PACK_CACHE=off: the load repacks; the cache write a real first load
+    starts in the background is left out)."""
     from rase.decoder import load_gguf_decoder
     from rase.tokenizer import LocalTokenizer
 
@@ -204,18 +203,20 @@ def bench(path: str, threads: int, rounds: int, llama_python: str, llama_bench: 
     runs.update({f"llama-bench {b}": [] for b in llama_bench})
     roof: list[dict] = []
     firsts: list[dict] = []
-    from rase.plan import prepare
-
-    prepare(path)  # as registering the file does: rase's rows load with its pack cache
+    # as registering the file does, so rase's rows load with its pack cache; in a process of its
+    # own (a child's peak RSS starts at its parent's: Linux keeps ru_maxrss across exec)
+    subprocess.run([sys.executable, "-c", "import sys; from rase.plan import prepare; prepare(sys.argv[1])", path],
+                   check=True)
     for _ in range(rounds):  # interleaved: noise on the shared machine hits every engine
-        with tempfile.TemporaryDirectory() as empty:
-            firsts.append(_run_worker(sys.executable, "rase-first", path, threads, RASE_PACK_CACHE=empty))
         runs["rase"].append(_run_worker(sys.executable, "rase", path, threads, depth))
         roof.append(_run_worker(sys.executable, "bandwidth", path, threads))
         for b in llama_bench:
             runs[f"llama-bench {b}"].append(_llama_bench(b, path, threads, depth))
         if have_llama:
             runs["llama-cpp-python"].append(_run_worker(llama_python, "llama", path, threads))
+        # last in the round: a load that repacks (the cache write it would start left out, so no
+        # writeback lands on the next measurement)
+        firsts.append(_run_worker(sys.executable, "rase-first", path, threads, RASE_PACK_CACHE="off"))
     print(f"\n{os.path.basename(path)}  threads={threads}  rounds={rounds}  (median of rounds)")
     med = {}
     for engine, rs in runs.items():
