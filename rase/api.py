@@ -70,7 +70,8 @@ class Engine:
     max_batch: requests one model decodes together (1 = one at a time). kv_cache_mb: the KV
     pool per model (default: max_batch full contexts + 256 MiB of cached prefixes, at most a
     quarter of the machine's memory; pages are touched only as used): requests are admitted while
-    it holds their prompt plus max_tokens, and one that could never fit is refused. prefix_cache: reuse the K/V of earlier prompts and answers.
+    it holds their prompt plus max_tokens, and one that could never fit is refused.
+    prefix_cache: reuse the K/V of earlier prompts and answers.
     tbt_target_ms: prompt chunks are sized so running requests get a token about this often.
     Limits per model, for serving: max_waiting requests queued beyond max_batch (more get
     Overloaded, HTTP 429); time_limit_s of wall clock per request (then it ends, finish_reason

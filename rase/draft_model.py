@@ -19,6 +19,7 @@ import numpy as np
 from . import _kernels
 from .drafting import Lookup
 from .errors import RaseError
+from .scheduler import Ema
 
 log = logging.getLogger("rase")
 BLOCK = _kernels.KV_BLOCK
@@ -83,12 +84,12 @@ class DraftBatch:
         self.max_rows, self.n_ctx = max_rows, plan.n_ctx
         self.vocab = min(plan.vocab_size, vocab or plan.vocab_size)
         self.failed = False
-        self.step_s: float | None = None    # moving mean of a draft step (a row per request)
+        self.step_s = Ema(0.1)              # a draft step (a row per request), in seconds
         self.target_s: float | None = None  # the worker's decode step, as the scheduler measures it
 
     def ratio(self) -> float | None:
         """A draft step's time in target steps, once both were measured."""
-        return None if self.step_s is None or not self.target_s else self.step_s / self.target_s
+        return None if self.step_s.value is None or not self.target_s else self.step_s.value / self.target_s
 
     def sequence(self, req) -> DraftSeq:
         return DraftSeq(self)
@@ -148,8 +149,7 @@ class DraftBatch:
             t0 = time.perf_counter()
             _, logits = self.fwd.step(np.array(rows, np.int32), tables, np.array(read, np.int32))
             if len(rows) <= 2 * len(live):  # a drafting step, not a prompt's catch-up
-                dt = time.perf_counter() - t0
-                self.step_s = dt if self.step_s is None else self.step_s + 0.1 * (dt - self.step_s)
+                self.step_s.add(time.perf_counter() - t0)
             drawn = np.argmax(logits, axis=1).tolist() if outs else []
             rows, nxt = [], []
             for (seq, k, sid, _), tok in zip(outs, drawn):

@@ -91,6 +91,9 @@ class Lookup:
                     return cached
         return []
 
+    def close(self) -> None:
+        """The request is done (a draft model's sequence frees its blocks: draft_model.DraftSeq)."""
+
     def verified(self, drafted: int, accepted: int) -> None:
         """Adapt k: double it while every draft holds, halve it when half or more fail."""
         self.drafted += drafted

@@ -84,11 +84,12 @@ class PackCache:
     def enabled(self) -> bool:
         return self.path is not None
 
-    def load(self, huge_pages: bool = False) -> dict[str, np.ndarray] | None:
+    def load(self, huge_pages: bool = False, populate: bool = True) -> dict[str, np.ndarray] | None:
         """name -> packed bytes (read-only views of the mapped file), or None on a miss.
         huge_pages: a dense model, which reads every page each token: the mapping asks for huge
         pages, so a file the page cache must read again comes back in 2 MiB folios too. Not for
-        MoE: a fault would read 2 MiB of experts the router did not choose."""
+        MoE: a fault would read 2 MiB of experts the router did not choose. populate=False:
+        only whether the cache holds the file (nothing mapped in ahead)."""
         if self.path is None:
             return None
         try:
@@ -113,7 +114,7 @@ class PackCache:
                 out[name] = np.frombuffer(mm, np.uint8, size, off)
         except (ValueError, KeyError, TypeError, struct.error):
             return None
-        if hasattr(mm, "madvise"):
+        if hasattr(mm, "madvise") and populate:
             if huge_pages and hasattr(mmap, "MADV_HUGEPAGE"):
                 try:  # EINVAL where THP is off: the populate below must still run
                     mm.madvise(mmap.MADV_HUGEPAGE)

@@ -61,8 +61,9 @@ class _TensorAt:
 
 
 def load_plan(path: str | os.PathLike[str], architecture: str | None = None,
-              n_ctx: int | None = None, *, pack_wait: bool = False) -> ModelPlan:
-    """pack_wait: return only once the pack cache is written (prepare), not while it is."""
+              n_ctx: int | None = None, *, for_pack: bool = False) -> ModelPlan:
+    """for_pack: a plan made only to write the pack cache (prepare): returns once it is
+    written, and maps none of the tensors a forward streams."""
     g = GGUFFile(path)
     file_arch = g.architecture
     if file_arch is None:
@@ -93,9 +94,9 @@ def load_plan(path: str | os.PathLike[str], architecture: str | None = None,
     except ValueError as exc:
         raise CorruptModelFile(g.path, str(exc)) from None
     saving = cache.save_in_background(weights.repacked)  # later loads map it instead of repacking
-    if pack_wait and saving is not None:
+    if for_pack and saving is not None:
         saving.join()
-    for data in weights.streamed:  # mapped now, in one call each, as llama.cpp's MAP_POPULATE does
+    for data in () if for_pack else weights.streamed:  # mapped now, in one call each, as llama.cpp's MAP_POPULATE does
         t, off = holder(data)
         if t is not None:
             g.populate(t, off, off + data.nbytes)
@@ -110,9 +111,9 @@ def prepare(path: str | os.PathLike[str]) -> int:
     0.3-1.1 s). The bytes repacked: 0 when the cache holds them already or is off, or no matrix
     of the file is of a repacked type."""
     cache = PackCache(path)
-    if not cache.enabled or cache.load() is not None:
+    if not cache.enabled or cache.load(populate=False) is not None:
         return 0
-    plan = load_plan(path, pack_wait=True)
+    plan = load_plan(path, for_pack=True)
     n = sum(int(a.nbytes) for a in plan.weights.repacked.values())
     plan.gguf.close()
     return n

@@ -54,7 +54,9 @@ class Step:
     drafts: dict = field(default_factory=dict)  # request -> the draft tokens its rows verify (speculation)
 
 
-class _Ema:
+class Ema:
+    """A moving mean (None until the first value)."""
+
     def __init__(self, alpha: float = 0.2) -> None:
         self.alpha, self.value = alpha, None
 
@@ -82,8 +84,8 @@ class Scheduler:
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.events: list[Event] = []     # finished outside a step (cancelled while waiting)
-        self._decode_s = _Ema()           # a decode-only step
-        self._prefill_tok_s = _Ema()      # each prompt token a step adds
+        self._decode_s = Ema()           # a decode-only step
+        self._prefill_tok_s = Ema()      # each prompt token a step adds
         self.steps = 0
         self.drafted = self.draft_accepted = 0  # speculation: draft tokens verified, and confirmed
 
@@ -100,8 +102,8 @@ class Scheduler:
                 text: str = "", calls: tuple = (), reasoning: str = "") -> Event:
         if self.ngrams is not None and req.collect is None and req.generated:
             self.ngrams.add(req.tokens)  # later requests may draft from what this one wrote
-        if hasattr(req.lookup, "close"):
-            req.lookup.close()  # a draft model's cache goes with the request
+        if req.lookup is not None:
+            req.lookup.close()
         if req.state is State.RUNNING:
             self.kv.release(req)
             self.running.remove(req)

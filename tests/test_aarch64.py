@@ -16,7 +16,18 @@ import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-FLAGS = ["-fopenmp", "-ffp-contract=off", "-fno-math-errno"]  # setup.py's, at -O2 (emulated runs are short)
+
+
+def _setup_flags() -> list[str]:
+    """setup.py's FLAGS (the build's own, read from its source; -O2 here: emulated runs are short)."""
+    import ast
+
+    tree = ast.parse((REPO / "setup.py").read_text())
+    [value] = [n.value for n in tree.body if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "FLAGS"]
+    return ast.literal_eval(value)
+
+
+FLAGS = _setup_flags()
 TOKENS = "1 504 3575 282 4648 314 3593 30 1070 314 216"
 LOGITS = """
 import sys, numpy as np
