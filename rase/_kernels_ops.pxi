@@ -292,9 +292,10 @@ def fp16_row(const float[::1] x, isa=None):
 
 
 def expf_avx2(const float[::1] x):
-    """The AVX2 exp used by softmax and SiLU, over len(x) (a multiple of 8) inputs."""
-    if x.shape[0] % 8 or "avx2" not in isa_supported():
-        raise ValueError("length must be a multiple of 8, and AVX2 available")
+    """The AVX2 exp used by softmax and SiLU (aarch64: its NEON translation), over len(x) (a
+    multiple of 8) inputs."""
+    if x.shape[0] % 8 or isa_names()[RASE_ISA_AVX2] not in isa_supported():
+        raise ValueError("length must be a multiple of 8, and AVX2 (aarch64: NEON) available")
     out = _np.empty(x.shape[0], dtype=_np.float32)
     cdef float[::1] o = out
     with nogil:

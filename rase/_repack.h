@@ -181,6 +181,58 @@ RASE_TARGET_AVX2 static RASE_INLINE __m256i rase_dot4_avx2(__m256i u, __m256i s)
 
 #endif
 
+#if RASE_HAVE_NEON
+// The NEON kernels' vocabulary. A group's 16 rows are 4 quarters (rows 4q .. 4q + 3); the 16
+// bytes of slice s for quarter q are one register, 4 rows x their 4 elements, so a broadcast
+// 4-byte activation slice gives each row's 4-product sum in its own 32-bit lane.
+
+// acc + per lane k: sum_i w[4k + i] * y[4k + i] (y: the activation slice in every lane), exact.
+// dp: the dot-product instruction (sdot, only in RASE_TARGET_DOTPROD functions: written as asm,
+// since GCC will not inline the intrinsic into a body shared with the plain NEON entries), else
+// widening multiplies (|w y| <= 128 x 128 fits int16) and pairwise adds.
+static RASE_INLINE int32x4_t rase_neon_dot4(const int dp, int32x4_t acc, int8x16_t w, int8x16_t y) {
+    if (dp) {
+        __asm__(".arch_extension dotprod\n\tsdot %0.4s, %1.16b, %2.16b" : "+w"(acc) : "w"(w), "w"(y));
+        return acc;
+    }
+    const int16x8_t p0 = vmull_s8(vget_low_s8(w), vget_low_s8(y)), p1 = vmull_high_s8(w, y);
+    return vaddq_s32(acc, vpaddq_s32(vpaddlq_s16(p0), vpaddlq_s16(p1)));
+}
+
+// the 4 activation bytes at y in every 32-bit lane
+static RASE_INLINE int8x16_t rase_neon_slice(const int8_t *y) { return vreinterpretq_s8_s32(vdupq_n_s32(rase_ld32(y))); }
+
+// 4 f16 at h -> f32 (exact)
+static RASE_INLINE float32x4_t rase_neon_h4(const uint16_t *h) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(h))); }
+
+// 16 bits (little endian) -> 16 bytes, 0xFF where the bit is set; lane j <- bit j
+static RASE_INLINE uint8x16_t rase_neon_bytes_from_bits16(const uint8_t *x) {
+    static const uint8_t bit[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+    const uint8x16_t v = vcombine_u8(vdup_n_u8(x[0]), vdup_n_u8(x[1]));
+    return vtstq_u8(v, vld1q_u8(bit));
+}
+
+// y[i] = v[i] for i < nr (<= 4)
+static RASE_INLINE void rase_neon_store4(float32x4_t v, float *y, int nr) {
+    if (nr >= 4) { vst1q_f32(y, v); return; }
+    float tmp[4];
+    vst1q_f32(tmp, v);
+    memcpy(y, tmp, (size_t)nr * sizeof(float));
+}
+
+// The traits-row entries of BODY(nt, dp, type, n, w, a, astride, y, ys, nr) for TYPE: NAME_neon
+// and NAME_sdot (the dot-product instruction), the tile's token count a constant in each
+#define RASE_NEON_ENTRIES(NAME, BODY, TYPE)                                                                    \
+    static void NAME##_neon(int64_t n, const uint8_t *w, const void *a, size_t astride, int nt, float *y,        \
+                            int64_t ys, int nr) {                                                                \
+        RASE_CONST_NT(RASE_R16_TILE, nt, BODY, 0, TYPE, n, w, a, astride, y, ys, nr);                            \
+    }                                                                                                            \
+    RASE_TARGET_DOTPROD static void NAME##_sdot(int64_t n, const uint8_t *w, const void *a, size_t astride,      \
+                                                int nt, float *y, int64_t ys, int nr) {                          \
+        RASE_CONST_NT(RASE_R16_TILE, nt, BODY, 1, TYPE, n, w, a, astride, y, ys, nr);                            \
+    }
+#endif
+
 #ifndef RASE_R16_CHUNK
 #define RASE_R16_CHUNK 8  // 32-blocks per chunk: both halves of a chunk in turn, from L1
 #endif

@@ -144,4 +144,45 @@ RASE_R16_ENTRY(r16_q5_0_avx2, RASE_TARGET_AVX2, rase_bs_avx2_body, RASE_TYPE_Q5_
 RASE_R16_ENTRY(r16_q5_0_vnni, RASE_TARGET_AVX512, rase_bs_vnni_body, RASE_TYPE_Q5_0)
 #endif
 
+#if RASE_HAVE_NEON
+// Quarter by quarter (rows 4q .. 4q + 3) within each chunk of RASE_R16_CHUNK blocks: the
+// quarter's 8 slices unpacked once per block (the unsigned u = w + B), every token's 8 slice
+// dots summed in int32 from the -B sum(y) start, one convert, one FMA per row.
+static RASE_INLINE void rase_bs_neon_body(const int nt, const int dp, const int type, int64_t n, const uint8_t *w,
+                                          const void *a, size_t astride, float *y, int64_t ys, int nr) {
+    const size_t bsz = rase_r16_blk(type);
+    const int quarters = (nr + 3) / 4;
+    float32x4_t acc[4][RASE_R16_TILE];
+    for (int q = 0; q < quarters; ++q)
+        for (int t = 0; t < nt; ++t) acc[q][t] = vdupq_n_f32(0.0f);
+    for (int64_t c0 = 0; c0 < n / 32; c0 += RASE_R16_CHUNK)
+        for (int q = 0; q < quarters; ++q)
+            for (int64_t b = c0; b < n / 32 && b < c0 + RASE_R16_CHUNK; ++b) {
+                const uint8_t *o = w + b * bsz, *qs = o + rase_r16_qoff(type);
+                if (q == 0) RASE_PREFETCH_AHEAD(o, bsz);
+                int8x16_t u[8];
+                uint8x16_t hv = vdupq_n_u8(0);
+                if (type == RASE_TYPE_Q5_0) hv = vld1q_u8(o + rase_r16_hoff(type) + 16 * q);
+                for (int k = 0; k < 8; ++k) {
+                    const uint8x16_t raw = vld1q_u8(qs + 64 * (k & 3) + 16 * q);
+                    uint8x16_t v = k < 4 ? vandq_u8(raw, vdupq_n_u8(0xF)) : vshrq_n_u8(raw, 4);
+                    if (type == RASE_TYPE_Q5_0)  // slice k's fifth bits: bit k of each lane's byte, moved to bit 4
+                        v = vorrq_u8(v, vandq_u8(vshlq_u8(hv, vdupq_n_s8((int8_t)(4 - k))), vdupq_n_u8(0x10)));
+                    u[k] = vreinterpretq_s8_u8(v);
+                }
+                const float32x4_t dw = rase_neon_h4((const uint16_t *)o + 4 * q);
+                for (int t = 0; t < nt; ++t) {
+                    const act_q8_0 *ya = (const act_q8_0 *)((const char *)a + t * astride) + b;
+                    int32x4_t i32 = vdupq_n_s32(rase_bs_start(type, ya));
+                    for (int k = 0; k < 8; ++k) i32 = rase_neon_dot4(dp, i32, u[k], rase_neon_slice(ya->qs + 4 * k));
+                    acc[q][t] = vfmaq_f32(acc[q][t], vmulq_n_f32(dw, ya->d), vcvtq_f32_s32(i32));
+                }
+            }
+    for (int q = 0; q < quarters; ++q)
+        for (int t = 0; t < nt; ++t) rase_neon_store4(acc[q][t], y + t * ys + 4 * q, nr - 4 * q);
+}
+RASE_NEON_ENTRIES(r16_q4_0, rase_bs_neon_body, RASE_TYPE_Q4_0)
+RASE_NEON_ENTRIES(r16_q5_0, rase_bs_neon_body, RASE_TYPE_Q5_0)
+#endif
+
 #endif  // RASE_REPACK_BS_H

@@ -327,4 +327,71 @@ RASE_R16_ENTRY(r16_q5_k_avx2, RASE_TARGET_AVX2, rase_r16k_avx2_body, RASE_TYPE_Q
 RASE_R16_ENTRY(r16_q5_k_vnni, RASE_TARGET_AVX512, rase_r16k_vnni_body, RASE_TYPE_Q5_K)
 #endif
 
+#if RASE_HAVE_NEON
+// ---------------------------------------------------------------- NEON (ARMv8.0; sdot with dotprod)
+// Block by block, quarter by quarter (rows 4q .. 4q + 3, a row per 32-bit lane): the kmask
+// unpack of the quarter's scales and mins (RASE_K4_LANES), then per sub-block the 8 slice dots
+// of every token summed in int32 and times the sub-block's scale into S: the reference's integers.
+static RASE_INLINE void rase_r16k_neon_body(const int nt, const int dp, const int type, int64_t n, const uint8_t *w,
+                                            const void *a, size_t astride, float *y, int64_t ys, int nr) {
+    const size_t ob = rase_r16k_bytes(type);
+    const int quarters = (nr + 3) / 4;
+    const uint32x4_t km1 = vdupq_n_u32(0x3f3f3f3f), km2 = vdupq_n_u32(0x0f0f0f0f), km3 = vdupq_n_u32(0x03030303);
+    const uint32x4_t lo8 = vdupq_n_u32(0xFF);
+    float32x4_t acc[4][RASE_R16_TILE], accm[4][RASE_R16_TILE];
+    for (int q = 0; q < quarters; ++q)
+        for (int t = 0; t < nt; ++t) acc[q][t] = accm[q][t] = vdupq_n_f32(0.0f);
+    for (int64_t b = 0; b < n / 256; ++b)
+        for (int q = 0; q < quarters; ++q) {
+            const uint8_t *o = w + b * ob;
+            const r16_k_head *hd = (const r16_k_head *)o;
+            if (q == 0) RASE_PREFETCH_AHEAD(o, ob);
+            const uint32x4_t u0 = vld1q_u32(hd->sm[0] + 4 * q), u1 = vld1q_u32(hd->sm[1] + 4 * q),
+                             u2 = vld1q_u32(hd->sm[2] + 4 * q);
+            const uint32x4_t sc4 = vandq_u32(u0, km1), mn4 = vandq_u32(u1, km1);
+            const uint32x4_t sc8 = vorrq_u32(vandq_u32(u2, km2), vshlq_n_u32(vandq_u32(vshrq_n_u32(u0, 6), km3), 4));
+            const uint32x4_t mn8 = vorrq_u32(vandq_u32(vshrq_n_u32(u2, 4), km2),
+                                             vshlq_n_u32(vandq_u32(vshrq_n_u32(u1, 6), km3), 4));
+            int32x4_t S[RASE_R16_TILE], M[RASE_R16_TILE];
+            for (int t = 0; t < nt; ++t) S[t] = M[t] = vdupq_n_s32(0);
+            for (int j = 0; j < 8; ++j) {
+                const int32x4_t sc = vreinterpretq_s32_u32(vandq_u32(vshlq_u32(j < 4 ? sc4 : sc8, vdupq_n_s32(-8 * (j % 4))), lo8));
+                const int32x4_t mn = vreinterpretq_s32_u32(vandq_u32(vshlq_u32(j < 4 ? mn4 : mn8, vdupq_n_s32(-8 * (j % 4))), lo8));
+                const uint8x16_t hv = type == RASE_TYPE_Q5_K ? vld1q_u8(rase_r16k_h(o, j) + 16 * q) : vdupq_n_u8(0);
+                int32x4_t D[RASE_R16_TILE];
+                for (int t = 0; t < nt; ++t) D[t] = vdupq_n_s32(0);
+                for (int s = 0; s < 8; ++s) {
+                    const uint8x16_t raw = vld1q_u8(rase_r16k_q(type, o, j / 2, s) + 16 * q);
+                    uint8x16_t v = j & 1 ? vshrq_n_u8(raw, 4) : vandq_u8(raw, vdupq_n_u8(0xF));
+                    if (type == RASE_TYPE_Q5_K)  // slice s's fifth bits: bit s of each byte, to bit 4
+                        v = vorrq_u8(v, vandq_u8(vshlq_u8(hv, vdupq_n_s8((int8_t)(4 - s))), vdupq_n_u8(0x10)));
+                    const int8x16_t wq = vreinterpretq_s8_u8(v);
+                    for (int t = 0; t < nt; ++t)
+                        D[t] = rase_neon_dot4(dp, D[t], wq, rase_neon_slice(RASE_ACT(block_q8_K, t, b)->qs + 32 * j + 4 * s));
+                }
+                for (int t = 0; t < nt; ++t) {
+                    const int16_t *bs = RASE_ACT(block_q8_K, t, b)->bsums + 2 * j;
+                    S[t] = vmlaq_s32(S[t], sc, D[t]);
+                    M[t] = vmlaq_n_s32(M[t], mn, (int32_t)bs[0] + bs[1]);
+                }
+            }
+            const float32x4_t dx = rase_neon_h4(hd->d + 4 * q), dm = rase_neon_h4(hd->dmin + 4 * q);
+            for (int t = 0; t < nt; ++t) {
+                const float dy = RASE_ACT(block_q8_K, t, b)->d;
+                if (type == RASE_TYPE_Q5_K) {  // acc + dy * (dx * S - dmin * M)
+                    const float32x4_t f = vsubq_f32(vmulq_f32(dx, vcvtq_f32_s32(S[t])), vmulq_f32(dm, vcvtq_f32_s32(M[t])));
+                    acc[q][t] = vaddq_f32(acc[q][t], vmulq_n_f32(f, dy));
+                } else {
+                    acc[q][t] = vfmaq_f32(acc[q][t], vcvtq_f32_s32(S[t]), vmulq_n_f32(dx, dy));
+                    accm[q][t] = vfmaq_f32(accm[q][t], vcvtq_f32_s32(M[t]), vmulq_n_f32(dm, dy));
+                }
+            }
+        }
+    for (int q = 0; q < quarters; ++q)
+        for (int t = 0; t < nt; ++t) rase_neon_store4(vsubq_f32(acc[q][t], accm[q][t]), y + t * ys + 4 * q, nr - 4 * q);
+}
+RASE_NEON_ENTRIES(r16_q4_k, rase_r16k_neon_body, RASE_TYPE_Q4_K)
+RASE_NEON_ENTRIES(r16_q5_k, rase_r16k_neon_body, RASE_TYPE_Q5_K)
+#endif
+
 #endif  // RASE_REPACK_K_H

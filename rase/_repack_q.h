@@ -298,4 +298,75 @@ RASE_TARGET_AVX512 static void r16_q5_1_vnni_panel(int64_t n, const uint8_t *w, 
 }
 #endif
 
+#if RASE_HAVE_NEON
+// ---------------------------------------------------------------- NEON (ARMv8.0; sdot with dotprod)
+// Quarter by quarter (rows 4q .. 4q + 3, one f32 lane each), chunk by chunk of RASE_R16_CHUNK
+// blocks (the chunk's weights stay in L1 for the 4 quarters); per chunk the scales dw * dy of
+// every block and token first (and the _1 types' summ, in block order), then one slice at a time
+// over the chunk's blocks for every token of the tile: each (row, slice) accumulator sees its
+// blocks in order, the reference's FMAs exactly.
+
+// slice sl of quarter q of the repacked block bk, as the signed weights of the reference
+static RASE_INLINE int8x16_t rase_r16q_slice_neon(const int type, const uint8_t *bk, int sl, int q) {
+    const uint8_t *p = bk + rase_r16_qoff(type);
+    if (!rase_r16_nib(type)) return vld1q_s8((const int8_t *)(p + 64 * sl + 16 * q));
+    const uint8x16_t raw = vld1q_u8(p + 64 * (sl & 3) + 16 * q);
+    uint8x16_t v = sl < 4 ? vandq_u8(raw, vdupq_n_u8(0xF)) : vshrq_n_u8(raw, 4);
+    if (rase_r16_has_h(type))  // Q5_1: bits 16q .. 16q + 15 of the slice's mask, + 16
+        v = vorrq_u8(v, vandq_u8(rase_neon_bytes_from_bits16(bk + rase_r16_hoff(type) + 8 * sl + 2 * q), vdupq_n_u8(0x10)));
+    return vreinterpretq_s8_u8(v);
+}
+
+static RASE_INLINE void rase_r16q_neon(const int nt, const int dp, const int type, int64_t n, const uint8_t *w,
+                                       const void *a, size_t astride, float *y, int64_t ys, int nr) {
+    const size_t blk = rase_r16_blk(type);
+    const int64_t nb = n / 32;
+    for (int q = 0; 4 * q < nr; ++q) {
+        float32x4_t acc[RASE_R16_TILE][8], summ[RASE_R16_TILE], sc[RASE_R16_TILE][RASE_R16_CHUNK];
+        for (int t = 0; t < nt; ++t) {
+            summ[t] = vdupq_n_f32(0.0f);
+            for (int sl = 0; sl < 8; ++sl) acc[t][sl] = vdupq_n_f32(0.0f);
+        }
+        for (int64_t c0 = 0; c0 < nb; c0 += RASE_R16_CHUNK) {
+            const int cb = nb - c0 < RASE_R16_CHUNK ? (int)(nb - c0) : RASE_R16_CHUNK;
+            for (int j = 0; j < cb; ++j) {
+                const uint8_t *bk = w + (c0 + j) * blk;
+                if (q == 0) RASE_PREFETCH_AHEAD(bk, blk);
+                const float32x4_t dw = rase_neon_h4((const uint16_t *)bk + 4 * q);
+                for (int t = 0; t < nt; ++t) {
+                    const float *dy;
+                    rase_r16q_act(type, a, astride, t, c0 + j, &dy);
+                    sc[t][j] = vmulq_n_f32(dw, dy[0]);
+                    if (rase_r16_has_min(type))
+                        summ[t] = vaddq_f32(summ[t], vmulq_n_f32(rase_neon_h4((const uint16_t *)bk + 16 + 4 * q), dy[1]));
+                }
+            }
+            for (int sl = 0; sl < 8; ++sl) {
+                float32x4_t ac[RASE_R16_TILE];
+                for (int t = 0; t < nt; ++t) ac[t] = acc[t][sl];
+                for (int j = 0; j < cb; ++j) {
+                    const int8x16_t wq = rase_r16q_slice_neon(type, w + (c0 + j) * blk, sl, q);
+                    for (int t = 0; t < nt; ++t) {
+                        const float *dy;
+                        const int8_t *yq = rase_r16q_act(type, a, astride, t, c0 + j, &dy);
+                        const int32x4_t isum = rase_neon_dot4(dp, vdupq_n_s32(0), wq, rase_neon_slice(yq + 4 * sl));
+                        ac[t] = vfmaq_f32(ac[t], sc[t][j], vcvtq_f32_s32(isum));
+                    }
+                }
+                for (int t = 0; t < nt; ++t) acc[t][sl] = ac[t];
+            }
+        }
+        for (int t = 0; t < nt; ++t) {  // rase_hsum8, lane by lane, plus summ
+            const float32x4_t *A = acc[t];
+            const float32x4_t sum = vaddq_f32(vaddq_f32(vaddq_f32(A[4], A[0]), vaddq_f32(A[6], A[2])),
+                                              vaddq_f32(vaddq_f32(A[5], A[1]), vaddq_f32(A[7], A[3])));
+            rase_neon_store4(vaddq_f32(sum, summ[t]), y + t * ys + 4 * q, nr - 4 * q);
+        }
+    }
+}
+RASE_NEON_ENTRIES(r16_q8_0, rase_r16q_neon, RASE_TYPE_Q8_0)
+RASE_NEON_ENTRIES(r16_q4_1, rase_r16q_neon, RASE_TYPE_Q4_1)
+RASE_NEON_ENTRIES(r16_q5_1, rase_r16q_neon, RASE_TYPE_Q5_1)
+#endif
+
 #endif  // RASE_REPACK_Q_H

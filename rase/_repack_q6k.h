@@ -282,4 +282,67 @@ RASE_TARGET_AVX512 static void r16_q6_k_vnni_panel(int64_t n, const uint8_t *w, 
 }
 #endif
 
+#if RASE_HAVE_NEON
+// ---------------------------------------------------------------- NEON (ARMv8.0; sdot with dotprod)
+// Quarter by quarter (rows 4q .. 4q + 3, a row per 32-bit lane), block by block: the quarter's
+// scale pairs widened to i32 (SC[p][0]: sc[2p], SC[p][1]: sc[2p + 1] of each row), then per
+// (L, v) the 4-product dots of every token times sc[2v + L / 4], added into the lane's integer.
+static RASE_INLINE void r16_q6_k_neon_body(const int nt, const int dp, const int type, int64_t n, const uint8_t *w,
+                                           const void *a, size_t astride, float *y, int64_t ys, int nr) {
+    (void)type;
+    const r16_q6_k *blk = (const r16_q6_k *)w;
+    const uint8x16_t m4 = vdupq_n_u8(0xF), m30 = vdupq_n_u8(0x30);
+    for (int q = 0; 4 * q < nr; ++q) {
+        float32x4_t acc[RASE_R16_TILE][8];
+        for (int t = 0; t < nt; ++t)
+            for (int L = 0; L < 8; ++L) acc[t][L] = vdupq_n_f32(0.0f);
+        for (int64_t b = 0; b < n / 256; ++b) {
+            const r16_q6_k *o = &blk[b];
+            if (q == 0) RASE_PREFETCH_AHEAD(o, sizeof(r16_q6_k));
+            int32x4_t SC[8][2];
+            for (int p = 0; p < 8; ++p) {
+                const int16x8_t s16 = vmovl_s8(vld1_s8(o->sc[p][4 * q]));  // (sc[2p], sc[2p + 1]) of 4 rows
+                SC[p][0] = vmovl_s16(vget_low_s16(vuzp1q_s16(s16, s16)));
+                SC[p][1] = vmovl_s16(vget_low_s16(vuzp2q_s16(s16, s16)));
+            }
+            const float32x4_t dx = rase_neon_h4(o->d + 4 * q);
+            for (int L = 0; L < 8; ++L) {
+                int32x4_t lane[RASE_R16_TILE];
+                for (int t = 0; t < nt; ++t) {  // -32 (sc[2L] bsum[2L] + sc[2L + 1] bsum[2L + 1])
+                    const int16_t *bs = RASE_ACT(block_q8_K, t, b)->bsums + 2 * L;
+                    lane[t] = vmulq_n_s32(vmlaq_n_s32(vmulq_n_s32(SC[L][0], bs[0]), SC[L][1], bs[1]), -32);
+                }
+                for (int h = 0; h < 2; ++h) {
+                    const r16_q6_k_lane *ln = &o->lane[L][h];
+                    const uint8x16_t A0 = vld1q_u8(ln->q[0] + 16 * q), A1 = vld1q_u8(ln->q[1] + 16 * q);
+                    const uint8x16_t H = vld1q_u8(ln->hb + 16 * q);
+                    int8x16_t u[4];
+                    u[0] = vreinterpretq_s8_u8(vorrq_u8(vandq_u8(A0, m4), vandq_u8(vshlq_n_u8(H, 4), m30)));
+                    u[1] = vreinterpretq_s8_u8(vorrq_u8(vandq_u8(A1, m4), vandq_u8(vshlq_n_u8(H, 2), m30)));
+                    u[2] = vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(A0, 4), vandq_u8(H, m30)));
+                    u[3] = vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(A1, 4), vandq_u8(vshrq_n_u8(H, 2), m30)));
+                    for (int k = 0; k < 4; ++k) {
+                        const int v = 4 * h + k;
+                        for (int t = 0; t < nt; ++t) {
+                            const int32x4_t d = rase_neon_dot4(dp, vdupq_n_s32(0), u[k],
+                                                               rase_neon_slice(RASE_ACT(block_q8_K, t, b)->qs + 32 * v + 4 * L));
+                            lane[t] = vmlaq_s32(lane[t], SC[v][L / 4], d);
+                        }
+                    }
+                }
+                for (int t = 0; t < nt; ++t)
+                    acc[t][L] = vfmaq_f32(acc[t][L], vmulq_n_f32(dx, RASE_ACT(block_q8_K, t, b)->d), vcvtq_f32_s32(lane[t]));
+            }
+        }
+        for (int t = 0; t < nt; ++t) {
+            const float32x4_t *A = acc[t];
+            const float32x4_t sum = vaddq_f32(vaddq_f32(vaddq_f32(A[4], A[0]), vaddq_f32(A[6], A[2])),
+                                              vaddq_f32(vaddq_f32(A[5], A[1]), vaddq_f32(A[7], A[3])));
+            rase_neon_store4(sum, y + t * ys + 4 * q, nr - 4 * q);
+        }
+    }
+}
+RASE_NEON_ENTRIES(r16_q6_k, r16_q6_k_neon_body, RASE_TYPE_Q6_K)
+#endif
+
 #endif  // RASE_REPACK_Q6K_H

@@ -10,12 +10,19 @@
 #include <string.h>
 #include <math.h>
 
-#if defined(RASE_EMULATE_SIMD)
-// Test build only (rase._kernels_emu): every x86 intrinsic in portable C from SIMDe (Debian's
-// libsimde-dev), so the AVX2 and AVX-512 kernels run, and are checked bit for bit, on any CPU.
+#if defined(RASE_EMULATE_SIMD) || (defined(__aarch64__) && defined(RASE_SIMDE))
+// SIMDe (Debian's libsimde-dev) supplies every x86 intrinsic the kernels use, with x86's exact
+// results. In the test build (rase._kernels_emu, RASE_EMULATE_SIMD) it is portable C, so the AVX2
+// and AVX-512 kernels run, and are checked bit for bit, on any CPU. On aarch64 (RASE_SIMDE) SIMDe
+// maps them onto NEON: the AVX2 kernels become the "neon" level, with x86's bits on ARM, and the
+// hand-written NEON kernels (_neon.h) replace them where they are hot.
 // SIMDe's portable FMA is one rounding only where it may call fmaf: FP_FAST_FMAF says it may.
 #  define RASE_HAVE_X86 1
-#  define RASE_EMULATED 1
+#  ifdef RASE_EMULATE_SIMD
+#    define RASE_EMULATED 1
+#  else
+#    define RASE_EMULATED 0
+#  endif
 #  ifndef FP_FAST_FMAF
 #    define FP_FAST_FMAF 1
 #  endif
@@ -35,24 +42,45 @@
 #  define RASE_TARGET_AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 #else
 #  define RASE_HAVE_X86 0
+#  define RASE_EMULATED 0
+#endif
+
+#if defined(__aarch64__) && defined(RASE_SIMDE) && !defined(RASE_EMULATE_SIMD)
+#  define RASE_HAVE_NEON 1
+#  include <arm_neon.h>
+#  include <sys/auxv.h>
+#  define RASE_TARGET_DOTPROD __attribute__((target("arch=armv8.2-a+dotprod")))
+#else
+#  define RASE_HAVE_NEON 0
 #endif
 
 // Levels, each a superset of the one before: a kernel table's empty entry for a level falls
-// back to the level below it (avx512 uses the AVX2 kernels except where it has its own).
+// back to the level below it (avx512 uses the AVX2 kernels except where it has its own). On
+// aarch64 level 1 is NEON (ARMv8.0: the AVX2 kernels through SIMDe, _neon.h's where it has its
+// own) and level 2 adds the dot-product instructions (sdot, ARMv8.2 dotprod: _neon.h only);
+// RASE_ISA_AVX512 there is past the last level, so no AVX-512 path is ever taken.
+#if RASE_HAVE_NEON
+enum { RASE_ISA_SCALAR = 0, RASE_ISA_AVX2 = 1, RASE_ISA_DOTPROD = 2, RASE_ISA_COUNT = 3, RASE_ISA_AVX512 = 3 };
+static const char *const RASE_ISA_NAMES[RASE_ISA_COUNT] = {"scalar", "neon", "dotprod"};
+#else
 enum { RASE_ISA_SCALAR = 0, RASE_ISA_AVX2 = 1, RASE_ISA_AVX512 = 2, RASE_ISA_COUNT = 3 };
 static const char *const RASE_ISA_NAMES[RASE_ISA_COUNT] = {"scalar", "avx2", "avx512"};
+#endif
 
 // The path in use; written once at import (rase/__init__.py: _select_kernels), read by every dispatcher.
 static int rase_isa = RASE_ISA_SCALAR;
 
 static int rase_isa_compiled(int isa) {
-    return isa == RASE_ISA_SCALAR || ((isa == RASE_ISA_AVX2 || isa == RASE_ISA_AVX512) && RASE_HAVE_X86);
+    return isa == RASE_ISA_SCALAR || (isa > RASE_ISA_SCALAR && isa < RASE_ISA_COUNT && (RASE_HAVE_X86 || RASE_HAVE_NEON));
 }
 
 static int rase_isa_supported(int isa) {
     if (isa == RASE_ISA_SCALAR) return 1;
 #if RASE_EMULATED
     return isa == RASE_ISA_AVX2 || isa == RASE_ISA_AVX512;  // every instruction is C code
+#elif RASE_HAVE_NEON
+    if (isa == RASE_ISA_AVX2) return 1;  // Advanced SIMD is part of every aarch64 CPU (ARMv8-A)
+    if (isa == RASE_ISA_DOTPROD) return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
 #elif RASE_HAVE_X86
     if (isa == RASE_ISA_AVX2 || isa == RASE_ISA_AVX512) {
         __builtin_cpu_init();  // checks OS YMM / ZMM state support too (xgetbv)
@@ -156,7 +184,7 @@ static const rase_prefetch_rule RASE_PREFETCH_RULES[] = {{"AuthenticAMD", 4096},
 // the CPU's 12-character vendor string, "" where there is no cpuid (or in the emulated build)
 static void rase_cpu_vendor(char out[13]) {
     memset(out, 0, 13);
-#if RASE_HAVE_X86 && !RASE_EMULATED
+#if RASE_HAVE_X86 && !RASE_EMULATED && !RASE_HAVE_NEON
     unsigned int a, b, c, d;
     if (__get_cpuid(0, &a, &b, &c, &d)) {
         memcpy(out, &b, 4);

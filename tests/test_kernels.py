@@ -11,8 +11,11 @@ from tests.reference import ACT_FORMAT, quantize_act
 from tests.test_quants import random_blocks
 
 
-if "avx2" not in _kernels.isa_supported():  # this machine kind has AVX2: it must be tested
-    pytest.fail("AVX2 expected on this machine kind", pytrace=False)
+# The levels by position (rase/_simd.h): x86 scalar, avx2, avx512; aarch64 scalar, neon, dotprod.
+# SIMD is the first SIMD level, WIDE the one above it (its kernels give SIMD's bits).
+SIMD, WIDE = _kernels.isa_names()[1:3]
+if SIMD not in _kernels.isa_supported():  # every machine kind rase is tested on has it: it must be tested
+    pytest.fail(f"{SIMD} expected on this machine kind", pytrace=False)
 
 
 def _row(qtype: QuantType, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -35,7 +38,7 @@ def test_dot_avx2_matches_scalar_and_numpy(qtype):
         deq = np.nan_to_num(deq, posinf=0, neginf=0)
         x = rng.standard_normal((4, n)).astype(np.float32)
         scalar = np.array(_kernels.vec_dot(int(qtype), w, x, "scalar"))
-        avx2 = np.array(_kernels.vec_dot(int(qtype), w, x, "avx2"))
+        avx2 = np.array(_kernels.vec_dot(int(qtype), w, x, SIMD))
         spec = quantize_act(x, ACT_FORMAT.get(int(qtype))) @ deq
         scale = np.abs(deq) @ np.abs(x).T  # sum |w x|: the size of rounding errors
         assert np.all(np.abs(avx2 - scalar) <= 1e-5 * scale + 1e-30), (n, avx2, scalar)
@@ -47,11 +50,11 @@ def test_dot_avx2_matches_scalar_and_numpy(qtype):
 def test_dot_avx512_is_the_avx2_result_bit_for_bit(qtype):
     """The AVX-512 kernels compute the AVX2 kernels' exact integer sums, then the same floats.
     On a CPU without AVX-512 VNNI the path is refused before any of its instructions run."""
-    if "avx512" not in _kernels.isa_supported():
+    if WIDE not in _kernels.isa_supported():
         w, _ = _row(qtype, _lengths(qtype)[0], seed=7)
         x = np.ones((1, _lengths(qtype)[0]), np.float32)
         with pytest.raises(ValueError, match="not supported by this CPU"):
-            _kernels.vec_dot(int(qtype), w, x, "avx512")
+            _kernels.vec_dot(int(qtype), w, x, WIDE)
         return
     rng = np.random.default_rng(int(qtype) + 100)
     floats = qtype in (QuantType.F32, QuantType.F16, QuantType.BF16)
@@ -59,8 +62,8 @@ def test_dot_avx512_is_the_avx2_result_bit_for_bit(qtype):
         w, _ = _row(qtype, n, seed=n + 7)
         for nt in range(1, 9):  # every tile the forward uses (up to RASE_NT = 8 tokens)
             x = (rng.standard_normal((nt, n)) * rng.uniform(0.01, 30)).astype(np.float32)
-            avx2 = np.array(_kernels.vec_dot(int(qtype), w, x, "avx2"), np.float32)
-            avx512 = np.array(_kernels.vec_dot(int(qtype), w, x, "avx512"), np.float32)
+            avx2 = np.array(_kernels.vec_dot(int(qtype), w, x, SIMD), np.float32)
+            avx512 = np.array(_kernels.vec_dot(int(qtype), w, x, WIDE), np.float32)
             assert avx512.tobytes() == avx2.tobytes(), (qtype, n, nt, avx512, avx2)
 
 
@@ -80,9 +83,9 @@ def test_activation_quantizers_agree_across_isas(qtype):
     x = np.random.default_rng(3).standard_normal(1024).astype(np.float32) * 7
     x[5] = 0.0
     assert _kernels.quantize_activation(int(qtype), x, "scalar") == \
-        _kernels.quantize_activation(int(qtype), x, "avx2")
+        _kernels.quantize_activation(int(qtype), x, SIMD)
     zeros = np.zeros(256, np.float32)
-    assert set(_kernels.quantize_activation(int(qtype), zeros, "avx2")) <= {0}
+    assert set(_kernels.quantize_activation(int(qtype), zeros, SIMD)) <= {0}
 
 
 def test_dot_shape_checks():
@@ -119,11 +122,11 @@ def test_attention_against_scalar_and_spec(hd, n, j0):
         got = _kernels.attention(q[None, :], k, v, scale, j0, isa)[0]
         # the AVX2 path rounds q and the probabilities to f16, as llama.cpp does
         assert np.abs(got - spec).max() <= 4e-3 * np.abs(spec).max() + 1e-6, isa
-    if "avx512" in _kernels.isa_supported():  # zmm runs ymm's chains lane for lane: the same bits
+    if WIDE in _kernels.isa_supported():  # zmm runs ymm's chains lane for lane: the same bits
         for g in (1, 2, 3, 4):
             qg = rng.standard_normal((g, hd)).astype(np.float32)
-            wide = _kernels.attention(qg, k, v, scale, j0, "avx512")
-            assert wide.tobytes() == _kernels.attention(qg, k, v, scale, j0, "avx2").tobytes(), g
+            wide = _kernels.attention(qg, k, v, scale, j0, WIDE)
+            assert wide.tobytes() == _kernels.attention(qg, k, v, scale, j0, SIMD).tobytes(), g
 
 
 @pytest.mark.parametrize("hd", [64, 128, 40])
@@ -142,9 +145,9 @@ def test_attention_softcap(hd, n, j0):
             assert np.abs(got - spec).max() <= 4e-3 * np.abs(spec).max() + 1e-6, isa
         if n > 1:
             assert np.abs(_attention_spec(q[h], k, v, 1.0, j0) - spec).max() > 0.05
-    if "avx512" in _kernels.isa_supported():
-        assert _kernels.attention(q, k, v, 1.0, j0, "avx512", softcap=2.0).tobytes() == \
-            _kernels.attention(q, k, v, 1.0, j0, "avx2", softcap=2.0).tobytes()
+    if WIDE in _kernels.isa_supported():
+        assert _kernels.attention(q, k, v, 1.0, j0, WIDE, softcap=2.0).tobytes() == \
+            _kernels.attention(q, k, v, 1.0, j0, SIMD, softcap=2.0).tobytes()
 
 
 @pytest.mark.parametrize("n", [1, 7, 8, 33, 1536])
@@ -155,7 +158,7 @@ def test_gate_avx2_matches_scalar_and_numpy(n, gelu):
     edges = [-12.0, 11.0, 0.0, -10.0, 10.0, 9.999, -9.999, 1e-7, -3e-6, 6e-5]  # GELU table edges, f16 subnormals
     g[: min(n, len(edges))] = edges[: min(n, len(edges))]
     u = rng.standard_normal(n).astype(np.float32)
-    scalar, avx2 = _kernels.gate(g, u, gelu, "scalar"), _kernels.gate(g, u, gelu, "avx2")
+    scalar, avx2 = _kernels.gate(g, u, gelu, "scalar"), _kernels.gate(g, u, gelu, SIMD)
     x = g.astype(np.float64)
     if gelu:
         act = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
@@ -176,7 +179,7 @@ def test_rope_avx2_matches_scalar_and_numpy(neox, n, n_rot):
     x = np.random.default_rng(n).standard_normal(n).astype(np.float32)
     for pos in (0, 1, 17, 4095):
         scalar = _kernels.rope(x, pos, 10000.0, n_rot, neox, "scalar")
-        avx2 = _kernels.rope(x, pos, 10000.0, n_rot, neox, "avx2")
+        avx2 = _kernels.rope(x, pos, 10000.0, n_rot, neox, SIMD)
         half = n_rot // 2
         theta = pos * 10000.0 ** (-2.0 * np.arange(half) / n_rot)
         a, b = (np.arange(half), np.arange(half) + half) if neox else (np.arange(half) * 2, np.arange(half) * 2 + 1)
@@ -318,7 +321,7 @@ def test_encoder_attention_equals_its_scalar_reference_bit_for_bit(hd, n):
         assert _kernels.attention_f32(q, k, v, 0.125, isa).tobytes() == ref.tobytes(), isa
 
 
-@pytest.mark.parametrize("isa", ["scalar", "avx2"])
+@pytest.mark.parametrize("isa", ["scalar", SIMD])
 @pytest.mark.parametrize("hd,n,j0", [(64, 1, 0), (64, 77, 0), (128, 300, 200), (256, 40, 9)])
 def test_grouped_attention_equals_each_query_alone_bit_for_bit(isa, hd, n, j0):
     """Query heads sharing a KV head are served together (each K/V row read once); every
