@@ -74,7 +74,7 @@ RASE_TARGET_AVX512 static void conv_avx512(int d, const float *x, int64_t E, con
     }
     conv_avx2(d, x, E, w, src, dst, y, ch, c1);
 }
-static const rase_conv_fn RASE_CONV[RASE_ISA_COUNT] = {conv_ref, conv_avx2, conv_avx512};
+static const rase_conv_fn RASE_CONV[RASE_ISA_COUNT] = RASE_ISA_ROW(conv_ref, conv_avx2, conv_avx512);
 #else
 static const rase_conv_fn RASE_CONV[RASE_ISA_COUNT] = {conv_ref, conv_ref, conv_ref};
 #endif

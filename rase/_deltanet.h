@@ -45,7 +45,7 @@ RASE_TARGET_AVX2 static void delta_step_avx2(int64_t S, float *st, const float *
     }
     for (int64_t j = 0; j < S; ++j) o[j] = vec_dot_f32_f32_avx2(S, st + j * S, q) * scale;
 }
-static const rase_delta_fn RASE_DELTA[RASE_ISA_COUNT] = {delta_step_ref, delta_step_avx2, delta_step_avx2};
+static const rase_delta_fn RASE_DELTA[RASE_ISA_COUNT] = RASE_ISA_ROW(delta_step_ref, delta_step_avx2, delta_step_avx2);
 #else
 static const rase_delta_fn RASE_DELTA[RASE_ISA_COUNT] = {delta_step_ref, delta_step_ref, delta_step_ref};
 #endif

@@ -48,7 +48,7 @@ cdef extern from "_traits.h" nogil:
         int blck
         int size
         int act
-        rase_dequant_fn dequant[3]  # RASE_ISA_COUNT
+        rase_dequant_fn dequant[3]  # [RASE_ISA_COUNT] (4 on aarch64): only indexed here
         rase_dotn_fn dotn[3]
         int rows_act
         size_t r16_blk

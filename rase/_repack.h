@@ -199,6 +199,28 @@ static RASE_INLINE int32x4_t rase_neon_dot4(const int dp, int32x4_t acc, int8x16
     return vaddq_s32(acc, vpaddq_s32(vpaddlq_s16(p0), vpaddlq_s16(p1)));
 }
 
+// acc (2 x 2 int32: [r0 t0, r0 t1, r1 t0, r1 t1]) + a . b^T, a: rows r0, r1 (8 int8 each), b:
+// tokens t0, t1 (8 int8 each), exact (smmla, i8mm; asm for the reason above)
+static RASE_INLINE int32x4_t rase_neon_mmla(int32x4_t acc, int8x16_t a, int8x16_t b) {
+    __asm__(".arch_extension i8mm\n\tsmmla %0.4s, %1.16b, %2.16b" : "+w"(acc) : "w"(a), "w"(b));
+    return acc;
+}
+
+// the row pairs of a quarter's slices s0 (elements 0..3 of rows 4q..4q+3) and s1 (4..7):
+// pr[0] = rows 4q, 4q+1, pr[1] = rows 4q+2, 4q+3, 8 elements each (smmla's a)
+static RASE_INLINE void rase_neon_row_pairs(int8x16_t s0, int8x16_t s1, int8x16_t pr[2]) {
+    pr[0] = vreinterpretq_s8_s32(vzip1q_s32(vreinterpretq_s32_s8(s0), vreinterpretq_s32_s8(s1)));
+    pr[1] = vreinterpretq_s8_s32(vzip2q_s32(vreinterpretq_s32_s8(s0), vreinterpretq_s32_s8(s1)));
+}
+
+// the 2 x 2 lanes of a row pair (rows r, r + 1 < r + nr) and tokens t0, t0 + 1 stored to y
+static RASE_INLINE void rase_neon_store22(float32x4_t v, float *y, int64_t ys, int nr) {
+    float tmp[4];
+    vst1q_f32(tmp, v);
+    y[0] = tmp[0], y[ys] = tmp[1];
+    if (nr > 1) y[1] = tmp[2], y[ys + 1] = tmp[3];
+}
+
 // the 4 activation bytes at y in every 32-bit lane
 static RASE_INLINE int8x16_t rase_neon_slice(const int8_t *y) { return vreinterpretq_s8_s32(vdupq_n_s32(rase_ld32(y))); }
 
@@ -230,6 +252,16 @@ static RASE_INLINE void rase_neon_store4(float32x4_t v, float *y, int nr) {
     RASE_TARGET_DOTPROD static void NAME##_sdot(int64_t n, const uint8_t *w, const void *a, size_t astride,      \
                                                 int nt, float *y, int64_t ys, int nr) {                          \
         RASE_CONST_NT(RASE_R16_TILE, nt, BODY, 1, TYPE, n, w, a, astride, y, ys, nr);                            \
+    }
+
+// The i8mm entry NAME_mmla: MMLA(np, type, ...) for the tile's token pairs (np a constant), then
+// BODY's dotprod instance for an odd last token
+#define RASE_MMLA_ENTRY(NAME, MMLA, BODY, TYPE)                                                                 \
+    RASE_TARGET_I8MM static void NAME##_mmla(int64_t n, const uint8_t *w, const void *a, size_t astride, int nt, \
+                                             float *y, int64_t ys, int nr) {                                     \
+        if (nt >= 2) RASE_CONST_NT(RASE_R16_TILE / 2, nt / 2, MMLA, TYPE, n, w, a, astride, y, ys, nr);          \
+        if (nt % 2)                                                                                              \
+            BODY(1, 1, TYPE, n, w, (const char *)a + (size_t)(nt - 1) * astride, astride, y + (nt - 1) * ys, ys, nr); \
     }
 #endif
 

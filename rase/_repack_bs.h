@@ -183,6 +183,59 @@ static RASE_INLINE void rase_bs_neon_body(const int nt, const int dp, const int 
 }
 RASE_NEON_ENTRIES(r16_q4_0, rase_bs_neon_body, RASE_TYPE_Q4_0)
 RASE_NEON_ENTRIES(r16_q5_0, rase_bs_neon_body, RASE_TYPE_Q5_0)
+
+// i8mm: np pairs of tokens; per block the quarter's slices zipped into row pairs (smmla's 2 x 8
+// operands: slices 2k, 2k + 1), each pair of tokens' 8 bytes k against them: 4 smmla give a row
+// pair x token pair's 32-element sums, from the -B sum(y) start, one convert, one FMA per lane.
+static RASE_INLINE void rase_bs_mmla_body(const int np, const int type, int64_t n, const uint8_t *w, const void *a,
+                                          size_t astride, float *y, int64_t ys, int nr) {
+    const size_t bsz = rase_r16_blk(type);
+    const int quarters = (nr + 3) / 4;
+    float32x4_t acc[4][2][RASE_R16_TILE / 2];  // [quarter][row pair][token pair]: r0 t0, r0 t1, r1 t0, r1 t1
+    for (int q = 0; q < quarters; ++q)
+        for (int rp = 0; rp < 2; ++rp)
+            for (int p = 0; p < np; ++p) acc[q][rp][p] = vdupq_n_f32(0.0f);
+    for (int64_t c0 = 0; c0 < n / 32; c0 += RASE_R16_CHUNK)
+        for (int q = 0; q < quarters; ++q)
+            for (int64_t b = c0; b < n / 32 && b < c0 + RASE_R16_CHUNK; ++b) {
+                const uint8_t *o = w + b * bsz, *qs = o + rase_r16_qoff(type);
+                if (q == 0) RASE_PREFETCH_AHEAD(o, bsz);
+                int8x16_t u[8], A[4][2];
+                uint8x16_t hv = vdupq_n_u8(0);
+                if (type == RASE_TYPE_Q5_0) hv = vld1q_u8(o + rase_r16_hoff(type) + 16 * q);
+                for (int k = 0; k < 8; ++k) {
+                    const uint8x16_t raw = vld1q_u8(qs + 64 * (k & 3) + 16 * q);
+                    uint8x16_t v = k < 4 ? vandq_u8(raw, vdupq_n_u8(0xF)) : vshrq_n_u8(raw, 4);
+                    if (type == RASE_TYPE_Q5_0)
+                        v = vorrq_u8(v, vandq_u8(vshlq_u8(hv, vdupq_n_s8((int8_t)(4 - k))), vdupq_n_u8(0x10)));
+                    u[k] = vreinterpretq_s8_u8(v);
+                }
+                for (int k = 0; k < 4; ++k) rase_neon_row_pairs(u[2 * k], u[2 * k + 1], A[k]);
+                const float32x4_t dw = rase_neon_h4((const uint16_t *)o + 4 * q);
+                const float32x4_t dwp[2] = {vzip1q_f32(dw, dw), vzip2q_f32(dw, dw)};  // [d0 d0 d1 d1], [d2 d2 d3 d3]
+                for (int p = 0; p < np; ++p) {
+                    const act_q8_0 *y0 = (const act_q8_0 *)((const char *)a + (2 * p) * astride) + b;
+                    const act_q8_0 *y1 = (const act_q8_0 *)((const char *)a + (2 * p + 1) * astride) + b;
+                    int8x16_t B[4];
+                    for (int k = 0; k < 4; ++k) B[k] = vcombine_s8(vld1_s8(y0->qs + 8 * k), vld1_s8(y1->qs + 8 * k));
+                    const int32_t st[4] = {rase_bs_start(type, y0), rase_bs_start(type, y1), rase_bs_start(type, y0),
+                                           rase_bs_start(type, y1)};
+                    const float dyv[4] = {y0->d, y1->d, y0->d, y1->d};
+                    const float32x4_t dy = vld1q_f32(dyv);
+                    for (int rp = 0; rp < 2; ++rp) {
+                        int32x4_t i32 = vld1q_s32(st);
+                        for (int k = 0; k < 4; ++k) i32 = rase_neon_mmla(i32, A[k][rp], B[k]);
+                        acc[q][rp][p] = vfmaq_f32(acc[q][rp][p], vmulq_f32(dwp[rp], dy), vcvtq_f32_s32(i32));
+                    }
+                }
+            }
+    for (int q = 0; q < quarters; ++q)
+        for (int rp = 0; rp < 2 && 4 * q + 2 * rp < nr; ++rp)
+            for (int p = 0; p < np; ++p)
+                rase_neon_store22(acc[q][rp][p], y + 2 * p * ys + 4 * q + 2 * rp, ys, nr - 4 * q - 2 * rp);
+}
+RASE_MMLA_ENTRY(r16_q4_0, rase_bs_mmla_body, rase_bs_neon_body, RASE_TYPE_Q4_0)
+RASE_MMLA_ENTRY(r16_q5_0, rase_bs_mmla_body, rase_bs_neon_body, RASE_TYPE_Q5_0)
 #endif
 
 #endif  // RASE_REPACK_BS_H

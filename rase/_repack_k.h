@@ -392,6 +392,95 @@ static RASE_INLINE void rase_r16k_neon_body(const int nt, const int dp, const in
 }
 RASE_NEON_ENTRIES(r16_q4_k, rase_r16k_neon_body, RASE_TYPE_Q4_K)
 RASE_NEON_ENTRIES(r16_q5_k, rase_r16k_neon_body, RASE_TYPE_Q5_K)
+
+// i8mm: np pairs of tokens. Per sub-block the quarter's 8 slices zipped into row pairs (slices
+// 2k, 2k + 1: smmla's 2 x 8 operands); 4 smmla give a row pair x token pair's 32-element dots,
+// times the rows' scales into S; the mins times the tokens' bsums into M. Lanes: r0 t0, r0 t1,
+// r1 t0, r1 t1; the same integers, then the same float operations per lane.
+static RASE_INLINE void rase_r16k_mmla_body(const int np, const int type, int64_t n, const uint8_t *w, const void *a,
+                                            size_t astride, float *y, int64_t ys, int nr) {
+    const size_t ob = rase_r16k_bytes(type);
+    const int quarters = (nr + 3) / 4;
+    const uint32x4_t km1 = vdupq_n_u32(0x3f3f3f3f), km2 = vdupq_n_u32(0x0f0f0f0f), km3 = vdupq_n_u32(0x03030303);
+    const uint32x4_t lo8 = vdupq_n_u32(0xFF);
+    float32x4_t acc[4][2][RASE_R16_TILE / 2], accm[4][2][RASE_R16_TILE / 2];
+    for (int q = 0; q < quarters; ++q)
+        for (int rp = 0; rp < 2; ++rp)
+            for (int p = 0; p < np; ++p) acc[q][rp][p] = accm[q][rp][p] = vdupq_n_f32(0.0f);
+    for (int64_t b = 0; b < n / 256; ++b)
+        for (int q = 0; q < quarters; ++q) {
+            const uint8_t *o = w + b * ob;
+            const r16_k_head *hd = (const r16_k_head *)o;
+            if (q == 0) RASE_PREFETCH_AHEAD(o, ob);
+            const uint32x4_t u0 = vld1q_u32(hd->sm[0] + 4 * q), u1 = vld1q_u32(hd->sm[1] + 4 * q),
+                             u2 = vld1q_u32(hd->sm[2] + 4 * q);
+            const uint32x4_t sc4 = vandq_u32(u0, km1), mn4 = vandq_u32(u1, km1);
+            const uint32x4_t sc8 = vorrq_u32(vandq_u32(u2, km2), vshlq_n_u32(vandq_u32(vshrq_n_u32(u0, 6), km3), 4));
+            const uint32x4_t mn8 = vorrq_u32(vandq_u32(vshrq_n_u32(u2, 4), km2),
+                                             vshlq_n_u32(vandq_u32(vshrq_n_u32(u1, 6), km3), 4));
+            int32x4_t S[2][RASE_R16_TILE / 2], M[2][RASE_R16_TILE / 2];
+            for (int rp = 0; rp < 2; ++rp)
+                for (int p = 0; p < np; ++p) S[rp][p] = M[rp][p] = vdupq_n_s32(0);
+            for (int j = 0; j < 8; ++j) {
+                const int32x4_t sc = vreinterpretq_s32_u32(vandq_u32(vshlq_u32(j < 4 ? sc4 : sc8, vdupq_n_s32(-8 * (j % 4))), lo8));
+                const int32x4_t mn = vreinterpretq_s32_u32(vandq_u32(vshlq_u32(j < 4 ? mn4 : mn8, vdupq_n_s32(-8 * (j % 4))), lo8));
+                const int32x4_t scp[2] = {vzip1q_s32(sc, sc), vzip2q_s32(sc, sc)}, mnp[2] = {vzip1q_s32(mn, mn), vzip2q_s32(mn, mn)};
+                const uint8x16_t hv = type == RASE_TYPE_Q5_K ? vld1q_u8(rase_r16k_h(o, j) + 16 * q) : vdupq_n_u8(0);
+                int8x16_t A[4][2];
+                for (int k = 0; k < 4; ++k) {
+                    int8x16_t sl[2];
+                    for (int e = 0; e < 2; ++e) {
+                        const int s = 2 * k + e;
+                        const uint8x16_t raw = vld1q_u8(rase_r16k_q(type, o, j / 2, s) + 16 * q);
+                        uint8x16_t v = j & 1 ? vshrq_n_u8(raw, 4) : vandq_u8(raw, vdupq_n_u8(0xF));
+                        if (type == RASE_TYPE_Q5_K)
+                            v = vorrq_u8(v, vandq_u8(vshlq_u8(hv, vdupq_n_s8((int8_t)(4 - s))), vdupq_n_u8(0x10)));
+                        sl[e] = vreinterpretq_s8_u8(v);
+                    }
+                    rase_neon_row_pairs(sl[0], sl[1], A[k]);
+                }
+                for (int p = 0; p < np; ++p) {
+                    const block_q8_K *y0 = RASE_ACT(block_q8_K, 2 * p, b), *y1 = RASE_ACT(block_q8_K, 2 * p + 1, b);
+                    int8x16_t B[4];
+                    for (int k = 0; k < 4; ++k) B[k] = vcombine_s8(vld1_s8(y0->qs + 32 * j + 8 * k), vld1_s8(y1->qs + 32 * j + 8 * k));
+                    const int32_t b0 = (int32_t)y0->bsums[2 * j] + y0->bsums[2 * j + 1];
+                    const int32_t b1 = (int32_t)y1->bsums[2 * j] + y1->bsums[2 * j + 1];
+                    const int32_t bsv[4] = {b0, b1, b0, b1};
+                    const int32x4_t bs = vld1q_s32(bsv);
+                    for (int rp = 0; rp < 2; ++rp) {
+                        int32x4_t D = vdupq_n_s32(0);
+                        for (int k = 0; k < 4; ++k) D = rase_neon_mmla(D, A[k][rp], B[k]);
+                        S[rp][p] = vmlaq_s32(S[rp][p], scp[rp], D);
+                        M[rp][p] = vmlaq_s32(M[rp][p], mnp[rp], bs);
+                    }
+                }
+            }
+            const float32x4_t dx = rase_neon_h4(hd->d + 4 * q), dm = rase_neon_h4(hd->dmin + 4 * q);
+            const float32x4_t dxp[2] = {vzip1q_f32(dx, dx), vzip2q_f32(dx, dx)}, dmp[2] = {vzip1q_f32(dm, dm), vzip2q_f32(dm, dm)};
+            for (int p = 0; p < np; ++p) {
+                const float dyv[4] = {RASE_ACT(block_q8_K, 2 * p, b)->d, RASE_ACT(block_q8_K, 2 * p + 1, b)->d,
+                                      RASE_ACT(block_q8_K, 2 * p, b)->d, RASE_ACT(block_q8_K, 2 * p + 1, b)->d};
+                const float32x4_t dy = vld1q_f32(dyv);
+                for (int rp = 0; rp < 2; ++rp) {
+                    if (type == RASE_TYPE_Q5_K) {  // acc + dy * (dx * S - dmin * M)
+                        const float32x4_t f = vsubq_f32(vmulq_f32(dxp[rp], vcvtq_f32_s32(S[rp][p])),
+                                                        vmulq_f32(dmp[rp], vcvtq_f32_s32(M[rp][p])));
+                        acc[q][rp][p] = vaddq_f32(acc[q][rp][p], vmulq_f32(dy, f));
+                    } else {
+                        acc[q][rp][p] = vfmaq_f32(acc[q][rp][p], vcvtq_f32_s32(S[rp][p]), vmulq_f32(dxp[rp], dy));
+                        accm[q][rp][p] = vfmaq_f32(accm[q][rp][p], vcvtq_f32_s32(M[rp][p]), vmulq_f32(dmp[rp], dy));
+                    }
+                }
+            }
+        }
+    for (int q = 0; q < quarters; ++q)
+        for (int rp = 0; rp < 2 && 4 * q + 2 * rp < nr; ++rp)
+            for (int p = 0; p < np; ++p)
+                rase_neon_store22(vsubq_f32(acc[q][rp][p], accm[q][rp][p]), y + 2 * p * ys + 4 * q + 2 * rp, ys,
+                                  nr - 4 * q - 2 * rp);
+}
+RASE_MMLA_ENTRY(r16_q4_k, rase_r16k_mmla_body, rase_r16k_neon_body, RASE_TYPE_Q4_K)
+RASE_MMLA_ENTRY(r16_q5_k, rase_r16k_mmla_body, rase_r16k_neon_body, RASE_TYPE_Q5_K)
 #endif
 
 #endif  // RASE_REPACK_K_H

@@ -50,21 +50,44 @@
 #  include <arm_neon.h>
 #  include <sys/auxv.h>
 #  define RASE_TARGET_DOTPROD __attribute__((target("arch=armv8.2-a+dotprod")))
+#  define RASE_TARGET_I8MM __attribute__((target("arch=armv8.2-a+dotprod+i8mm")))
+#  ifndef HWCAP2_I8MM
+#    define HWCAP2_I8MM (1 << 13)  // Linux 5.10's value; older headers lack the name
+#  endif
 #else
 #  define RASE_HAVE_NEON 0
 #endif
 
 // Levels, each a superset of the one before: a kernel table's empty entry for a level falls
 // back to the level below it (avx512 uses the AVX2 kernels except where it has its own). On
-// aarch64 level 1 is NEON (ARMv8.0: the AVX2 kernels through SIMDe, _neon.h's where it has its
-// own) and level 2 adds the dot-product instructions (sdot, ARMv8.2 dotprod: _neon.h only);
+// aarch64 level 1 is NEON (ARMv8.0: the AVX2 kernels through SIMDe, the repacked matmuls' own
+// NEON kernels), level 2 adds the dot-product instructions (sdot, ARMv8.2 dotprod) and level 3
+// the int8 matrix multiply (smmla, i8mm) where a type's numerics allow it (_traits.h);
 // RASE_ISA_AVX512 there is past the last level, so no AVX-512 path is ever taken.
 #if RASE_HAVE_NEON
-enum { RASE_ISA_SCALAR = 0, RASE_ISA_AVX2 = 1, RASE_ISA_DOTPROD = 2, RASE_ISA_COUNT = 3, RASE_ISA_AVX512 = 3 };
-static const char *const RASE_ISA_NAMES[RASE_ISA_COUNT] = {"scalar", "neon", "dotprod"};
+enum { RASE_ISA_SCALAR = 0, RASE_ISA_AVX2 = 1, RASE_ISA_DOTPROD = 2, RASE_ISA_I8MM = 3, RASE_ISA_COUNT = 4,
+       RASE_ISA_AVX512 = 4 };
+static const char *const RASE_ISA_NAMES[RASE_ISA_COUNT] = {"scalar", "neon", "dotprod", "i8mm"};
 #else
 enum { RASE_ISA_SCALAR = 0, RASE_ISA_AVX2 = 1, RASE_ISA_AVX512 = 2, RASE_ISA_COUNT = 3 };
 static const char *const RASE_ISA_NAMES[RASE_ISA_COUNT] = {"scalar", "avx2", "avx512"};
+#endif
+
+// A kernel table's row, a kernel per level: x86 {scalar, AVX2, AVX-512}; aarch64 {scalar, NEON, dotprod, i8mm}, where
+// a row without NEON kernels of its own runs the AVX2 one (through SIMDe) on every level, and
+// i8mm runs the dotprod kernel where the type has none of its own.
+#if RASE_HAVE_NEON
+#define RASE_ISA_ROW(ref, avx2, avx512) {ref, avx2, avx2, avx2}
+#define RASE_ISA_ROW_NEON(ref, avx2, avx512, neon, dotprod) {ref, neon, dotprod, dotprod}
+#define RASE_ISA_ROW_I8MM(ref, avx2, avx512, neon, dotprod, i8mm) {ref, neon, dotprod, i8mm}
+#elif RASE_HAVE_X86
+#define RASE_ISA_ROW(ref, avx2, avx512) {ref, avx2, avx512}
+#define RASE_ISA_ROW_NEON(ref, avx2, avx512, neon, dotprod) RASE_ISA_ROW(ref, avx2, avx512)
+#define RASE_ISA_ROW_I8MM(ref, avx2, avx512, neon, dotprod, i8mm) RASE_ISA_ROW(ref, avx2, avx512)
+#else  // the scalar level only: the other names are never compiled
+#define RASE_ISA_ROW(ref, avx2, avx512) {ref, 0, 0}
+#define RASE_ISA_ROW_NEON(ref, avx2, avx512, neon, dotprod) {ref, 0, 0}
+#define RASE_ISA_ROW_I8MM(ref, avx2, avx512, neon, dotprod, i8mm) {ref, 0, 0}
 #endif
 
 // The path in use; written once at import (rase/__init__.py: _select_kernels), read by every dispatcher.
@@ -80,7 +103,9 @@ static int rase_isa_supported(int isa) {
     return isa == RASE_ISA_AVX2 || isa == RASE_ISA_AVX512;  // every instruction is C code
 #elif RASE_HAVE_NEON
     if (isa == RASE_ISA_AVX2) return 1;  // Advanced SIMD is part of every aarch64 CPU (ARMv8-A)
-    if (isa == RASE_ISA_DOTPROD) return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+    const int dotprod = (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+    if (isa == RASE_ISA_DOTPROD) return dotprod;
+    if (isa == RASE_ISA_I8MM) return dotprod && (getauxval(AT_HWCAP2) & HWCAP2_I8MM) != 0;
 #elif RASE_HAVE_X86
     if (isa == RASE_ISA_AVX2 || isa == RASE_ISA_AVX512) {
         __builtin_cpu_init();  // checks OS YMM / ZMM state support too (xgetbv)

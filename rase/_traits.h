@@ -13,15 +13,6 @@
 #include "_repack_q6k.h"
 #include "_repack_mxfp4.h"
 
-// A kernel per level: x86 {scalar, AVX2, AVX-512}; aarch64 {scalar, NEON, dotprod}, where a row
-// without NEON kernels of its own runs the AVX2 one (through SIMDe) on both levels.
-#if RASE_HAVE_NEON
-#define RASE_ISA_ROW(ref, avx2, avx512) {ref, avx2, avx2}
-#define RASE_ISA_ROW_NEON(ref, avx2, avx512, neon, dotprod) {ref, neon, dotprod}
-#else
-#define RASE_ISA_ROW(ref, avx2, avx512) {ref, RASE_X86_FN(avx2), RASE_X86_FN(avx512)}
-#define RASE_ISA_ROW_NEON(ref, avx2, avx512, neon, dotprod) RASE_ISA_ROW(ref, avx2, avx512)
-#endif
 
 // A panel only where unpacking a block costs more than reading it back (Q5_1: the fifth-bit
 // masks; Q6_K: two planes and the high bits per value; measured slower for Q4_1, Q8_0 at 6-16 tokens).
@@ -36,14 +27,16 @@ static const rase_type_traits rase_type_traits_table[RASE_GGML_TYPE_COUNT] = {
                         .dotn = RASE_ISA_ROW(dotn_bf16_ref, dotn_bf16_avx2, 0)},
     [RASE_TYPE_Q4_0] = {"Q4_0", 32, 18, ACT_Q8_0, RASE_ISA_ROW(dequant_row_q4_0_ref, dequant_row_q4_0_avx2, 0),
                         .r16_blk = sizeof(r16_q4_0), .r16_repack = r16_repack_q4_0, .r16_unpack = r16_unpack_q4_0,
-                        .r16 = RASE_ISA_ROW_NEON(r16_q4_0_ref, r16_q4_0_avx2, r16_q4_0_vnni, r16_q4_0_neon, r16_q4_0_sdot), .r16_tile = RASE_R16_TILE,
+                        .r16 = RASE_ISA_ROW_I8MM(r16_q4_0_ref, r16_q4_0_avx2, r16_q4_0_vnni, r16_q4_0_neon, r16_q4_0_sdot,
+                                                 r16_q4_0_mmla), .r16_tile = RASE_R16_TILE,
                         .block_sum = 1},
     [RASE_TYPE_Q4_1] = {"Q4_1", 32, 20, ACT_Q8_1, RASE_ISA_ROW(dequant_row_q4_1_ref, dequant_row_q4_1_avx2, 0),
                         .r16_blk = sizeof(r16_q4_1), .r16_repack = r16_repack_q4_1, .r16_unpack = r16_unpack_q4_1,
                         .r16 = RASE_ISA_ROW_NEON(r16_q4_1_ref, r16_q4_1_avx2, r16_q4_1_vnni, r16_q4_1_neon, r16_q4_1_sdot), .r16_tile = RASE_R16_TILE},
     [RASE_TYPE_Q5_0] = {"Q5_0", 32, 22, ACT_Q8_0, RASE_ISA_ROW(dequant_row_q5_0_ref, dequant_row_q5_0_avx2, 0),
                         .r16_blk = sizeof(r16_q5_0), .r16_repack = r16_repack_q5_0, .r16_unpack = r16_unpack_q5_0,
-                        .r16 = RASE_ISA_ROW_NEON(r16_q5_0_ref, r16_q5_0_avx2, r16_q5_0_vnni, r16_q5_0_neon, r16_q5_0_sdot), .r16_tile = RASE_R16_TILE,
+                        .r16 = RASE_ISA_ROW_I8MM(r16_q5_0_ref, r16_q5_0_avx2, r16_q5_0_vnni, r16_q5_0_neon, r16_q5_0_sdot,
+                                                 r16_q5_0_mmla), .r16_tile = RASE_R16_TILE,
                         .block_sum = 1},
     [RASE_TYPE_Q5_1] = {"Q5_1", 32, 24, ACT_Q8_1, RASE_ISA_ROW(dequant_row_q5_1_ref, dequant_row_q5_1_avx2, 0),
                         .r16_blk = sizeof(r16_q5_1), .r16_repack = r16_repack_q5_1, .r16_unpack = r16_unpack_q5_1,
@@ -58,10 +51,12 @@ static const rase_type_traits rase_type_traits_table[RASE_GGML_TYPE_COUNT] = {
                         .dotn = RASE_ISA_ROW(dotn_q3_k_ref, dotn_q3_k_avx2, 0)},
     [RASE_TYPE_Q4_K] = {"Q4_K", 256, 144, ACT_Q8_K, RASE_ISA_ROW(dequant_row_q4_k_ref, dequant_row_q4_k_avx2, 0),
                         .r16_blk = sizeof(r16_q4_k) / 8, .r16_repack = r16_repack_q4_k, .r16_unpack = r16_unpack_q4_k,
-                        .r16 = RASE_ISA_ROW_NEON(r16_q4_k_ref, r16_q4_k_avx2, r16_q4_k_vnni, r16_q4_k_neon, r16_q4_k_sdot), .r16_tile = RASE_R16_TILE},
+                        .r16 = RASE_ISA_ROW_I8MM(r16_q4_k_ref, r16_q4_k_avx2, r16_q4_k_vnni, r16_q4_k_neon, r16_q4_k_sdot,
+                                                 r16_q4_k_mmla), .r16_tile = RASE_R16_TILE},
     [RASE_TYPE_Q5_K] = {"Q5_K", 256, 176, ACT_Q8_K, RASE_ISA_ROW(dequant_row_q5_k_ref, dequant_row_q5_k_avx2, 0),
                         .r16_blk = sizeof(r16_q5_k) / 8, .r16_repack = r16_repack_q5_k, .r16_unpack = r16_unpack_q5_k,
-                        .r16 = RASE_ISA_ROW_NEON(r16_q5_k_ref, r16_q5_k_avx2, r16_q5_k_vnni, r16_q5_k_neon, r16_q5_k_sdot), .r16_tile = RASE_R16_TILE},
+                        .r16 = RASE_ISA_ROW_I8MM(r16_q5_k_ref, r16_q5_k_avx2, r16_q5_k_vnni, r16_q5_k_neon, r16_q5_k_sdot,
+                                                 r16_q5_k_mmla), .r16_tile = RASE_R16_TILE},
     [RASE_TYPE_Q6_K] = {"Q6_K", 256, 210, ACT_Q8_K, RASE_ISA_ROW(dequant_row_q6_k_ref, dequant_row_q6_k_avx2, 0),
                         .r16_blk = sizeof(r16_q6_k) / 8, .r16_repack = rase_r16_repack_q6_k,
                         .r16_unpack = rase_r16_unpack_row_q6_k,

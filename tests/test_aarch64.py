@@ -1,11 +1,11 @@
 """rase on aarch64, emulated: the release wheel cross-built for aarch64 (tools/build-wheels.sh with
 RASE_WHEEL_ARCH=aarch64: Debian's gcc-aarch64-linux-gnu against an aarch64 CPython 3.11,
 tools/aarch64-sysroot.sh), installed as pip installs it for that platform, then run by
-qemu-aarch64 as two CPUs: qemu's "max" (ARMv8.2+ with the dot-product instructions) and a
-Cortex-A57 (ARMv8.0: NEON only). On each: the levels it reports, the kernel smoke test, the kernel
-suite (tests/test_kernels.py), every tiny family against llama.cpp's one-token fixtures
-(tests/test_archs.py, tests/test_gpt_oss.py), and SmolLM2's logits against the x86 build's:
-the same bits on every level (scalar: x86's scalar path; neon, dotprod: x86's AVX2 path)."""
+qemu-aarch64 as three CPUs: qemu's "max" (the dot-product and int8 matrix-multiply
+instructions), a Neoverse N1 (Graviton2: dotprod, no i8mm) and a Cortex-A57 (ARMv8.0: NEON
+only). On each: the levels it reports, the kernel smoke test, the kernels' test suite, every
+tiny family against llama.cpp's one-token fixtures (tests/test_archs.py, tests/test_gpt_oss.py),
+and SmolLM2's logits against the x86 build's: the same bits on every level (scalar: x86's scalar path; neon, dotprod, i8mm: x86's AVX2 path)."""
 from __future__ import annotations
 
 import json
@@ -22,7 +22,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 TAG = "manylinux_2_34_aarch64"
-CPUS = {"max": ["scalar", "neon", "dotprod"], "cortex-a57": ["scalar", "neon"]}  # qemu -cpu: the levels it runs
+CPUS = {"max": ["scalar", "neon", "dotprod", "i8mm"], "neoverse-n1": ["scalar", "neon", "dotprod"],
+        "cortex-a57": ["scalar", "neon"]}  # qemu -cpu: the levels it runs
 TOKENS = "1 504 3575 282 4648 314 3593 30 1070 314 216"
 # every position's logits after the prompt, then 8 greedy decode steps timed (emulation speed: a
 # ratio between levels only, never a product figure)
@@ -86,7 +87,7 @@ def test_the_wheel_is_manylinux_and_carries_its_openmp_runtime(aarch64):
 def test_the_wheel_imports_reports_its_levels_and_passes_the_smoke_test(aarch64, cpu):
     out = _emulated(aarch64, cpu, "-c", "import json, platform, rase; print(json.dumps([platform.machine(), rase.build_info()]))")
     machine, info = json.loads(out.stdout)
-    assert machine == "aarch64" and info["isa_compiled"] == ["scalar", "neon", "dotprod"]
+    assert machine == "aarch64" and info["isa_compiled"] == CPUS["max"]
     assert info["isa_supported"] == CPUS[cpu] and info["isa_selected"] == CPUS[cpu][-1]
     probe = _emulated(aarch64, cpu, "-c", "from rase.cli import main; main(['runtime', 'probe'])").stdout
     assert "tensor_smoke_test: passed" in probe and f"isa={CPUS[cpu][-1]}" in probe
@@ -98,6 +99,10 @@ def _pytest_summary(out) -> str:
     return last
 
 
+KERNEL_SUITE = ["tests/test_kernels.py", "tests/test_conv.py", "tests/test_deltanet.py", "tests/test_smoke.py",
+                "tests/test_quants.py::test_simd_dequantizer_equals_scalar_bit_for_bit"]
+
+
 @pytest.mark.parametrize("cpu", CPUS)
 def test_the_kernel_suite_passes_on_the_emulated_cpu(aarch64, cpu):
     """Every kernel test: each level against the scalar reference, numpy and the other levels.
@@ -105,11 +110,11 @@ def test_the_kernel_suite_passes_on_the_emulated_cpu(aarch64, cpu):
     by name, and its subject (MXFP4 against llama.cpp's one-token logits) is
     test_every_family_equals_llama_cpps_one_token_fixtures' gpt-oss-tiny-mxfp4 below."""
     live = "tests/test_kernels.py::test_mxfp4_logits_equal_llama_cpps_one_token_logits"
-    out = _emulated(aarch64, cpu, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_kernels.py",
-                    "--deselect", live, timeout=1800)
+    out = _emulated(aarch64, cpu, "-m", "pytest", "-q", "-p", "no:cacheprovider", *KERNEL_SUITE, "--deselect", live,
+                    timeout=1800)
     last = out.stdout.strip().splitlines()[-1]
     match = re.fullmatch(r"(\d+) passed, 1 deselected in .*", last)
-    assert match and int(match[1]) >= 300, last
+    assert match and int(match[1]) >= 300, last  # the count grows with the levels the CPU has
 
 
 @pytest.mark.parametrize("cpu", CPUS)
@@ -127,7 +132,7 @@ def test_smollm2_logits_on_every_level_are_the_x86_logits(aarch64, smollm2_path,
                        check=True, env={**os.environ, "RASE_PACK_CACHE": "off"}, timeout=600, capture_output=True)
         x86[isa] = np.load(tmp_path / f"x86-{isa}.npy")
     speed = {}
-    for isa, twin in (("scalar", "scalar"), ("neon", "avx2"), ("dotprod", "avx2")):
+    for isa, twin in (("scalar", "scalar"), ("neon", "avx2"), ("dotprod", "avx2"), ("i8mm", "avx2")):
         out = _emulated(aarch64, "max", "-c", LOGITS, str(smollm2_path), str(tmp_path / f"arm-{isa}.npy"), TOKENS, isa)
         speed[isa] = float(out.stdout.split()[-1])
         arm = np.load(tmp_path / f"arm-{isa}.npy")
@@ -135,4 +140,4 @@ def test_smollm2_logits_on_every_level_are_the_x86_logits(aarch64, smollm2_path,
         assert np.array_equal(arm.view(np.uint32), x86[twin].view(np.uint32)), isa
     assert not np.array_equal(x86["scalar"], x86["avx2"])  # two numerics, each level on its own
     print("\nemulated aarch64 decode, SmolLM2 Q4_1: " + ", ".join(
-        f"{isa} {speed[isa] / speed['scalar']:.2f}x scalar" for isa in ("neon", "dotprod")))
+        f"{isa} {speed[isa] / speed['scalar']:.2f}x scalar" for isa in ("neon", "dotprod", "i8mm")))
