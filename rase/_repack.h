@@ -227,6 +227,14 @@ static RASE_INLINE int8x16_t rase_neon_slice(const int8_t *y) { return vreinterp
 // 4 f16 at h -> f32 (exact)
 static RASE_INLINE float32x4_t rase_neon_h4(const uint16_t *h) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(h))); }
 
+// a quarter's slice from its nibble plane raw: the low (hi = 0) or high nibbles, or-ed with 16
+// where bit s of hv's byte is set when fifth (Q5_0, Q5_K: one byte of fifth bits per lane)
+static RASE_INLINE int8x16_t rase_neon_nibbles(uint8x16_t raw, int hi, int fifth, uint8x16_t hv, int s) {
+    uint8x16_t v = hi ? vshrq_n_u8(raw, 4) : vandq_u8(raw, vdupq_n_u8(0xF));
+    if (fifth) v = vorrq_u8(v, vandq_u8(vshlq_u8(hv, vdupq_n_s8((int8_t)(4 - s))), vdupq_n_u8(0x10)));
+    return vreinterpretq_s8_u8(v);
+}
+
 // 16 bits (little endian) -> 16 bytes, 0xFF where the bit is set; lane j <- bit j
 static RASE_INLINE uint8x16_t rase_neon_bytes_from_bits16(const uint8_t *x) {
     static const uint8_t bit[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};

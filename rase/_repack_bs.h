@@ -163,13 +163,8 @@ static RASE_INLINE void rase_bs_neon_body(const int nt, const int dp, const int 
                 int8x16_t u[8];
                 uint8x16_t hv = vdupq_n_u8(0);
                 if (type == RASE_TYPE_Q5_0) hv = vld1q_u8(o + rase_r16_hoff(type) + 16 * q);
-                for (int k = 0; k < 8; ++k) {
-                    const uint8x16_t raw = vld1q_u8(qs + 64 * (k & 3) + 16 * q);
-                    uint8x16_t v = k < 4 ? vandq_u8(raw, vdupq_n_u8(0xF)) : vshrq_n_u8(raw, 4);
-                    if (type == RASE_TYPE_Q5_0)  // slice k's fifth bits: bit k of each lane's byte, moved to bit 4
-                        v = vorrq_u8(v, vandq_u8(vshlq_u8(hv, vdupq_n_s8((int8_t)(4 - k))), vdupq_n_u8(0x10)));
-                    u[k] = vreinterpretq_s8_u8(v);
-                }
+                for (int k = 0; k < 8; ++k)  // slice k's fifth bits: bit k of each lane's byte
+                    u[k] = rase_neon_nibbles(vld1q_u8(qs + 64 * (k & 3) + 16 * q), k >= 4, type == RASE_TYPE_Q5_0, hv, k);
                 const float32x4_t dw = rase_neon_h4((const uint16_t *)o + 4 * q);
                 for (int t = 0; t < nt; ++t) {
                     const act_q8_0 *ya = (const act_q8_0 *)((const char *)a + t * astride) + b;
@@ -203,13 +198,8 @@ static RASE_INLINE void rase_bs_mmla_body(const int np, const int type, int64_t 
                 int8x16_t u[8], A[4][2];
                 uint8x16_t hv = vdupq_n_u8(0);
                 if (type == RASE_TYPE_Q5_0) hv = vld1q_u8(o + rase_r16_hoff(type) + 16 * q);
-                for (int k = 0; k < 8; ++k) {
-                    const uint8x16_t raw = vld1q_u8(qs + 64 * (k & 3) + 16 * q);
-                    uint8x16_t v = k < 4 ? vandq_u8(raw, vdupq_n_u8(0xF)) : vshrq_n_u8(raw, 4);
-                    if (type == RASE_TYPE_Q5_0)
-                        v = vorrq_u8(v, vandq_u8(vshlq_u8(hv, vdupq_n_s8((int8_t)(4 - k))), vdupq_n_u8(0x10)));
-                    u[k] = vreinterpretq_s8_u8(v);
-                }
+                for (int k = 0; k < 8; ++k)
+                    u[k] = rase_neon_nibbles(vld1q_u8(qs + 64 * (k & 3) + 16 * q), k >= 4, type == RASE_TYPE_Q5_0, hv, k);
                 for (int k = 0; k < 4; ++k) rase_neon_row_pairs(u[2 * k], u[2 * k + 1], A[k]);
                 const float32x4_t dw = rase_neon_h4((const uint16_t *)o + 4 * q);
                 const float32x4_t dwp[2] = {vzip1q_f32(dw, dw), vzip2q_f32(dw, dw)};  // [d0 d0 d1 d1], [d2 d2 d3 d3]

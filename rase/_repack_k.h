@@ -332,12 +332,26 @@ RASE_R16_ENTRY(r16_q5_k_vnni, RASE_TARGET_AVX512, rase_r16k_vnni_body, RASE_TYPE
 // Block by block, quarter by quarter (rows 4q .. 4q + 3, a row per 32-bit lane): the kmask
 // unpack of the quarter's scales and mins (RASE_K4_LANES), then per sub-block the 8 slice dots
 // of every token summed in int32 and times the sub-block's scale into S: the reference's integers.
+// the quarter's [scale 0..3], [scale 4..7], [min 0..3], [min 4..7] bytes, a row per lane, from
+// its 3 packed words (RASE_K4_LANES' kmask unpack)
+static RASE_INLINE void rase_k4_lanes_neon(const r16_k_head *hd, int q, uint32x4_t out[4]) {
+    const uint32x4_t km1 = vdupq_n_u32(0x3f3f3f3f), km2 = vdupq_n_u32(0x0f0f0f0f), km3 = vdupq_n_u32(0x03030303);
+    const uint32x4_t u0 = vld1q_u32(hd->sm[0] + 4 * q), u1 = vld1q_u32(hd->sm[1] + 4 * q), u2 = vld1q_u32(hd->sm[2] + 4 * q);
+    out[0] = vandq_u32(u0, km1);
+    out[1] = vorrq_u32(vandq_u32(u2, km2), vshlq_n_u32(vandq_u32(vshrq_n_u32(u0, 6), km3), 4));
+    out[2] = vandq_u32(u1, km1);
+    out[3] = vorrq_u32(vandq_u32(vshrq_n_u32(u2, 4), km2), vshlq_n_u32(vandq_u32(vshrq_n_u32(u1, 6), km3), 4));
+}
+
+// sub-block j's byte of each lane of v (its 4-scale word)
+static RASE_INLINE int32x4_t rase_k4_byte_neon(uint32x4_t v, int j) {
+    return vreinterpretq_s32_u32(vandq_u32(vshlq_u32(v, vdupq_n_s32(-8 * (j % 4))), vdupq_n_u32(0xFF)));
+}
+
 static RASE_INLINE void rase_r16k_neon_body(const int nt, const int dp, const int type, int64_t n, const uint8_t *w,
                                             const void *a, size_t astride, float *y, int64_t ys, int nr) {
     const size_t ob = rase_r16k_bytes(type);
     const int quarters = (nr + 3) / 4;
-    const uint32x4_t km1 = vdupq_n_u32(0x3f3f3f3f), km2 = vdupq_n_u32(0x0f0f0f0f), km3 = vdupq_n_u32(0x03030303);
-    const uint32x4_t lo8 = vdupq_n_u32(0xFF);
     float32x4_t acc[4][RASE_R16_TILE], accm[4][RASE_R16_TILE];
     for (int q = 0; q < quarters; ++q)
         for (int t = 0; t < nt; ++t) acc[q][t] = accm[q][t] = vdupq_n_f32(0.0f);
@@ -346,26 +360,19 @@ static RASE_INLINE void rase_r16k_neon_body(const int nt, const int dp, const in
             const uint8_t *o = w + b * ob;
             const r16_k_head *hd = (const r16_k_head *)o;
             if (q == 0) RASE_PREFETCH_AHEAD(o, ob);
-            const uint32x4_t u0 = vld1q_u32(hd->sm[0] + 4 * q), u1 = vld1q_u32(hd->sm[1] + 4 * q),
-                             u2 = vld1q_u32(hd->sm[2] + 4 * q);
-            const uint32x4_t sc4 = vandq_u32(u0, km1), mn4 = vandq_u32(u1, km1);
-            const uint32x4_t sc8 = vorrq_u32(vandq_u32(u2, km2), vshlq_n_u32(vandq_u32(vshrq_n_u32(u0, 6), km3), 4));
-            const uint32x4_t mn8 = vorrq_u32(vandq_u32(vshrq_n_u32(u2, 4), km2),
-                                             vshlq_n_u32(vandq_u32(vshrq_n_u32(u1, 6), km3), 4));
+            uint32x4_t scm[4];
+            rase_k4_lanes_neon(hd, q, scm);
             int32x4_t S[RASE_R16_TILE], M[RASE_R16_TILE];
             for (int t = 0; t < nt; ++t) S[t] = M[t] = vdupq_n_s32(0);
             for (int j = 0; j < 8; ++j) {
-                const int32x4_t sc = vreinterpretq_s32_u32(vandq_u32(vshlq_u32(j < 4 ? sc4 : sc8, vdupq_n_s32(-8 * (j % 4))), lo8));
-                const int32x4_t mn = vreinterpretq_s32_u32(vandq_u32(vshlq_u32(j < 4 ? mn4 : mn8, vdupq_n_s32(-8 * (j % 4))), lo8));
+                const int32x4_t sc = rase_k4_byte_neon(scm[0 + j / 4], j);
+                const int32x4_t mn = rase_k4_byte_neon(scm[2 + j / 4], j);
                 const uint8x16_t hv = type == RASE_TYPE_Q5_K ? vld1q_u8(rase_r16k_h(o, j) + 16 * q) : vdupq_n_u8(0);
                 int32x4_t D[RASE_R16_TILE];
                 for (int t = 0; t < nt; ++t) D[t] = vdupq_n_s32(0);
                 for (int s = 0; s < 8; ++s) {
-                    const uint8x16_t raw = vld1q_u8(rase_r16k_q(type, o, j / 2, s) + 16 * q);
-                    uint8x16_t v = j & 1 ? vshrq_n_u8(raw, 4) : vandq_u8(raw, vdupq_n_u8(0xF));
-                    if (type == RASE_TYPE_Q5_K)  // slice s's fifth bits: bit s of each byte, to bit 4
-                        v = vorrq_u8(v, vandq_u8(vshlq_u8(hv, vdupq_n_s8((int8_t)(4 - s))), vdupq_n_u8(0x10)));
-                    const int8x16_t wq = vreinterpretq_s8_u8(v);
+                    const int8x16_t wq = rase_neon_nibbles(vld1q_u8(rase_r16k_q(type, o, j / 2, s) + 16 * q), j & 1,
+                                                           type == RASE_TYPE_Q5_K, hv, s);
                     for (int t = 0; t < nt; ++t)
                         D[t] = rase_neon_dot4(dp, D[t], wq, rase_neon_slice(RASE_ACT(block_q8_K, t, b)->qs + 32 * j + 4 * s));
                 }
@@ -401,8 +408,6 @@ static RASE_INLINE void rase_r16k_mmla_body(const int np, const int type, int64_
                                             size_t astride, float *y, int64_t ys, int nr) {
     const size_t ob = rase_r16k_bytes(type);
     const int quarters = (nr + 3) / 4;
-    const uint32x4_t km1 = vdupq_n_u32(0x3f3f3f3f), km2 = vdupq_n_u32(0x0f0f0f0f), km3 = vdupq_n_u32(0x03030303);
-    const uint32x4_t lo8 = vdupq_n_u32(0xFF);
     float32x4_t acc[4][2][RASE_R16_TILE / 2], accm[4][2][RASE_R16_TILE / 2];
     for (int q = 0; q < quarters; ++q)
         for (int rp = 0; rp < 2; ++rp)
@@ -412,18 +417,14 @@ static RASE_INLINE void rase_r16k_mmla_body(const int np, const int type, int64_
             const uint8_t *o = w + b * ob;
             const r16_k_head *hd = (const r16_k_head *)o;
             if (q == 0) RASE_PREFETCH_AHEAD(o, ob);
-            const uint32x4_t u0 = vld1q_u32(hd->sm[0] + 4 * q), u1 = vld1q_u32(hd->sm[1] + 4 * q),
-                             u2 = vld1q_u32(hd->sm[2] + 4 * q);
-            const uint32x4_t sc4 = vandq_u32(u0, km1), mn4 = vandq_u32(u1, km1);
-            const uint32x4_t sc8 = vorrq_u32(vandq_u32(u2, km2), vshlq_n_u32(vandq_u32(vshrq_n_u32(u0, 6), km3), 4));
-            const uint32x4_t mn8 = vorrq_u32(vandq_u32(vshrq_n_u32(u2, 4), km2),
-                                             vshlq_n_u32(vandq_u32(vshrq_n_u32(u1, 6), km3), 4));
+            uint32x4_t scm[4];
+            rase_k4_lanes_neon(hd, q, scm);
             int32x4_t S[2][RASE_R16_TILE / 2], M[2][RASE_R16_TILE / 2];
             for (int rp = 0; rp < 2; ++rp)
                 for (int p = 0; p < np; ++p) S[rp][p] = M[rp][p] = vdupq_n_s32(0);
             for (int j = 0; j < 8; ++j) {
-                const int32x4_t sc = vreinterpretq_s32_u32(vandq_u32(vshlq_u32(j < 4 ? sc4 : sc8, vdupq_n_s32(-8 * (j % 4))), lo8));
-                const int32x4_t mn = vreinterpretq_s32_u32(vandq_u32(vshlq_u32(j < 4 ? mn4 : mn8, vdupq_n_s32(-8 * (j % 4))), lo8));
+                const int32x4_t sc = rase_k4_byte_neon(scm[0 + j / 4], j);
+                const int32x4_t mn = rase_k4_byte_neon(scm[2 + j / 4], j);
                 const int32x4_t scp[2] = {vzip1q_s32(sc, sc), vzip2q_s32(sc, sc)}, mnp[2] = {vzip1q_s32(mn, mn), vzip2q_s32(mn, mn)};
                 const uint8x16_t hv = type == RASE_TYPE_Q5_K ? vld1q_u8(rase_r16k_h(o, j) + 16 * q) : vdupq_n_u8(0);
                 int8x16_t A[4][2];
@@ -431,11 +432,8 @@ static RASE_INLINE void rase_r16k_mmla_body(const int np, const int type, int64_
                     int8x16_t sl[2];
                     for (int e = 0; e < 2; ++e) {
                         const int s = 2 * k + e;
-                        const uint8x16_t raw = vld1q_u8(rase_r16k_q(type, o, j / 2, s) + 16 * q);
-                        uint8x16_t v = j & 1 ? vshrq_n_u8(raw, 4) : vandq_u8(raw, vdupq_n_u8(0xF));
-                        if (type == RASE_TYPE_Q5_K)
-                            v = vorrq_u8(v, vandq_u8(vshlq_u8(hv, vdupq_n_s8((int8_t)(4 - s))), vdupq_n_u8(0x10)));
-                        sl[e] = vreinterpretq_s8_u8(v);
+                        sl[e] = rase_neon_nibbles(vld1q_u8(rase_r16k_q(type, o, j / 2, s) + 16 * q), j & 1,
+                                                  type == RASE_TYPE_Q5_K, hv, s);
                     }
                     rase_neon_row_pairs(sl[0], sl[1], A[k]);
                 }

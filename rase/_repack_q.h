@@ -310,11 +310,11 @@ RASE_TARGET_AVX512 static void r16_q5_1_vnni_panel(int64_t n, const uint8_t *w, 
 static RASE_INLINE int8x16_t rase_r16q_slice_neon(const int type, const uint8_t *bk, int sl, int q) {
     const uint8_t *p = bk + rase_r16_qoff(type);
     if (!rase_r16_nib(type)) return vld1q_s8((const int8_t *)(p + 64 * sl + 16 * q));
-    const uint8x16_t raw = vld1q_u8(p + 64 * (sl & 3) + 16 * q);
-    uint8x16_t v = sl < 4 ? vandq_u8(raw, vdupq_n_u8(0xF)) : vshrq_n_u8(raw, 4);
-    if (rase_r16_has_h(type))  // Q5_1: bits 16q .. 16q + 15 of the slice's mask, + 16
-        v = vorrq_u8(v, vandq_u8(rase_neon_bytes_from_bits16(bk + rase_r16_hoff(type) + 8 * sl + 2 * q), vdupq_n_u8(0x10)));
-    return vreinterpretq_s8_u8(v);
+    const int8x16_t v = rase_neon_nibbles(vld1q_u8(p + 64 * (sl & 3) + 16 * q), sl >= 4, 0, vdupq_n_u8(0), 0);
+    if (!rase_r16_has_h(type)) return v;
+    // Q5_1: bits 16q .. 16q + 15 of the slice's mask, + 16
+    const uint8x16_t h = vandq_u8(rase_neon_bytes_from_bits16(bk + rase_r16_hoff(type) + 8 * sl + 2 * q), vdupq_n_u8(0x10));
+    return vreinterpretq_s8_u8(vorrq_u8(vreinterpretq_u8_s8(v), h));
 }
 
 static RASE_INLINE void rase_r16q_neon(const int nt, const int dp, const int type, int64_t n, const uint8_t *w,
