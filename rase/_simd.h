@@ -15,7 +15,7 @@
 // results. In the test build (rase._kernels_emu, RASE_EMULATE_SIMD) it is portable C, so the AVX2
 // and AVX-512 kernels run, and are checked bit for bit, on any CPU. On aarch64 (RASE_SIMDE) SIMDe
 // maps them onto NEON: the AVX2 kernels become the "neon" level, with x86's bits on ARM, and the
-// hand-written NEON kernels (_neon.h) replace them where they are hot.
+// hand-written NEON kernels (the NEON sections of _repack*.h) replace them where they are hot.
 // SIMDe's portable FMA is one rounding only where it may call fmaf: FP_FAST_FMAF says it may.
 #  define RASE_HAVE_X86 1
 #  ifdef RASE_EMULATE_SIMD
