@@ -74,6 +74,12 @@ cdef extern from "_traits.h" nogil:
     void rase_r16_unpack_row(int qtype, const uint8_t *packed, int64_t group_bytes, int64_t n, int64_t row,
                              uint8_t *dst)
 
+cdef extern from "_traits.h" nogil:
+    ctypedef void (*rase_quantize_fn)(const float *x, void *y, int64_t k) noexcept nogil
+    rase_quantize_fn rase_quantize_for(int qtype, int isa)
+    void rase_quantize_rows(rase_quantize_fn q, const uint8_t *src, int src_type, size_t src_row, int64_t nrows,
+                            int64_t ncols, uint8_t *dst, size_t row_bytes, float *scratch, int nthreads)
+
 cdef extern from "_sample.h" nogil:
     ctypedef struct rase_rng:
         uint64_t s[4]

@@ -169,3 +169,44 @@ def vec_dot(int qtype, const uint8_t[::1] w, const float[:, ::1] x, isa=None):
             quant(&x[t, 0], &a[t * row], n)
         dotn(n, &w[0], &a[0], row, nt, out)
     return [out[t] for t in range(nt)]
+
+
+# ---------------------------------------------------------------- weight quantization (_quantize.h)
+
+def can_quantize(int qtype):
+    """True if rase writes ggml type qtype (llama.cpp's reference quantizer, byte for byte)."""
+    return 0 <= qtype < RASE_GGML_TYPE_COUNT and rase_quantize_for(qtype, 0) != NULL
+
+
+def quantize_rows(int dst_type, const uint8_t[::1] src, int src_type, int64_t ncols, uint8_t[::1] dst,
+                  int n_threads=1, isa=None):
+    """dst = src's rows as dst_type blocks, as llama.cpp's quantizer writes them without an imatrix.
+
+    src: nrows * ncols values of src_type (F32, F16 or BF16), as bytes; dst: nrows rows of
+    ncols / blck * size bytes. Rows are split over n_threads; the bytes depend on neither it nor
+    isa (the path's name, default: the current one).
+    """
+    if not can_quantize(dst_type):
+        raise ValueError(f"ggml type {dst_type} has no quantizer in rase")
+    if src_type not in (0, 1, 30):  # F32, F16, BF16
+        raise ValueError(f"source type {src_type} is not F32, F16 or BF16")
+    cdef int blck = rase_traits(dst_type).blck, size = rase_traits(dst_type).size
+    if ncols <= 0 or ncols % blck:
+        raise ValueError(f"{ncols} columns is not a positive multiple of the block size {blck}")
+    cdef size_t src_row = ncols * (4 if src_type == 0 else 2)
+    cdef size_t row_bytes = (ncols // blck) * size
+    if <size_t>src.shape[0] % src_row:
+        raise ValueError(f"{src.shape[0]} source bytes is not a whole number of {src_row}-byte rows")
+    cdef int64_t nrows = <size_t>src.shape[0] // src_row
+    if <size_t>dst.shape[0] != nrows * row_bytes:
+        raise ValueError(f"{nrows} rows need {nrows * row_bytes} bytes of output, got {dst.shape[0]}")
+    if nrows == 0:
+        return
+    n_threads = max(1, min(n_threads, nrows))
+    cdef rase_quantize_fn q = rase_quantize_for(dst_type, rase_isa if isa is None else _isa_id(isa))
+    cdef float *scratch = <float *>malloc(n_threads * ncols * sizeof(float))
+    if scratch == NULL:
+        raise MemoryError()
+    with nogil:
+        rase_quantize_rows(q, &src[0], src_type, src_row, nrows, ncols, &dst[0], row_bytes, scratch, n_threads)
+    free(scratch)

@@ -12,39 +12,48 @@
 #include "_repack_k.h"
 #include "_repack_q6k.h"
 #include "_repack_mxfp4.h"
+#include "_quantize.h"
 
 
 // A panel only where unpacking a block costs more than reading it back (Q5_1: the fifth-bit
 // masks; Q6_K: two planes and the high bits per value; measured slower for Q4_1, Q8_0 at 6-16 tokens).
 static const rase_type_traits rase_type_traits_table[RASE_GGML_TYPE_COUNT] = {
     [RASE_TYPE_F32] = {"F32", 1, 4, ACT_F32, {dequant_row_f32_ref, dequant_row_f32_ref},
-                       .dotn = RASE_ISA_ROW(dotn_f32_ref, dotn_f32_avx2, 0)},
+                       .dotn = RASE_ISA_ROW(dotn_f32_ref, dotn_f32_avx2, 0),
+                       .quantize = RASE_ISA_ROW(quant_row_f32_ref, 0, 0)},
     [RASE_TYPE_F16] = {"F16", 1, 2, ACT_F32, RASE_ISA_ROW(dequant_row_f16_ref, dequant_row_f16_avx2, 0),
                        .dotn = RASE_ISA_ROW(dotn_f16_ref, dotn_f16_avx2, dotn_f16_512),
                        .rows = RASE_ISA_ROW(0, rase_f16_rows_avx2, rase_f16_rows_512), .rows_act = ACT_F32C,
-                       .rows_min = 16},
+                       .rows_min = 16,
+                       .quantize = RASE_ISA_ROW(quant_row_f16_ref, quant_row_f16_avx2, 0)},
     [RASE_TYPE_BF16] = {"BF16", 1, 2, ACT_F32, RASE_ISA_ROW(dequant_row_bf16_ref, dequant_row_bf16_avx2, 0),
-                        .dotn = RASE_ISA_ROW(dotn_bf16_ref, dotn_bf16_avx2, 0)},
+                        .dotn = RASE_ISA_ROW(dotn_bf16_ref, dotn_bf16_avx2, 0),
+                        .quantize = RASE_ISA_ROW(quant_row_bf16_ref, 0, 0)},
     [RASE_TYPE_Q4_0] = {"Q4_0", 32, 18, ACT_Q8_0, RASE_ISA_ROW(dequant_row_q4_0_ref, dequant_row_q4_0_avx2, 0),
                         .r16_blk = sizeof(r16_q4_0), .r16_repack = r16_repack_q4_0, .r16_unpack = r16_unpack_q4_0,
                         .r16 = RASE_ISA_ROW_I8MM(r16_q4_0_ref, r16_q4_0_avx2, r16_q4_0_vnni, r16_q4_0_neon, r16_q4_0_sdot,
                                                  r16_q4_0_mmla), .r16_tile = RASE_R16_TILE,
-                        .block_sum = 1},
+                        .block_sum = 1,
+                        .quantize = RASE_ISA_ROW(quant_row_q4_0_ref, 0, 0)},
     [RASE_TYPE_Q4_1] = {"Q4_1", 32, 20, ACT_Q8_1, RASE_ISA_ROW(dequant_row_q4_1_ref, dequant_row_q4_1_avx2, 0),
                         .r16_blk = sizeof(r16_q4_1), .r16_repack = r16_repack_q4_1, .r16_unpack = r16_unpack_q4_1,
-                        .r16 = RASE_ISA_ROW_NEON(r16_q4_1_ref, r16_q4_1_avx2, r16_q4_1_vnni, r16_q4_1_neon, r16_q4_1_sdot), .r16_tile = RASE_R16_TILE},
+                        .r16 = RASE_ISA_ROW_NEON(r16_q4_1_ref, r16_q4_1_avx2, r16_q4_1_vnni, r16_q4_1_neon, r16_q4_1_sdot), .r16_tile = RASE_R16_TILE,
+                        .quantize = RASE_ISA_ROW(quant_row_q4_1_ref, 0, 0)},
     [RASE_TYPE_Q5_0] = {"Q5_0", 32, 22, ACT_Q8_0, RASE_ISA_ROW(dequant_row_q5_0_ref, dequant_row_q5_0_avx2, 0),
                         .r16_blk = sizeof(r16_q5_0), .r16_repack = r16_repack_q5_0, .r16_unpack = r16_unpack_q5_0,
                         .r16 = RASE_ISA_ROW_I8MM(r16_q5_0_ref, r16_q5_0_avx2, r16_q5_0_vnni, r16_q5_0_neon, r16_q5_0_sdot,
                                                  r16_q5_0_mmla), .r16_tile = RASE_R16_TILE,
-                        .block_sum = 1},
+                        .block_sum = 1,
+                        .quantize = RASE_ISA_ROW(quant_row_q5_0_ref, 0, 0)},
     [RASE_TYPE_Q5_1] = {"Q5_1", 32, 24, ACT_Q8_1, RASE_ISA_ROW(dequant_row_q5_1_ref, dequant_row_q5_1_avx2, 0),
                         .r16_blk = sizeof(r16_q5_1), .r16_repack = r16_repack_q5_1, .r16_unpack = r16_unpack_q5_1,
                         .r16 = RASE_ISA_ROW_NEON(r16_q5_1_ref, r16_q5_1_avx2, r16_q5_1_vnni, r16_q5_1_neon, r16_q5_1_sdot), .r16_tile = RASE_R16_TILE,
-                        .r16_panel = RASE_ISA_ROW(0, 0, r16_q5_1_vnni_panel)},
+                        .r16_panel = RASE_ISA_ROW(0, 0, r16_q5_1_vnni_panel),
+                        .quantize = RASE_ISA_ROW(quant_row_q5_1_ref, 0, 0)},
     [RASE_TYPE_Q8_0] = {"Q8_0", 32, 34, ACT_Q8_0, RASE_ISA_ROW(dequant_row_q8_0_ref, dequant_row_q8_0_avx2, 0),
                         .r16_blk = sizeof(r16_q8_0), .r16_repack = r16_repack_q8_0, .r16_unpack = r16_unpack_q8_0,
-                        .r16 = RASE_ISA_ROW_NEON(r16_q8_0_ref, r16_q8_0_avx2, r16_q8_0_vnni, r16_q8_0_neon, r16_q8_0_sdot), .r16_tile = RASE_R16_TILE},
+                        .r16 = RASE_ISA_ROW_NEON(r16_q8_0_ref, r16_q8_0_avx2, r16_q8_0_vnni, r16_q8_0_neon, r16_q8_0_sdot), .r16_tile = RASE_R16_TILE,
+                        .quantize = RASE_ISA_ROW(quant_row_q8_0_ref, quant_row_q8_0_avx2, 0)},
     [RASE_TYPE_Q2_K] = {"Q2_K", 256, 84, ACT_Q8_K, RASE_ISA_ROW(dequant_row_q2_k_ref, dequant_row_q2_k_avx2, 0),
                         .dotn = RASE_ISA_ROW(dotn_q2_k_ref, dotn_q2_k_avx2, 0)},
     [RASE_TYPE_Q3_K] = {"Q3_K", 256, 110, ACT_Q8_K, RASE_ISA_ROW(dequant_row_q3_k_ref, dequant_row_q3_k_avx2, 0),
@@ -52,17 +61,20 @@ static const rase_type_traits rase_type_traits_table[RASE_GGML_TYPE_COUNT] = {
     [RASE_TYPE_Q4_K] = {"Q4_K", 256, 144, ACT_Q8_K, RASE_ISA_ROW(dequant_row_q4_k_ref, dequant_row_q4_k_avx2, 0),
                         .r16_blk = sizeof(r16_q4_k) / 8, .r16_repack = r16_repack_q4_k, .r16_unpack = r16_unpack_q4_k,
                         .r16 = RASE_ISA_ROW_I8MM(r16_q4_k_ref, r16_q4_k_avx2, r16_q4_k_vnni, r16_q4_k_neon, r16_q4_k_sdot,
-                                                 r16_q4_k_mmla), .r16_tile = RASE_R16_TILE},
+                                                 r16_q4_k_mmla), .r16_tile = RASE_R16_TILE,
+                        .quantize = RASE_ISA_ROW(quant_row_q4_k_ref, quant_row_q4_k_avx2, 0)},
     [RASE_TYPE_Q5_K] = {"Q5_K", 256, 176, ACT_Q8_K, RASE_ISA_ROW(dequant_row_q5_k_ref, dequant_row_q5_k_avx2, 0),
                         .r16_blk = sizeof(r16_q5_k) / 8, .r16_repack = r16_repack_q5_k, .r16_unpack = r16_unpack_q5_k,
                         .r16 = RASE_ISA_ROW_I8MM(r16_q5_k_ref, r16_q5_k_avx2, r16_q5_k_vnni, r16_q5_k_neon, r16_q5_k_sdot,
-                                                 r16_q5_k_mmla), .r16_tile = RASE_R16_TILE},
+                                                 r16_q5_k_mmla), .r16_tile = RASE_R16_TILE,
+                        .quantize = RASE_ISA_ROW(quant_row_q5_k_ref, quant_row_q5_k_avx2, 0)},
     [RASE_TYPE_Q6_K] = {"Q6_K", 256, 210, ACT_Q8_K, RASE_ISA_ROW(dequant_row_q6_k_ref, dequant_row_q6_k_avx2, 0),
                         .r16_blk = sizeof(r16_q6_k) / 8, .r16_repack = rase_r16_repack_q6_k,
                         .r16_unpack = rase_r16_unpack_row_q6_k,
                         .r16 = RASE_ISA_ROW_NEON(r16_q6_k_ref, r16_q6_k_avx2, r16_q6_k_vnni, r16_q6_k_neon, r16_q6_k_sdot), .r16_tile = RASE_R16_TILE,
                         .r16_panel = RASE_ISA_ROW(0, 0, r16_q6_k_vnni_panel),
-                        .r16_panel_min = 12},  // measured: 168 vs 165 GOPS from 12 tokens; 4: 128 vs 165
+                        .r16_panel_min = 12,  // measured: 168 vs 165 GOPS from 12 tokens; 4: 128 vs 165
+                        .quantize = RASE_ISA_ROW(quant_row_q6_k_ref, quant_row_q6_k_avx2, 0)},
     [RASE_TYPE_MXFP4] = {"MXFP4", 32, 17, ACT_Q8_0, RASE_ISA_ROW(dequant_row_mxfp4_ref, dequant_row_mxfp4_avx2, 0),
                          .r16_blk = sizeof(r16_mxfp4), .r16_repack = r16_repack_mxfp4, .r16_unpack = r16_unpack_mxfp4,
                          .r16 = RASE_ISA_ROW(r16_mxfp4_ref, r16_mxfp4_avx2, r16_mxfp4_vnni), .r16_tile = RASE_R16_TILE},
@@ -77,6 +89,7 @@ static inline const rase_type_traits *rase_traits(int type) { return &rase_type_
 static inline rase_dequant_fn rase_dequant_for(int type, int isa) { return RASE_FOR_ISA(rase_traits(type)->dequant, isa); }
 static inline rase_dotn_fn rase_dotn_for(int type, int isa) { return RASE_FOR_ISA(rase_traits(type)->dotn, isa); }
 static inline rase_r16_fn rase_r16_for(int type, int isa) { return RASE_FOR_ISA(rase_traits(type)->r16, isa); }
+static inline rase_quantize_fn rase_quantize_for(int type, int isa) { return RASE_FOR_ISA(rase_traits(type)->quantize, isa); }
 
 // the GEMM for T tokens of a plain (rows x n) matrix of `type`, or NULL (then dotn row by row).
 // A kernel may be chosen by the number of tokens (the F16 GEMM from rows_min); the invariant is

@@ -69,6 +69,7 @@ enum { ACT_F32 = 0, ACT_Q8_0 = 1, ACT_Q8_1 = 2, ACT_Q8_K = 3, ACT_F32C = 4, ACT_
 // ---------------------------------------------------------------- kernel signatures
 
 // dst[0..n) = the n values of the blocks at src
+typedef void (*rase_quantize_fn)(const float *x, void *y, int64_t k);  // k values -> k / blck blocks
 typedef void (*rase_dequant_fn)(const void *src, float *dst, int64_t n);
 // x (n floats) -> one activation row of a format (ACT_*)
 typedef void (*rase_quant_fn)(const float *x, void *dst, int64_t n);
@@ -128,6 +129,7 @@ typedef struct {
     rase_r16_panel_fn r16_panel[RASE_ISA_COUNT];  // optional: a group's T tokens over a panel
     int r16_panel_min;                       // tokens from which the panel pays (0: RASE_R16_PANEL_MIN)
     int block_sum;                           // 1: block-sum numerics (_repack_bs.h), not llama.cpp's order
+    rase_quantize_fn quantize[RASE_ISA_COUNT];  // f32 rows -> blocks, llama.cpp's quantizer's bytes (_quantize.h)
 } rase_type_traits;
 
 #endif  // RASE_TYPES_H

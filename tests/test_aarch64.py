@@ -100,7 +100,7 @@ def _pytest_summary(out) -> str:
 
 
 KERNEL_SUITE = ["tests/test_kernels.py", "tests/test_conv.py", "tests/test_deltanet.py", "tests/test_smoke.py",
-                "tests/test_quants.py::test_simd_dequantizer_equals_scalar_bit_for_bit"]
+                "tests/test_quants.py::test_simd_dequantizer_equals_scalar_bit_for_bit", "tests/test_quantize.py"]
 
 
 @pytest.mark.parametrize("cpu", CPUS)
