@@ -12,9 +12,11 @@ from .errors import (
     IntegrityMismatch, InvalidGenerationConfig, InvalidGrammar, InvalidLogits, InvalidModelId, InvalidRequest,
     ManifestError,
     MissingDependency, ModelFileNotFound,
-    ModelNotFound, Overloaded, ResponseNotFound, RaseError, StoreWriteError, TokenizerError, UnsupportedArchitecture, UnsupportedFormat,
+    ModelNotFound, Overloaded, ResponseNotFound, RaseError, StoreWriteError, TokenizerError, UnsafeCheckpoint,
+    UnsupportedArchitecture, UnsupportedFormat,
     UnsupportedQuantType, WrongModelKind,
 )
+from .convert import convert_model
 from .gguf import GGUFFile, TensorInfo
 from .quants import QuantType, dequantize
 
@@ -83,5 +85,6 @@ __all__ = [
     "HubDownloadError", "IntegrityMismatch", "InvalidGenerationConfig", "InvalidGrammar", "InvalidLogits",
     "InvalidModelId", "InvalidRequest", "ManifestError", "MissingDependency", "ModelFileNotFound", "ModelNotFound", "Overloaded", "ResponseNotFound", "QuantType", "RaseError", "StoreWriteError",
     "TensorInfo", "TokenizerError", "UnsupportedArchitecture", "UnsupportedFormat",
-    "UnsupportedQuantType", "WrongModelKind", "__version__", "build_info", "dequantize", *_API,
+    "UnsafeCheckpoint", "UnsupportedQuantType", "WrongModelKind", "__version__", "build_info", "convert_model",
+    "dequantize", *_API,
 ]

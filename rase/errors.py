@@ -25,6 +25,10 @@ class UnsupportedQuantType(UnsupportedFormat):
     """A GGUF tensor uses a ggml type rase has no kernel for (IQ*, TQ*, ...)."""
 
 
+class UnsafeCheckpoint(UnsupportedFormat):
+    """A checkpoint in a format that runs code when loaded (pickle): refused unread."""
+
+
 class UnsupportedArchitecture(RaseError):
     def __init__(self, name: str, known: list[str] | tuple[str, ...] = (), reason: str = "") -> None:
         msg = f"unsupported model architecture: {name}"

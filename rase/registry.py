@@ -184,7 +184,7 @@ class ModelRegistry:
                      architecture: str | None = None, context_length: int | None = None,
                      chat_template: str | None = None, source: dict | None = None,
                      copy: bool = False, expected_sha256: str | None = None,
-                     prepare: bool = True) -> ModelManifest:
+                     prepare: bool = True, written_sha256: str | None = None) -> ModelManifest:
         """Register a file; the GGUF's own architecture, context length and kind (an encoder is an
         "embedding" model, anything else a "generator" unless registered as "embedding") fill
         what is not given. copy=True moves a copy into the store (which then owns it).
@@ -205,7 +205,9 @@ class ModelRegistry:
             architecture, context_length = self._gguf_defaults(path, architecture, context_length)
         kind = _kind(kind, architecture)
         resolved = path.resolve()
-        digest = sha256_file(resolved, label=model_id)
+        if written_sha256 is not None and resolved.parent != self.blobs.resolve():
+            raise ValueError(f"written_sha256 is for files in the store's blobs, not {resolved}")
+        digest = written_sha256 or sha256_file(resolved, label=model_id)
         if expected_sha256 is not None and digest != expected_sha256:
             raise IntegrityMismatch(model_id, expected_sha256, digest)
         owned = False
@@ -259,6 +261,10 @@ class ModelRegistry:
                 Path(tmp).unlink(missing_ok=True)
                 raise
         return dest
+
+    def drop_unreferenced(self, blob: Path) -> None:
+        """Delete a blob of the store that no manifest names (a conversion whose registration failed)."""
+        self._drop_blob(str(blob))
 
     def _drop_blob(self, weights: str) -> None:
         path = Path(weights)

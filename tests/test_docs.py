@@ -56,7 +56,8 @@ def _comments(path: Path) -> str:
 
 
 def _cited_exists(name: str) -> bool:
-    bases = (ROOT, ROOT / "rase", ROOT / "docs", ROOT / "tests", ROOT / "rase" / "server", ROOT / "rase" / "models")
+    bases = (ROOT, ROOT / "rase", ROOT / "docs", ROOT / "tests", ROOT / "rase" / "server", ROOT / "rase" / "models",
+             ROOT / "rase" / "convert")
     if name in EXTERNAL or name.split("/")[-1] in EXTERNAL or name.startswith("ray/"):  # Ray's own sources
         return True
     return any((b / name).exists() for b in bases)
