@@ -16,6 +16,7 @@
 
 #include "_dot.h"
 #include "_kv.h"
+#include "_quantize.h"
 
 // uint16 units of one (position, KV head) row of the pool: f16 elements, or 34-byte q8_0 /
 // 18-byte q4_0 blocks (hd % 32 == 0 for the block types)
@@ -36,24 +37,6 @@ static void rase_kv_quant_q8_0_ref(const float *x, block_q8_0 *y, int64_t n) {
         const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
         y[i].d = rase_fp32_to_fp16(amax / 127.0f);
         for (int j = 0; j < 32; ++j) y[i].qs[j] = (int8_t)nearbyintf(x[j] * id);
-    }
-}
-
-// x (n f32) -> q4_0 blocks, as quantize_row_q4_0_ref: d = (value of largest magnitude) / -8,
-// q = min(15, trunc(x * (1 / d) + 8.5)); element j < 16 in the low nibble of byte j, j >= 16 in
-// the high one
-static void rase_kv_quant_q4_0_ref(const float *x, block_q4_0 *y, int64_t n) {
-    for (int64_t i = 0; i < n / 32; ++i, x += 32) {
-        float amax = 0.0f, max = 0.0f;
-        for (int j = 0; j < 32; ++j)
-            if (amax < fabsf(x[j])) { amax = fabsf(x[j]); max = x[j]; }
-        const float d = max / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-        y[i].d = rase_fp32_to_fp16(d);
-        for (int j = 0; j < 16; ++j) {
-            const float x0 = x[j] * id, x1 = x[16 + j] * id;
-            const int a = (int8_t)(x0 + 8.5f), b = (int8_t)(x1 + 8.5f);
-            y[i].qs[j] = (uint8_t)((a < 15 ? a : 15) | (b < 15 ? b : 15) << 4);
-        }
     }
 }
 
@@ -105,7 +88,7 @@ static void rase_kv_store_row(int type, const float *x, uint16_t *dst, int hd, i
 #endif
             rase_kv_quant_q8_0_ref(x, (block_q8_0 *)dst, hd);
             return;
-        case RASE_TYPE_Q4_0: rase_kv_quant_q4_0_ref(x, (block_q4_0 *)dst, hd); return;
+        case RASE_TYPE_Q4_0: quant_row_q4_0_ref(x, dst, hd); return;  // quantize_row_q4_0_ref, as llama.cpp
         default: rase_fp32_to_fp16_row(x, dst, hd, isa);
     }
 }

@@ -39,14 +39,29 @@ static void quant_row_bf16_ref(const float *x, void *y, int64_t k) {
     for (int64_t i = 0; i < k; ++i) h[i] = rase_fp32_to_bf16(x[i]);
 }
 
+static inline float rase_signed_amax(const float *x) {  // the first of the 32 values of largest magnitude
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < 32; ++j)
+        if (amax < fabsf(x[j])) { amax = fabsf(x[j]); max = x[j]; }
+    return max;
+}
+
+// the 32 values' min; d = (max - min) / levels and min stored as f16; 1 / d (0 where d is 0)
+static inline float rase_min_scale(const float *x, int levels, uint16_t *d16, uint16_t *m16, float *min_out) {
+    float min = FLT_MAX, max = -FLT_MAX;
+    for (int j = 0; j < 32; ++j) { if (x[j] < min) min = x[j]; if (x[j] > max) max = x[j]; }
+    const float d = (max - min) / levels;
+    *d16 = rase_fp32_to_fp16(d);
+    *m16 = rase_fp32_to_fp16(min);
+    *min_out = min;
+    return d ? 1.0f / d : 0.0f;
+}
+
 // d = (value of largest magnitude) / -8; q = min(15, trunc(x / d + 8.5)), j < 16 in low nibbles
 static void quant_row_q4_0_ref(const float *x, void *vy, int64_t k) {
     block_q4_0 *y = (block_q4_0 *)vy;
     for (int64_t i = 0; i < k / 32; ++i, x += 32) {
-        float amax = 0.0f, max = 0.0f;
-        for (int j = 0; j < 32; ++j)
-            if (amax < fabsf(x[j])) { amax = fabsf(x[j]); max = x[j]; }
-        const float d = max / -8, id = d ? 1.0f / d : 0.0f;
+        const float d = rase_signed_amax(x) / -8, id = d ? 1.0f / d : 0.0f;
         y[i].d = rase_fp32_to_fp16(d);
         for (int j = 0; j < 16; ++j) {
             const int8_t a = (int8_t)(x[j] * id + 8.5f), b = (int8_t)(x[16 + j] * id + 8.5f);
@@ -58,11 +73,8 @@ static void quant_row_q4_0_ref(const float *x, void *vy, int64_t k) {
 static void quant_row_q4_1_ref(const float *x, void *vy, int64_t k) {  // d = range / 15, m = min
     block_q4_1 *y = (block_q4_1 *)vy;
     for (int64_t i = 0; i < k / 32; ++i, x += 32) {
-        float min = FLT_MAX, max = -FLT_MAX;
-        for (int j = 0; j < 32; ++j) { if (x[j] < min) min = x[j]; if (x[j] > max) max = x[j]; }
-        const float d = (max - min) / 15, id = d ? 1.0f / d : 0.0f;
-        y[i].d = rase_fp32_to_fp16(d);
-        y[i].m = rase_fp32_to_fp16(min);
+        float min;
+        const float id = rase_min_scale(x, 15, &y[i].d, &y[i].m, &min);
         for (int j = 0; j < 16; ++j) {
             const int8_t a = (int8_t)((x[j] - min) * id + 0.5f), b = (int8_t)((x[16 + j] - min) * id + 0.5f);
             y[i].qs[j] = (uint8_t)((a < 15 ? a : 15) | (uint8_t)((b < 15 ? b : 15) << 4));
@@ -73,10 +85,7 @@ static void quant_row_q4_1_ref(const float *x, void *vy, int64_t k) {  // d = ra
 static void quant_row_q5_0_ref(const float *x, void *vy, int64_t k) {  // d = max / -16, 5th bits in qh
     block_q5_0 *y = (block_q5_0 *)vy;
     for (int64_t i = 0; i < k / 32; ++i, x += 32) {
-        float amax = 0.0f, max = 0.0f;
-        for (int j = 0; j < 32; ++j)
-            if (amax < fabsf(x[j])) { amax = fabsf(x[j]); max = x[j]; }
-        const float d = max / -16, id = d ? 1.0f / d : 0.0f;
+        const float d = rase_signed_amax(x) / -16, id = d ? 1.0f / d : 0.0f;
         y[i].d = rase_fp32_to_fp16(d);
         uint32_t qh = 0;
         for (int j = 0; j < 16; ++j) {
@@ -93,11 +102,8 @@ static void quant_row_q5_0_ref(const float *x, void *vy, int64_t k) {  // d = ma
 static void quant_row_q5_1_ref(const float *x, void *vy, int64_t k) {  // d = range / 31, m = min
     block_q5_1 *y = (block_q5_1 *)vy;
     for (int64_t i = 0; i < k / 32; ++i, x += 32) {
-        float min = FLT_MAX, max = -FLT_MAX;
-        for (int j = 0; j < 32; ++j) { if (x[j] < min) min = x[j]; if (x[j] > max) max = x[j]; }
-        const float d = (max - min) / 31, id = d ? 1.0f / d : 0.0f;
-        y[i].d = rase_fp32_to_fp16(d);
-        y[i].m = rase_fp32_to_fp16(min);
+        float min;
+        const float id = rase_min_scale(x, 31, &y[i].d, &y[i].m, &min);
         uint32_t qh = 0;
         for (int j = 0; j < 16; ++j) {
             const uint8_t a = (uint8_t)((x[j] - min) * id + 0.5f), b = (uint8_t)((x[16 + j] - min) * id + 0.5f);
@@ -480,6 +486,23 @@ RASE_TARGET_AVX2 static void rase_kx_search_avx2(const float *x, int nmax, float
         for (int i = 0; i < 32; ++i) L[32 * j + i] = (uint8_t)lv[i][j];
 }
 
+// one trial scale of make_qx_quants, 16 elements x 8 lanes: levels + nmax in Lt, and the
+// x^2-weighted sums of x l and l^2 element by element
+RASE_TARGET_AVX2 static inline void rase_qx_levels_x8(const float *xt, __m256 iscale, int nmax, __m256i *Lt,
+                                                      __m256 *sumlx, __m256 *suml2) {
+    __m256 lx = _mm256_setzero_ps(), l2 = _mm256_setzero_ps();
+    for (int i = 0; i < 16; ++i) {
+        const __m256 x = _mm256_loadu_ps(xt + 8 * i);
+        const __m256i l = rase_avx2_clamp_epi32(rase_avx2_nearest_int(_mm256_mul_ps(iscale, x)), -nmax, nmax - 1);
+        Lt[i] = _mm256_add_epi32(l, _mm256_set1_epi32(nmax));
+        const __m256 lf = _mm256_cvtepi32_ps(l), w = _mm256_mul_ps(x, x);
+        lx = _mm256_add_ps(lx, _mm256_mul_ps(_mm256_mul_ps(w, x), lf));
+        l2 = _mm256_add_ps(l2, _mm256_mul_ps(_mm256_mul_ps(w, lf), lf));
+    }
+    *sumlx = lx;
+    *suml2 = l2;
+}
+
 // make_qx_quants (rmse_type 1, no weights) on 16 elements x 8 lanes; levels L + nmax in Lt
 RASE_TARGET_AVX2 static __m256 rase_qx_x8(const float *xt, int nmax, __m256i *Lt) {
     const __m256 zero = _mm256_setzero_ps(), sign = _mm256_set1_ps(-0.0f);
@@ -495,30 +518,14 @@ RASE_TARGET_AVX2 static __m256 rase_qx_x8(const float *xt, int nmax, __m256i *Lt
         for (int i = 0; i < 16; ++i) Lt[i] = _mm256_setzero_si256();
         return zero;
     }
-    __m256 iscale = _mm256_div_ps(_mm256_set1_ps((float)-nmax), max), sumlx = zero, suml2 = zero;
-    for (int i = 0; i < 16; ++i) {
-        const __m256 x = _mm256_loadu_ps(xt + 8 * i);
-        const __m256i l = rase_avx2_clamp_epi32(rase_avx2_nearest_int(_mm256_mul_ps(iscale, x)), -nmax, nmax - 1);
-        Lt[i] = _mm256_add_epi32(l, _mm256_set1_epi32(nmax));
-        const __m256 lf = _mm256_cvtepi32_ps(l), w = _mm256_mul_ps(x, x);
-        sumlx = _mm256_add_ps(sumlx, _mm256_mul_ps(_mm256_mul_ps(w, x), lf));
-        suml2 = _mm256_add_ps(suml2, _mm256_mul_ps(_mm256_mul_ps(w, lf), lf));
-    }
+    __m256 sumlx, suml2;
+    rase_qx_levels_x8(xt, _mm256_div_ps(_mm256_set1_ps((float)-nmax), max), nmax, Lt, &sumlx, &suml2);
     __m256 scale = rase_avx2_select(_mm256_div_ps(sumlx, suml2), zero, _mm256_cmp_ps(suml2, zero, _CMP_EQ_OQ));
     __m256 best = _mm256_mul_ps(scale, sumlx);
     for (int is = -9; is <= 9; ++is) {
         if (is == 0) continue;
-        iscale = _mm256_div_ps(_mm256_set1_ps(-(nmax + 0.1f * is)), max);
         __m256i Laux[16];
-        sumlx = suml2 = zero;
-        for (int i = 0; i < 16; ++i) {
-            const __m256 x = _mm256_loadu_ps(xt + 8 * i);
-            const __m256i l = rase_avx2_clamp_epi32(rase_avx2_nearest_int(_mm256_mul_ps(iscale, x)), -nmax, nmax - 1);
-            Laux[i] = _mm256_add_epi32(l, _mm256_set1_epi32(nmax));
-            const __m256 lf = _mm256_cvtepi32_ps(l), w = _mm256_mul_ps(x, x);
-            sumlx = _mm256_add_ps(sumlx, _mm256_mul_ps(_mm256_mul_ps(w, x), lf));
-            suml2 = _mm256_add_ps(suml2, _mm256_mul_ps(_mm256_mul_ps(w, lf), lf));
-        }
+        rase_qx_levels_x8(xt, _mm256_div_ps(_mm256_set1_ps(-(nmax + 0.1f * is)), max), nmax, Laux, &sumlx, &suml2);
         const __m256 better = _mm256_and_ps(_mm256_cmp_ps(suml2, zero, _CMP_GT_OQ),
                                             _mm256_cmp_ps(_mm256_mul_ps(sumlx, sumlx), _mm256_mul_ps(best, suml2),
                                                           _CMP_GT_OQ));
