@@ -230,3 +230,16 @@ def test_a_half_gigabyte_checkpoint_converts_in_a_fraction_of_its_size(tmp_path)
     peak = int(out.stdout.split()[-1])
     print(f"checkpoint {size / 2**20:.0f} MiB, peak RSS {peak / 2**20:.0f} MiB")
     assert size > 450 << 20 and peak < size / 2
+
+
+def test_an_80_layer_llama_gets_llama_cpps_70b_attn_v_bump(tmp_path, store):
+    """llama.cpp types an 80-layer llama with grouped KV heads as 70B and gives its attn_v
+    Q5_K where Q4_K_M would give Q4_K (more bits where 8 heads share the matrix); rase's mix
+    does too: the tensors equal llama_model_quantize's, and the bump is there to see."""
+    folder = write_checkpoint(tmp_path / "llama80", "llama3", dtype="BF16", hp=dict(layers=80, ff=256))
+    base = convert_model(folder, "llama80-bf16", "BF16", store=store).weights
+    ours = convert_model(folder, "llama80-q4km", "Q4_K_M", store=store).weights
+    _quantize_with_llamacpp(Path(base), tmp_path / "theirs.gguf", "Q4_K_M")
+    assert _same_tensors(ours, tmp_path / "theirs.gguf") == []
+    attn_v = {t.qtype.name for n, t in GGUFFile(ours).tensors.items() if n.endswith("attn_v.weight")}
+    assert attn_v == {"Q5_K", "Q6_K"}

@@ -23,7 +23,7 @@ from ..registry import ModelManifest, ModelRegistry, validate_model_id
 from .archs import metadata, resolve
 from .checkpoint import Checkpoint
 from .gguf_writer import GGUFStreamWriter
-from .mix import FTYPES, counters, quantize_order, tensor_type
+from .mix import FTYPES, counters, is_70b, quantize_order, tensor_type
 from . import pipeline
 from .plan import OutTensor, build
 from .vocab import vocab_metadata
@@ -31,8 +31,10 @@ from .vocab import vocab_metadata
 QNT_VERSION = 2        # GGML_QNT_VERSION, as llama-quantize writes it
 
 
-def _assign_types(tensors: list[OutTensor], ftype: str, n_layer: int, n_expert: int) -> None:
-    qs = counters([t.name for t in tensors], n_layer, n_expert)
+def _assign_types(tensors: list[OutTensor], ftype: str, arch: str, cfg: dict, n_expert: int) -> None:
+    n_head = cfg["num_attention_heads"]
+    big = is_70b(arch, cfg["num_hidden_layers"], n_head, cfg.get("num_key_value_heads", n_head))
+    qs = counters([t.name for t in tensors], cfg["num_hidden_layers"], n_expert, big)
     for t in sorted(tensors, key=lambda t: quantize_order(t.name)):
         t.qtype = int(tensor_type(t.name, len(t.shape), t.ncols, ftype, qs))
 
@@ -69,7 +71,7 @@ def convert_model(folder: str | os.PathLike[str], model_id: str, qtype: str = "F
     tensors = build(ckpt, arch)
     kv = _header(ckpt, arch, qtype, n_vocab=next(t.shape[0] for t in tensors if t.name == "token_embd.weight"))
     n_expert = int(kv.get(f"{arch.gguf}.expert_count", 0))
-    _assign_types(tensors, qtype, ckpt.config["num_hidden_layers"], n_expert)
+    _assign_types(tensors, qtype, arch.gguf, ckpt.config, n_expert)
     registry = ModelRegistry(store or default_store())
     try:
         dest = _stream_to_blob(registry, kv, tensors, ckpt, n_threads or default_threads())

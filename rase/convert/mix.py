@@ -26,6 +26,7 @@ class Counters:
     n_layer: int
     n_expert: int
     tied: bool
+    type_70b: bool = False  # llama.cpp's LLM_TYPE_70B: attn_v is shared by 8 heads, so it gets more bits
     i_attention_wv: int = 0
     i_ffn_down: int = 0
 
@@ -47,6 +48,8 @@ def _by_category(name: str, t: Q, ftype: str, qs: Counters, ncols: int) -> Q:
         if ftype in ("Q4_K_M", "Q5_K_M") and use_more_bits(qs.i_attention_wv, qs.n_attention_wv):
             t = Q.Q6_K
         elif ftype == "Q4_K_S" and qs.i_attention_wv < 4:
+            t = Q.Q5_K
+        if qs.type_70b and t in (Q.Q3_K, Q.Q4_K):
             t = Q.Q5_K
         if qs.n_expert == 8:
             t = Q.Q8_0
@@ -90,7 +93,12 @@ def quantize_order(name: str) -> tuple[int, str]:
     return (int(parts[1]) if parts[0] == "blk" and parts[1].isdigit() else -1), name
 
 
-def counters(names: list[str], n_layer: int, n_expert: int) -> Counters:
+def is_70b(arch: str, n_layer: int, n_head: int, n_head_kv: int) -> bool:
+    """llama.cpp's LLM_TYPE_70B (src/models/llama.cpp, qwen2.cpp): 80 layers, grouped KV heads for llama."""
+    return n_layer == 80 and (arch == "qwen2" or (arch == "llama" and n_head != n_head_kv))
+
+
+def counters(names: list[str], n_layer: int, n_expert: int, type_70b: bool = False) -> Counters:
     return Counters(n_attention_wv=sum(("attn_v.weight" in n or "attn_qkv.weight" in n or "attn_kv_b.weight" in n)
                                        for n in names),
-                    n_layer=n_layer, n_expert=n_expert, tied="output.weight" not in names)
+                    n_layer=n_layer, n_expert=n_expert, tied="output.weight" not in names, type_70b=type_70b)
