@@ -348,6 +348,15 @@ static RASE_INLINE int32x4_t rase_k4_byte_neon(uint32x4_t v, int j) {
     return vreinterpretq_s32_u32(vandq_u32(vshlq_u32(v, vdupq_n_s32(-8 * (j % 4))), vdupq_n_u32(0xFF)));
 }
 
+// block b of a group (ob bytes each) for quarter q: prefetched ahead once per block, the
+// quarter's scale and min words in scm
+static RASE_INLINE const uint8_t *rase_r16k_neon_block(const uint8_t *w, int64_t b, size_t ob, int q, uint32x4_t *scm) {
+    const uint8_t *o = w + b * ob;
+    if (q == 0) RASE_PREFETCH_AHEAD(o, ob);
+    rase_k4_lanes_neon((const r16_k_head *)o, q, scm);
+    return o;
+}
+
 static RASE_INLINE void rase_r16k_neon_body(const int nt, const int dp, const int type, int64_t n, const uint8_t *w,
                                             const void *a, size_t astride, float *y, int64_t ys, int nr) {
     const size_t ob = rase_r16k_bytes(type);
@@ -357,11 +366,9 @@ static RASE_INLINE void rase_r16k_neon_body(const int nt, const int dp, const in
         for (int t = 0; t < nt; ++t) acc[q][t] = accm[q][t] = vdupq_n_f32(0.0f);
     for (int64_t b = 0; b < n / 256; ++b)
         for (int q = 0; q < quarters; ++q) {
-            const uint8_t *o = w + b * ob;
-            const r16_k_head *hd = (const r16_k_head *)o;
-            if (q == 0) RASE_PREFETCH_AHEAD(o, ob);
             uint32x4_t scm[4];
-            rase_k4_lanes_neon(hd, q, scm);
+            const uint8_t *o = rase_r16k_neon_block(w, b, ob, q, scm);
+            const r16_k_head *hd = (const r16_k_head *)o;
             int32x4_t S[RASE_R16_TILE], M[RASE_R16_TILE];
             for (int t = 0; t < nt; ++t) S[t] = M[t] = vdupq_n_s32(0);
             for (int j = 0; j < 8; ++j) {
@@ -414,11 +421,9 @@ static RASE_INLINE void rase_r16k_mmla_body(const int np, const int type, int64_
             for (int p = 0; p < np; ++p) acc[q][rp][p] = accm[q][rp][p] = vdupq_n_f32(0.0f);
     for (int64_t b = 0; b < n / 256; ++b)
         for (int q = 0; q < quarters; ++q) {
-            const uint8_t *o = w + b * ob;
-            const r16_k_head *hd = (const r16_k_head *)o;
-            if (q == 0) RASE_PREFETCH_AHEAD(o, ob);
             uint32x4_t scm[4];
-            rase_k4_lanes_neon(hd, q, scm);
+            const uint8_t *o = rase_r16k_neon_block(w, b, ob, q, scm);
+            const r16_k_head *hd = (const r16_k_head *)o;
             int32x4_t S[2][RASE_R16_TILE / 2], M[2][RASE_R16_TILE / 2];
             for (int rp = 0; rp < 2; ++rp)
                 for (int p = 0; p < np; ++p) S[rp][p] = M[rp][p] = vdupq_n_s32(0);

@@ -38,20 +38,14 @@ def _fixed(t: OutTensor, raw: np.ndarray, s: SourceTensor | None, cfg: dict) -> 
     if s is None:
         return t.data.astype("<f4").view(np.uint8), 0
     if t.fix == "plus1":
-        return (_as_f32(raw, s.dtype) + np.float32(1)).view(np.uint8), 0
+        values = np.empty(raw.nbytes // (s.row_bytes // s.shape[-1]), np.float32)
+        _kernels.dequantize_into(s.ggml_type, raw, values)  # the traits row's exact F16 / BF16 -> f32
+        return (values + np.float32(1)).view(np.uint8), 0
     if t.fix:
         heads = cfg["num_attention_heads"] if t.fix == "q" else cfg.get("num_key_value_heads", cfg["num_attention_heads"])
         rows = raw.reshape(-1, s.row_bytes)
         return rows[permutation(rows.shape[0], heads)].reshape(-1), s.ggml_type
     return raw, s.ggml_type
-
-
-def _as_f32(raw: np.ndarray, dtype: str) -> np.ndarray:
-    if dtype == "F32":
-        return raw.view("<f4").copy()
-    if dtype == "F16":
-        return raw.view("<f2").astype(np.float32)
-    return (raw.view("<u2").astype(np.uint32) << 16).view(np.float32)
 
 
 class _Stage:
