@@ -1,7 +1,7 @@
-"""Builds rase._kernels. Portable: no -march; AVX2 code uses per-function target attributes.
+"""Builds rase.kernels._kernels. Portable: no -march; AVX2 code uses per-function target attributes.
 
 SIMDe's headers (Debian's libsimde-dev; RASE_SIMDE_INCLUDE names another include dir) do two
-things. On x86 they add rase._kernels_emu, the same module with every intrinsic emulated in
+things. On x86 they add rase.kernels._kernels_emu, the same module with every intrinsic emulated in
 portable C, which the tests use to check the AVX-512 kernels on CPUs without AVX-512
 (tools/install-test-deps.sh). On aarch64 they are what the NEON levels are built with (the AVX2
 kernels mapped onto NEON, _simd.h): without them an aarch64 build has the scalar kernels only."""
@@ -13,7 +13,8 @@ from glob import glob
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
-DEPENDS = sorted(glob("rase/*.h") + glob("rase/*.pxi")) + ["rase/_kernels.pxd", "rase/_kernels.pyx"]  # a header edit rebuilds
+K = "rase/kernels"  # the C wing: the Cython module and its headers
+DEPENDS = sorted(glob(f"{K}/*.h") + glob(f"{K}/*.pxi")) + [f"{K}/_kernels.pxd", f"{K}/_kernels.pyx"]  # a header edit rebuilds
 # -ffp-contract=off: the scalar reference and the SIMD paths round identically unless a kernel
 # asks for an FMA explicitly.
 FLAGS = ["-fopenmp", "-ffp-contract=off", "-fno-math-errno", "-Wunused-function"]
@@ -24,14 +25,14 @@ arm = sysconfig.get_platform() == "linux-aarch64"
 if arm and not have_simde:
     print("rase: SIMDe's headers not found (libsimde-dev, or RASE_SIMDE_INCLUDE): building the scalar "
           "kernels only, many times slower than NEON", file=sys.stderr)
-exts = [Extension("rase._kernels", sources=["rase/_kernels.pyx"], depends=DEPENDS,
-                  include_dirs=["rase"] + ([simde] if arm and have_simde else []),
+exts = [Extension("rase.kernels._kernels", sources=[f"{K}/_kernels.pyx"], depends=DEPENDS,
+                  include_dirs=[K] + ([simde] if arm and have_simde else []),
                   define_macros=[("RASE_SIMDE", "1")] if arm and have_simde else [],
                   extra_compile_args=["-O3"] + FLAGS, extra_link_args=["-fopenmp"])]
 
 if have_simde and not arm and not os.environ.get("RASE_NO_EMU"):  # wheels: none
-    exts.append(Extension("rase._kernels_emu", sources=["rase/_kernels_emu.pyx"], depends=DEPENDS,
-                          include_dirs=["rase", simde], define_macros=[("RASE_EMULATE_SIMD", "1")],
+    exts.append(Extension("rase.kernels._kernels_emu", sources=[f"{K}/_kernels_emu.pyx"], depends=DEPENDS,
+                          include_dirs=[K, simde], define_macros=[("RASE_EMULATE_SIMD", "1")],
                           extra_compile_args=["-O1"] + FLAGS, extra_link_args=["-fopenmp"]))
 
 setup(ext_modules=cythonize(exts, compiler_directives={"language_level": "3"}))

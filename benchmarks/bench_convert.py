@@ -60,13 +60,13 @@ def main() -> None:
 
 
 def _weights(store: Path, model_id: str) -> Path:
-    from rase.registry import ModelRegistry
+    from rase.store.registry import ModelRegistry
 
     return Path(ModelRegistry(store).get(model_id).weights)
 
 
 def _same_tensors(a: Path, b: Path) -> bool:
-    from rase.gguf import GGUFFile
+    from rase.store.gguf import GGUFFile
 
     x, y = GGUFFile(a), GGUFFile(b)
     return x.tensors.keys() == y.tensors.keys() and all(

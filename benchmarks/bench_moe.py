@@ -1,7 +1,7 @@
 """MoE decode: bytes of weights one decode step reads, measured from the page cache.
 
 Weights live in two files: the GGUF (tensors read in place) and the pack cache (the repacked
-16-row copies, rase/pack_cache.py, mapped by every load after the first; each load here is such
+16-row copies, rase/store/pack_cache.py, mapped by every load after the first; each load here is such
 a second load). For each decode step both files' pages are dropped (MADV_DONTNEED on every
 mapping of them in this process, found in /proc/self/maps, then POSIX_FADV_DONTNEED; readahead
 off with MADV_RANDOM), one token is decoded, and mincore() says which pages the step brought
@@ -35,8 +35,8 @@ sys.path.insert(0, str(ROOT))
 
 from rase import QuantType  # noqa: E402
 from rase.config import PACK_CACHE_ENV  # noqa: E402
-from rase.decoder import load_gguf_decoder  # noqa: E402
-from rase.pack_cache import PackCache  # noqa: E402
+from rase.engine.decoder import load_gguf_decoder  # noqa: E402
+from rase.store.pack_cache import PackCache  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures" / "archs"
 MOE_FILES = ["llama-moe-tiny-q4_k_m", "qwen3moe-tiny-q4_k_m", "olmoe-tiny-q4_k_m", "gpt-oss-tiny-mxfp4"]

@@ -25,9 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import httpx  # noqa: E402
 
-from rase import sources  # noqa: E402
+from rase.store import sources  # noqa: E402
 from rase.config import physical_cores  # noqa: E402
-from rase.registry import ModelRegistry  # noqa: E402
+from rase.store.registry import ModelRegistry  # noqa: E402
 from tests.conftest import models_dir, rase_serve  # noqa: E402
 from tests.ray_cluster import rase_serve_ray  # noqa: E402
 

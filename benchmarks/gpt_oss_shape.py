@@ -48,7 +48,7 @@ def _q8_0(rng, rows: int, cols: int) -> np.ndarray:
 def write(path: Path, n_layer: int = L, seed: int = 0) -> Path:
     import gguf
 
-    from rase.gguf import GGUFFile
+    from rase.store.gguf import GGUFFile
     from tools.arch_sources import HARMONY_TOKENS
 
     src = GGUFFile(ROOT / "tests" / "fixtures" / "archs" / "gpt-oss-tiny-mxfp4.gguf")

@@ -29,7 +29,7 @@ FTYPES = ("q4_k_m", "q8_0")  # of sized_model.FTYPES
 def write_f16(path: Path, shape: dict = SHAPE, seed: int = 0) -> Path:
     import gguf
 
-    from rase.gguf import GGUFFile
+    from rase.store.gguf import GGUFFile
 
     L, D, V = shape["layers"], shape["d"], shape["vocab"]
     S, Hk, Hv = shape["s"], shape["hk"], shape["hv"]

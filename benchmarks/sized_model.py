@@ -28,7 +28,7 @@ FTYPES = {"q4_k_m": 15, "q8_0": 7, "q4_0": 2, "q6_k": 18}  # llama_ftype
 def write_f16(path: Path, seed: int = 0) -> Path:
     import gguf
 
-    from rase.gguf import GGUFFile
+    from rase.store.gguf import GGUFFile
     from tools.arch_sources import llama3_factors
 
     src = GGUFFile(ROOT / "tests" / "fixtures" / "archs" / "llama3-tiny-q8_0.gguf")

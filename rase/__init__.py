@@ -5,7 +5,7 @@ Data path: registry -> session -> gguf -> models/<arch> plan -> chat template ->
 """
 from __future__ import annotations
 
-from . import _kernels
+from .kernels import _kernels
 from .config import PREFETCH_ENV, SIMD_ENV, prefetch_request, simd_request
 from .errors import (
     BackendUnavailable, Cancelled, ChatTemplateError, ContextOverflow, CorruptModelFile, HubDownloadError,
@@ -17,8 +17,8 @@ from .errors import (
     UnsupportedQuantType, WrongModelKind,
 )
 from .convert import convert_model
-from .gguf import GGUFFile, TensorInfo
-from .quants import QuantType, dequantize
+from .store.gguf import GGUFFile, TensorInfo
+from .kernels.quants import QuantType, dequantize
 
 __version__ = "0.1.0"
 

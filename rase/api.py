@@ -16,23 +16,23 @@ import weakref
 from typing import AsyncIterator, Callable, Iterator, Sequence
 
 from . import __version__  # noqa: F401
-from .channel import RequestHandle
+from .engine.channel import RequestHandle
 from .config import default_store
 from .errors import (BackendUnavailable, InvalidGenerationConfig, InvalidGrammar, InvalidRequest, ModelUnloaded,
                      RaseError, WrongModelKind)
-from .lifecycle import KeepAlive, parse_duration
-from .plan import KV_TYPES
-from .sampling import GenerationConfig
-from .logprobs import MAX_TOP_CHAT, MAX_TOP_COMPLETION
-from .registry import ModelRegistry, validate_model_id
-from .request import Completion
-from .session import DEVICES, SessionCache, load_session
-from .structured import grammar_spec
-from .tools import ToolSpec, tool_spec
-from .sampling import stop_tokens_with_eos
-from .textstate import TextState
-from .submission import EFFORTS, generation_config, prompt_ids, reader, template_kwargs, top_count
-from .thinking import MODES as THINK_MODES
+from .session.lifecycle import KeepAlive, parse_duration
+from .store.plan import KV_TYPES
+from .engine.sampling import GenerationConfig
+from .engine.logprobs import MAX_TOP_CHAT, MAX_TOP_COMPLETION
+from .store.registry import ModelRegistry, validate_model_id
+from .engine.request import Completion
+from .session.session import DEVICES, SessionCache, load_session
+from .text.structured import grammar_spec
+from .text.tools import ToolSpec, tool_spec
+from .engine.sampling import stop_tokens_with_eos
+from .text.textstate import TextState
+from .session.submission import EFFORTS, generation_config, prompt_ids, reader, template_kwargs, top_count
+from .text.thinking import MODES as THINK_MODES
 
 COUNTED = ("requests", "generated_tokens", "cancelled", "failed")
 MAX_CHOICES = 8  # OpenAI's n per request, at most
@@ -343,7 +343,7 @@ class Engine:
         `cls` (encoders), `last`; default: the file's pooling_type, else mean) and L2-normalized,
         as llama.cpp's embeddings. Every input is a request of the model's worker, batched with
         whatever else it serves; the inputs are queued together (one step when they fit)."""
-        from .embeddings import check_pooling, default_pooling, texts_of, token_inputs
+        from .engine.embeddings import check_pooling, default_pooling, texts_of, token_inputs
 
         texts = texts_of(input)
         session = self.session(model)
@@ -530,9 +530,9 @@ def generate_llama_gguf(weights, tokenizer, prompt, max_tokens=256, temperature=
                         stop_tokens=(), device="auto") -> str:
     """One-off, uncached generation from files (the architecture comes from the GGUF): a worker
     of its own for the one request, closed after it."""
-    from .plan import load_plan
-    from .tokenizer import LocalTokenizer
-    from .worker import ModelWorker
+    from .store.plan import load_plan
+    from .text.tokenizer import LocalTokenizer
+    from .engine.worker import ModelWorker
 
     plan = load_plan(weights)
     tok = LocalTokenizer.from_file(tokenizer) if tokenizer else LocalTokenizer.from_gguf(plan.gguf)
@@ -548,6 +548,6 @@ def generate_llama_gguf(weights, tokenizer, prompt, max_tokens=256, temperature=
 
 
 def profiling_snapshot(reset: bool = True) -> str:
-    from .profiling import profile_snapshot
+    from .engine.profiling import profile_snapshot
 
     return json.dumps(profile_snapshot(reset))

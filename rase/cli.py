@@ -16,8 +16,8 @@ from .cli_model import add_model_commands
 from .config import default_store, fix_malloc_threshold
 from .errors import (ContextOverflow, InvalidGrammar, InvalidRequest, MissingDependency,
                      ModelNotFound, RaseError)
-from .gguf import GGUFFile
-from .plan import KV_TYPES
+from .store.gguf import GGUFFile
+from .store.plan import KV_TYPES
 
 
 def _fmt_value(value: object, limit: int = 60) -> str:
@@ -81,8 +81,8 @@ def _demo_calls(base: str) -> str:
 
 
 def _ensure_demo_model(store) -> None:
-    from .registry import ModelRegistry
-    from .sources import DEMO_MODEL
+    from .store.registry import ModelRegistry
+    from .store.sources import DEMO_MODEL
 
     registry = ModelRegistry(store)
     try:
@@ -117,7 +117,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_runtime_probe(args) -> int:
     from .api import probe_runtime
-    from .smoke import run_smoke_test
+    from .kernels.smoke import run_smoke_test
 
     backend = probe_runtime(args.device)
     results = run_smoke_test()
@@ -162,11 +162,11 @@ def _structure_kwargs(args) -> dict:
 
 def cmd_perplexity(args) -> int:
     """llama-perplexity's procedure over a text file; MODEL is a registered id or a GGUF path."""
-    from .perplexity import perplexity
-    from .plan import load_plan
-    from .registry import ModelRegistry
-    from .tokenizer import LocalTokenizer
-    from .worker import ModelWorker
+    from .engine.perplexity import perplexity
+    from .store.plan import load_plan
+    from .store.registry import ModelRegistry
+    from .text.tokenizer import LocalTokenizer
+    from .engine.worker import ModelWorker
 
     path, tokenizer = Path(args.model), None
     if not path.is_file():

@@ -10,7 +10,7 @@ from .errors import ManifestError
 
 
 def _registry(args):
-    from .registry import ModelRegistry
+    from .store.registry import ModelRegistry
 
     return ModelRegistry(args.store or default_store())
 

@@ -30,7 +30,7 @@ def default_store() -> Path:
 
 
 def pack_cache_dir() -> Path | None:
-    """Where repacked weights are kept (rase/pack_cache.py), or None when disabled."""
+    """Where repacked weights are kept (rase/store/pack_cache.py), or None when disabled."""
     value = os.environ.get(PACK_CACHE_ENV, "").strip()
     if value.lower() in ("0", "off", "false", "no"):
         return None

@@ -14,10 +14,10 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def llamacpp_order(model) -> bool:
-    """No matrix of a block-sum type (rase/_repack_bs.h): every kernel the model runs has
+    """No matrix of a block-sum type (rase/kernels/_repack_bs.h): every kernel the model runs has
     llama.cpp's one-token order, so its results are llama.cpp's t1 results exactly. model:
     anything holding the file's .gguf (a GGUFDecoder, a ModelPlan)."""
-    from rase import _kernels
+    from rase.kernels import _kernels
 
     block_sum = set(_kernels.block_sum_types())
     return not any(int(t.qtype) in block_sum for t in model.gguf.tensors.values())

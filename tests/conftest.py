@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from rase import sources
+from rase.store import sources
 
-# repacked weights (rase/pack_cache.py) go to a directory of this run, not the user's cache
+# repacked weights (rase/store/pack_cache.py) go to a directory of this run, not the user's cache
 if "RASE_PACK_CACHE" not in os.environ:
     os.environ["RASE_PACK_CACHE"] = _PACK_DIR = tempfile.mkdtemp(prefix="rase-test-pack-")
     atexit.register(shutil.rmtree, _PACK_DIR, True)
@@ -44,7 +44,7 @@ def gemma3_path() -> Path:
 @pytest.fixture(scope="module")
 def smollm2_store(tmp_path_factory, smollm2_path) -> Path:
     """A model store of this test module's own holding SmolLM2 as "smollm2" (imported in place)."""
-    from rase.registry import ModelRegistry
+    from rase.store.registry import ModelRegistry
 
     root = tmp_path_factory.mktemp("smollm2-store")
     ModelRegistry(root).import_local("smollm2", smollm2_path)

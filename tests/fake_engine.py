@@ -7,10 +7,10 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from rase.channel import RequestHandle
+from rase.engine.channel import RequestHandle
 from rase.errors import InvalidRequest
-from rase.registry import ModelRegistry
-from rase.request import Completion
+from rase.store.registry import ModelRegistry
+from rase.engine.request import Completion
 
 
 class FakeEngine:

@@ -16,8 +16,8 @@ import sys
 def exercise(data: bytes) -> None:
     """The target: only RaseErrors may leave it."""
     from rase import RaseError, dequantize
-    from rase.gguf import GGUFFile
-    from rase.tokenizer import LocalTokenizer
+    from rase.store.gguf import GGUFFile
+    from rase.text.tokenizer import LocalTokenizer
 
     try:
         g = GGUFFile.from_buffer(data, "fuzz.gguf")
@@ -65,9 +65,9 @@ def main() -> None:
     import atheris
 
     with atheris.instrument_imports(include=["rase"]):
-        import rase.gguf  # noqa: F401
-        import rase.quants  # noqa: F401
-        import rase.tokenizer  # noqa: F401
+        import rase.store.gguf  # noqa: F401
+        import rase.kernels.quants  # noqa: F401
+        import rase.text.tokenizer  # noqa: F401
 
     atheris.Setup(sys.argv, lambda data: exercise(bytes(data)))
     atheris.Fuzz()

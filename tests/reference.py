@@ -14,7 +14,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from rase.gguf import GGUFFile
+from rase.store.gguf import GGUFFile
 from rase.models import ARCHITECTURES, resolve
 from rase.models.base import read_hparams
 from rase.models.layout import EXPERT_BIASES, EXPERT_TENSORS, FUSED_QKV, LAYER_TENSORS

@@ -1,6 +1,6 @@
 """The single-stream loop: one request served alone, token by token over a GGUFDecoder (prefill,
 sample, decode, stop), and its text through the same TextState the engine uses. It is the
-oracle the batched engine (rase/worker.py) is held to: the same request gives the same tokens
+oracle the batched engine (rase/engine/worker.py) is held to: the same request gives the same tokens
 and text however the worker batches it. rase itself serves every request through the worker.
 """
 from __future__ import annotations
@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from rase.errors import Cancelled, ContextOverflow
-from rase.sampling import GenerationConfig, GenerationStopReason, make_sampler, sampled, stop_tokens_with_eos
-from rase.textstate import TextState
+from rase.engine.sampling import GenerationConfig, GenerationStopReason, make_sampler, sampled, stop_tokens_with_eos
+from rase.text.textstate import TextState
 
 
 @dataclass

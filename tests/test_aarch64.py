@@ -31,7 +31,7 @@ LOGITS = """
 import sys, time, numpy as np
 from rase import _kernels
 _kernels.set_isa(sys.argv[4])
-from rase.decoder import load_gguf_decoder
+from rase.engine.decoder import load_gguf_decoder
 dec = load_gguf_decoder(None, sys.argv[1], n_ctx=64, n_threads=2)
 logits = dec.prefill([int(t) for t in sys.argv[3].split()], all_logits=True)
 np.save(sys.argv[2], logits)
@@ -80,7 +80,7 @@ def test_the_wheel_is_manylinux_and_carries_its_openmp_runtime(aarch64):
     _, wheel, _ = aarch64
     names = zipfile.ZipFile(wheel).namelist()
     assert wheel.name.endswith(f"-cp311-cp311-{TAG}.whl")
-    assert any(n.startswith("rase.libs/libgomp") for n in names) and "rase/_kernels.cpython-311-aarch64-linux-gnu.so" in names
+    assert any(n.startswith("rase.libs/libgomp") for n in names) and "rase/kernels/_kernels.cpython-311-aarch64-linux-gnu.so" in names
 
 
 @pytest.mark.parametrize("cpu", CPUS)

@@ -108,7 +108,7 @@ def test_manual_functions(tmp_path, smollm2_path):
 def test_profiling_counters(smollm2_path):
     code = (
         "import json, rase.api as api\n"
-        "from rase.decoder import load_gguf_decoder\n"
+        "from rase.engine.decoder import load_gguf_decoder\n"
         f"d = load_gguf_decoder(None, {str(smollm2_path)!r})\n"
         "d.prefill([1, 2, 3, 4]); d.decode(5); d.decode(6)\n"
         "print(api.profiling_snapshot(reset=True)); print(api.profiling_snapshot())\n")
@@ -175,7 +175,7 @@ def test_tokenize_and_detokenize(engine):
 
 
 def test_top_k_none_is_the_whole_vocabulary():
-    from rase.submission import generation_config as _config
+    from rase.session.submission import generation_config as _config
 
     assert _config({"top_k": None}).top_k is None and _config({}).top_k == 40
     assert _config({"temperature": None}).temperature == 0.7  # other Nones: the default

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from rase import GGUFFile
-from rase.decoder import load_gguf_decoder
-from rase.tokenizer import LocalTokenizer
+from rase.engine.decoder import load_gguf_decoder
+from rase.text.tokenizer import LocalTokenizer
 from tests.conformance import Agreement, greedy_agreement, teacher_forced
 
 ARCHS = Path(__file__).parent / "fixtures" / "archs"

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rase import _kernels
+from rase.kernels import _kernels
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import rase
-from rase import _kernels
+from rase.kernels import _kernels
 
 
 def _build_info_with(env_value: str | None, var: str = "RASE_SIMD") -> subprocess.CompletedProcess:
@@ -139,7 +139,7 @@ def test_a_regular_install_carries_every_module(tmp_path):
                      for p in (root / "rase").rglob("*.py") if p.name != "__main__.py")
     # every module must come from the install (an editable install's finder would mask a gap)
     code = ("import importlib, rase, sys; "
-            f"files = [importlib.import_module(m).__file__ for m in {modules!r} + ['rase._kernels']]; "
+            f"files = [importlib.import_module(m).__file__ for m in {modules!r} + ['rase.kernels._kernels']]; "
             "outside = [f for f in files if not f.startswith(sys.argv[1])]; "
             "assert not outside, outside; print(rase.build_info()['isa_selected'])")
     env = dict(os.environ, PYTHONPATH=str(target))

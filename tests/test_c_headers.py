@@ -1,4 +1,4 @@
-"""The shape of the C wing (rase/*.h), checked as text: headers included only at their tops (no
+"""The shape of the C wing (rase/kernels/*.h), checked as text: headers included only at their tops (no
 include circles hidden below a declaration), no long macro carrying statements (kernels are
 always-inline functions taking their type or tile as a constant), types named, never compared
 as raw ggml ids, and one traits row per type."""
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-RASE = Path(__file__).resolve().parents[1] / "rase"
+RASE = Path(__file__).resolve().parents[1] / "rase" / "kernels"
 HEADERS = sorted(RASE.glob("*.h"))
 CYTHON = sorted(RASE.glob("*.pyx")) + sorted(RASE.glob("*.pxi"))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from rase import ChatTemplateError, GGUFFile, InvalidRequest
-from rase.chat import JinjaTemplate, render_chatml, render_gemma, render_llama3, render_mistral, select_template
+from rase.text.chat import JinjaTemplate, render_chatml, render_gemma, render_llama3, render_mistral, select_template
 
 
 def msgs(*pairs):
@@ -112,7 +112,7 @@ def test_hostile_templates_fail_typed_and_fast(name):
     import time
 
     from rase import ChatTemplateError
-    from rase.chat import JinjaTemplate
+    from rase.text.chat import JinjaTemplate
 
     msgs = [{"role": "user", "content": "hello " * 50}]
     t0 = time.monotonic()
@@ -122,7 +122,7 @@ def test_hostile_templates_fail_typed_and_fast(name):
 
 
 def test_sandbox_escapes_render_nothing_of_python():
-    from rase.chat import JinjaTemplate
+    from rase.text.chat import JinjaTemplate
 
     for source in ("{{ raise_exception.__globals__ }}", "{{ messages.__class__ }}", "{{ lipsum.__globals__ }}",
                    "{{ '{0.__class__}'.format(messages) }}"):
@@ -160,7 +160,7 @@ def test_llama3_cards_render_header_tokens(card, name):
 def test_phi_cards_and_their_builtins(card):
     """Phi-4's <|im_sep|> and Phi-3.5/4-mini's tags: the card's template and rase's built-in
     fallback (a file without a template) render the same prompt."""
-    from rase.chat import render_phi3, render_phi4
+    from rase.text.chat import render_phi3, render_phi4
 
     phi4 = JinjaTemplate(card["phi-4"]).render(CONVERSATION)
     assert phi4 == ("<|im_start|>system<|im_sep|>You are terse.<|im_end|><|im_start|>user<|im_sep|>Hi<|im_end|>"
@@ -174,7 +174,7 @@ def test_phi_cards_and_their_builtins(card):
 def test_smollm3_card_follows_the_think_flags(card):
     """SmolLM3 thinks by default; /no_think in the system prompt (rase's think="strip" soft
     switch adds it, thinking.with_no_think) turns it off and opens an empty think block."""
-    from rase.thinking import with_no_think
+    from rase.text.thinking import with_no_think
 
     jt = JinjaTemplate(card["smollm3"], "", "<|im_end|>")
     think = jt.render(msgs(("user", "Hi")))
@@ -187,7 +187,7 @@ def test_smollm3_card_follows_the_think_flags(card):
 def test_granite_card_and_its_builtin(card):
     import time
 
-    from rase.chat import render_granite
+    from rase.text.chat import render_granite
 
     jt = JinjaTemplate(card["granite-3.3"], "", "<|end_of_text|>")
     assert jt.render(CONVERSATION) == render_granite(CONVERSATION) == (
@@ -203,7 +203,7 @@ def test_granite_card_and_its_builtin(card):
 @pytest.mark.parametrize("token,fmt", [("<|start_header_id|>", "llama3"), ("<|im_sep|>", "phi4"),
                                        ("<|start_of_role|>", "granite"), ("<|assistant|>", "phi3")])
 def test_a_file_without_template_gets_its_vocabularys_format(tmp_path, token, fmt):
-    from rase.chat import BUILTIN
+    from rase.text.chat import BUILTIN
     from tests.tinymodels import write_tiny_model
     from rase import QuantType
 

@@ -1,7 +1,7 @@
 """Agreement with llama.cpp (0.3.36, through llama-cpp-python) on the same GGUF files.
 
 Where rase's kernels have llama.cpp's one-token numerics (every type but the block-sum ones,
-rase/_repack_bs.h), against the `-t1` fixtures (llama.cpp with n_batch = 1) every
+rase/kernels/_repack_bs.h), against the `-t1` fixtures (llama.cpp with n_batch = 1) every
 teacher-forced logit equals llama.cpp's to the 4 decimals stored, however rase batches the
 prompt, and every greedy continuation is identical. A model with a block-sum type (Gemma3's
 Q5_0 layers) is held to llama.cpp's own batch-to-batch agreement instead: the batched bars
@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rase.decoder import load_gguf_decoder
+from rase.engine.decoder import load_gguf_decoder
 from tests.conftest import QWEN3_TINY
 from tests.conformance import Agreement, greedy_agreement, llamacpp_order, load_fixture, teacher_forced
 

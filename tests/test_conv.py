@@ -1,4 +1,4 @@
-"""rase/_conv.h: the recurrent layers' causal convolution and LFM2's gated use of it. Every ISA
+"""rase/kernels/_conv.h: the recurrent layers' causal convolution and LFM2's gated use of it. Every ISA
 equals the scalar C reference and the numpy spec (tests/reference.py) bit for bit, for any channel
 range (a thread's share) and however a sequence's positions are split into calls (a prompt's
 chunks: the state carries them)."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rase import _kernels
+from rase.kernels import _kernels
 from tests.reference import causal_conv as conv_spec
 from tests.reference import shortconv as spec
 

@@ -26,8 +26,8 @@ import pytest
 from rase import convert_model
 from rase.convert import archs
 from rase.convert.mix import FTYPES
-from rase.decoder import load_gguf_decoder
-from rase.gguf import GGUFFile
+from rase.engine.decoder import load_gguf_decoder
+from rase.store.gguf import GGUFFile
 from tests import hf_reference
 from tests.hf_checkpoints import KINDS, load_checkpoint, write_checkpoint
 
@@ -36,7 +36,7 @@ SPEC_TOL = 2e-3  # max |ours - spec| / max |spec|: F32 weights, f16 KV cache
 TYPES = ("F32", "F16", "BF16", "Q8_0", "Q6_K", "Q4_K_M", "Q4_0")
 # rase's numerics are llama.cpp's one-token numerics on these files; not on F16/BF16 (rase keeps
 # f32 activations where llama.cpp rounds them to the weight type), Q4_0 (block-sum numerics,
-# rase/_repack_bs.h), and the MoE's Q4_K experts (llama.cpp's mul_mat_id sums them in
+# rase/kernels/_repack_bs.h), and the MoE's Q4_K experts (llama.cpp's mul_mat_id sums them in
 # ggml_vec_dot_q4_K_q8_K's order, rase in its gemv_q4_K_8x8's)
 EXACT = {f"{k}-{t}" for k in KINDS for t in ("F32", "Q8_0", "Q6_K", "Q4_K_M")} - {"qwen3moe-Q4_K_M"}
 FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "convert.llamacpp-t1.json").read_text())
@@ -147,7 +147,7 @@ def test_every_tensor_is_what_llama_cpps_quantizer_writes_from_the_same_values(t
 
 
 def test_the_manifest_records_the_source_files_and_the_store_verifies_the_file(checkpoints, tmp_path):
-    from rase.registry import ModelRegistry
+    from rase.store.registry import ModelRegistry
 
     m = convert_model(checkpoints["qwen3"], "q", "Q8_0", store=tmp_path)
     files = {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in checkpoints["qwen3"].iterdir()
@@ -184,7 +184,7 @@ def test_the_converted_vocabulary_tokenizes_as_the_checkpoints_tokenizer(checkpo
     which prepends a space)."""
     from tokenizers import Tokenizer
 
-    from rase.tokenizer import LocalTokenizer
+    from rase.text.tokenizer import LocalTokenizer
     from tests.llamacpp_ref import llama
 
     folder = checkpoints[variant] if variant in checkpoints else \

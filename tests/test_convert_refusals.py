@@ -156,7 +156,7 @@ def test_a_write_that_fails_midway_leaves_the_store_as_it_was(qwen3, tmp_path, m
     """The disk fills after a few bands were written: StoreWriteError; the temporary file goes,
     no blob or manifest appears, an earlier model is untouched and still verifies."""
     from rase.convert.gguf_writer import GGUFStreamWriter
-    from rase.registry import ModelRegistry
+    from rase.store.registry import ModelRegistry
 
     store = tmp_path / "store"
     convert_model(qwen3, "before", "Q8_0", store=store)

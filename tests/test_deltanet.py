@@ -1,4 +1,4 @@
-"""rase/_deltanet.h: Qwen3.5's gated delta rule for one value head over one token. Each ISA equals
+"""rase/kernels/_deltanet.h: Qwen3.5's gated delta rule for one value head over one token. Each ISA equals
 the numpy spec (tests/reference.py: ggml_vec_dot_f32's x86 order, or the scalar build's double
 sums) bit for bit; tokens in turn carry the state, so a prompt's chunks give the one-token bits;
 and the helpers around it are llama.cpp's f32 unary ops."""
@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from rase import _kernels
+from rase.kernels import _kernels
 from tests.reference import delta_step as spec
 
 

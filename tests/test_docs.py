@@ -9,11 +9,12 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # `rase/<module>.py`, `tests/<test>.py`, `_forward.h`, `models/base.py`: backticked file names
+WINGS = sorted(p for p in (ROOT / "rase").iterdir() if (p / "__init__.py").exists())  # rase/engine/, ...
 NAMED = re.compile(r"`((?:[\w.-]+/)*[\w.-]+\.(?:py|pyx|h|md|toml))(?:::\w+)?`")
 
 
 def _exists(name: str) -> bool:
-    return any((base / name).exists() for base in (ROOT, ROOT / "rase", ROOT / "docs"))
+    return any((base / name).exists() for base in (ROOT, ROOT / "rase", ROOT / "docs", *WINGS))
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
@@ -24,8 +25,8 @@ def test_every_named_file_exists(doc):
 
 
 def test_the_pattern_finds_names():
-    assert NAMED.findall("see `rase/worker.py` and `_forward.h` and `tests/test_step.py::x`") == [
-        "rase/worker.py", "_forward.h", "tests/test_step.py"]
+    assert NAMED.findall("see `rase/engine/worker.py` and `_forward.h` and `tests/test_step.py::x`") == [
+        "rase/engine/worker.py", "_forward.h", "tests/test_step.py"]
 
 
 # a file name in a comment or docstring (a rase module, a C header, a test; not llama.cpp's .cpp)
@@ -33,8 +34,8 @@ CITED = re.compile(r"(?<![\w/.<-])((?:[\w-]+/)*[\w-]+\.(?:py|pyx|pxi|pxd|h))\b")
 EXTERNAL = {"ggml-common.h", "ggml.h", "ggml-cpu.h", "immintrin.h", "omp.h", "stdint.h", "string.h", "math.h",
             "stdlib.h", "time.h", "stddef.h", "simde/x86/avx512.h", "simde/x86/fma.h", "simde/x86/f16c.h",
             "setup.py", "conftest.py", "__init__.py", "__main__.py"}
-SOURCES = sorted([*(ROOT / "rase").rglob("*.py"), *(ROOT / "rase").glob("*.h"), *(ROOT / "rase").glob("*.pyx"),
-                  *(ROOT / "rase").glob("*.pxi"), *(ROOT / "rase").glob("*.pxd"), *(ROOT / "tests").glob("*.py"),
+SOURCES = sorted([*(ROOT / "rase").rglob("*.py"), *(ROOT / "rase").rglob("*.h"), *(ROOT / "rase").rglob("*.pyx"),
+                  *(ROOT / "rase").rglob("*.pxi"), *(ROOT / "rase").rglob("*.pxd"), *(ROOT / "tests").glob("*.py"),
                   *(ROOT / "benchmarks").glob("*.py"), *(ROOT / "tools").glob("*.py")])
 
 
@@ -56,8 +57,7 @@ def _comments(path: Path) -> str:
 
 
 def _cited_exists(name: str) -> bool:
-    bases = (ROOT, ROOT / "rase", ROOT / "docs", ROOT / "tests", ROOT / "rase" / "server", ROOT / "rase" / "models",
-             ROOT / "rase" / "convert")
+    bases = (ROOT, ROOT / "rase", ROOT / "docs", ROOT / "tests", *WINGS)
     if name in EXTERNAL or name.split("/")[-1] in EXTERNAL or name.startswith("ray/"):  # Ray's own sources
         return True
     return any((b / name).exists() for b in bases)

@@ -1,4 +1,4 @@
-"""Speculative decoding with a draft model (rase/draft_model.py): the cost-aware draft length,
+"""Speculative decoding with a draft model (rase/engine/draft_model.py): the cost-aware draft length,
 and output identical to decoding one token at a time on tiny families and SmolLM2, batched with
 other requests, greedy and seeded."""
 from __future__ import annotations
@@ -7,8 +7,8 @@ import pytest
 
 from rase import QuantType
 from rase.api import Engine
-from rase.draft_model import DraftSeq, best_k
-from rase.registry import ModelRegistry
+from rase.engine.draft_model import DraftSeq, best_k
+from rase.store.registry import ModelRegistry
 from tests.test_drafting import _run
 
 

@@ -7,8 +7,8 @@ import pytest
 
 from rase import QuantType
 from rase.api import Engine
-from rase.drafting import K_MAX, Lookup
-from rase.registry import ModelRegistry
+from rase.engine.drafting import K_MAX, Lookup
+from rase.store.registry import ModelRegistry
 from tests.tinymodels import ARCH_FEATURES
 
 
@@ -145,7 +145,7 @@ def test_logprobs_are_the_same_bits_with_drafts(smollm2_store):
 
 
 def test_the_ngram_cache_drafts_from_earlier_requests():
-    from rase.drafting import NgramCache
+    from rase.engine.drafting import NgramCache
 
     cache = NgramCache(size=4)
     cache.add([1, 2, 3, 4, 5, 6])

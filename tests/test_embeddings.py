@@ -13,7 +13,7 @@ import pytest
 
 from rase import ContextOverflow, InvalidRequest, ManifestError, WrongModelKind
 from rase.api import Engine
-from rase.registry import ModelRegistry
+from rase.store.registry import ModelRegistry
 from tests import llamacpp_ref
 from tests.conftest import QWEN3_TINY, rase_serve
 from tests.test_archs import ARCHS, ENCODERS

@@ -9,9 +9,9 @@ import pytest
 
 from rase import (
     ContextOverflow, CorruptModelFile, InvalidRequest, QuantType, UnsupportedArchitecture,
-    _kernels,
 )
-from rase.decoder import GGUFDecoder, load_gguf_decoder
+from rase.kernels import _kernels
+from rase.engine.decoder import GGUFDecoder, load_gguf_decoder
 from tests.reference import Reference
 from tests.tinymodels import ARCH_FEATURES, HP
 
@@ -342,7 +342,7 @@ def _encoder_ids(name: str) -> list[list[int]]:
 def test_encoder_forward_matches_numpy_spec(name, isa):
     """The C encoder (LayerNorms after the adds, token types, positions or RoPE, GELU or SwiGLU,
     attention over the whole input) against tests/reference.py's EncoderReference, every ISA."""
-    from rase.plan import load_plan
+    from rase.store.plan import load_plan
     from tests.reference import EncoderReference
     from tests.test_archs import ARCHS
 
@@ -363,7 +363,7 @@ def test_encoder_forward_matches_numpy_spec(name, isa):
 def test_encoder_rows_do_not_depend_on_threads_or_the_step(name):
     """An input's hidden states are the same bits alone on one thread as beside other inputs of
     other lengths in one step, on 2 and 3 threads."""
-    from rase.plan import load_plan
+    from rase.store.plan import load_plan
     from tests.test_archs import ARCHS
 
     plan = load_plan(ARCHS / f"{name}.gguf")

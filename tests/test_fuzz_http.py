@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from rase import QuantType
-from rase.registry import ModelRegistry
+from rase.store.registry import ModelRegistry
 from tests.conftest import rase_serve
 from tests.tinymodels import write_tiny_model
 

@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 
 from rase import ContextOverflow, GGUFFile, InvalidGenerationConfig
-from rase._kernels import Sampler
-from rase.chat import select_template
-from rase.decoder import load_gguf_decoder
-from rase.sampling import GenerationConfig, GenerationStopReason, make_sampler
+from rase.kernels._kernels import Sampler
+from rase.text.chat import select_template
+from rase.engine.decoder import load_gguf_decoder
+from rase.engine.sampling import GenerationConfig, GenerationStopReason, make_sampler
 from tests.single_stream import generate, generate_with
-from rase.structured import GrammarVocab, grammar_spec
+from rase.text.structured import GrammarVocab, grammar_spec
 from tests.single_stream import run_text
-from rase.tokenizer import LocalTokenizer
+from rase.text.tokenizer import LocalTokenizer
 
 CHAT = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
 

@@ -184,7 +184,7 @@ def test_corrupt_files_raise_typed_errors(case):
 
 
 def test_compiled_string_loop_reads_and_refuses_like_the_format_says():
-    from rase._kernels import gguf_strings
+    from rase.kernels._kernels import gguf_strings
 
     def enc(*items: bytes) -> bytes:
         return b"".join(len(b).to_bytes(8, "little") + b for b in items)

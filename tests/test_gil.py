@@ -6,7 +6,7 @@ import time
 
 import numpy as np
 
-from rase.decoder import load_gguf_decoder
+from rase.engine.decoder import load_gguf_decoder
 from tests.conftest import QWEN3_TINY
 
 
@@ -65,7 +65,7 @@ def test_generation_survives_an_oversubscribed_machine(smollm2_path):
     quiet = min(run() for _ in range(3))
     # the neighbours are other 2-thread forward loops: barrier waits on both sides
     hog = ("import sys; sys.path.insert(0, %r)\n"
-           "from rase.decoder import load_gguf_decoder\n"
+           "from rase.engine.decoder import load_gguf_decoder\n"
            "d = load_gguf_decoder(None, %r, n_threads=2)\n"
            "d.prefill([1, 2, 3, 4, 5, 6, 7, 8]); print('ready', flush=True)\n"
            "while True: d.prefill([1, 2, 3, 4, 5, 6, 7, 8])\n") % (str(QWEN3_TINY.parent.parent.parent),
@@ -100,7 +100,7 @@ def test_ticker_keeps_its_rate_while_four_requests_are_served_together(smollm2_p
     """Whole batched steps (forward and sampling of every row) run without the GIL: a Python
     ticker keeps its rate while the worker decodes 4 streams at once."""
     from rase.api import Engine
-    from rase.registry import ModelRegistry
+    from rase.store.registry import ModelRegistry
 
     ModelRegistry(tmp_path).import_local("smollm2", smollm2_path)
     engine = Engine(tmp_path, max_batch=4, n_threads=1)

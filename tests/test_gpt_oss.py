@@ -12,8 +12,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-import rase.plan
-from rase.decoder import load_gguf_decoder
+import rase.store.plan
+from rase.engine.decoder import load_gguf_decoder
 from tests.test_archs import ARCHS
 
 NAME = "gpt-oss-tiny-mxfp4"
@@ -48,8 +48,8 @@ def _max_error(dec, fixture: dict) -> float:
 def test_each_feature_is_needed_to_equal_llama_cpp(monkeypatch, feature):
     fixture = json.loads((ARCHS / f"{NAME}.llamacpp-t1.json").read_text())
     assert _max_error(load_gguf_decoder(None, ARCHS / f"{NAME}.gguf"), fixture) < 1e-4
-    build = rase.plan.build_layout
-    monkeypatch.setattr(rase.plan, "build_layout", lambda *a: KNOCKOUTS[feature](build(*a)))
+    build = rase.store.plan.build_layout
+    monkeypatch.setattr(rase.store.plan, "build_layout", lambda *a: KNOCKOUTS[feature](build(*a)))
     err = _max_error(load_gguf_decoder(None, ARCHS / f"{NAME}.gguf"), fixture)
     print(f"without {feature}: max |logit - llama.cpp's| {err:.3f}")
     assert err > 0.5, feature
@@ -58,7 +58,7 @@ def test_each_feature_is_needed_to_equal_llama_cpp(monkeypatch, feature):
 def test_sliding_layers_follow_the_files_pattern():
     """Layer il slides when il % 2 < 1 (llama.cpp's load_swa_pattern(ml, 2)): the tiny file's
     layer 0 has the window, layer 1 full attention, each with its RoPE slot."""
-    from rase.gguf import GGUFFile
+    from rase.store.gguf import GGUFFile
     from rase.models import gpt_oss
     from rase.models.base import read_hparams
 

@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from rase.gguf import GGUFFile
-from rase.harmony import HarmonyText, call_grammar, control_ids
-from rase.sampling import GenerationStopReason
-from rase.tokenizer import LocalTokenizer
-from rase.tools import tool_spec
+from rase.store.gguf import GGUFFile
+from rase.text.harmony import HarmonyText, call_grammar, control_ids
+from rase.engine.sampling import GenerationStopReason
+from rase.text.tokenizer import LocalTokenizer
+from rase.text.tools import tool_spec
 from tests.test_archs import ARCHS
 
 
@@ -127,7 +127,7 @@ FINAL = _force("<|channel|>", "analysis", "<|message|>", THOUGHT_2, "<|end|>", "
 
 @pytest.fixture(scope="module")
 def harmony_store(tmp_path_factory):
-    from rase.registry import ModelRegistry
+    from rase.store.registry import ModelRegistry
 
     root = tmp_path_factory.mktemp("harmony-store")
     ModelRegistry(root).import_local("gptoss", ARCHS / "gpt-oss-tiny-mxfp4.gguf")
@@ -184,13 +184,13 @@ def test_a_response_format_binds_the_final_message_only(harmony_engine):
     fmt = {"type": "json_schema", "json_schema": {"name": "w", "schema": {
         "type": "object", "properties": {"sky": {"enum": ["sunny", "rainy"]}}, "required": ["sky"],
         "additionalProperties": False}}}
-    from rase.harmony import FinalConstraint
+    from rase.text.harmony import FinalConstraint
 
     session = harmony_engine.session("gptoss")
     handle = harmony_engine.submit_chat("gptoss", ASK, response_format=fmt, max_tokens=8)
     assert isinstance(handle.request.constraint, FinalConstraint)
     handle.result()
-    c = FinalConstraint(session.grammar_vocab(), __import__("rase.structured", fromlist=["grammar_spec"])
+    c = FinalConstraint(session.grammar_vocab(), __import__("rase.text.structured", fromlist=["grammar_spec"])
                         .grammar_spec(response_format=fmt).grammar, session.harmony_ids(),
                         lambda t: session.tokenizer.decode_bytes([t]).decode())
     ids = session.tokenizer.encode("<|channel|>analysis<|message|>free text {{ here<|end|><|start|>assistant"

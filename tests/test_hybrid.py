@@ -1,6 +1,6 @@
 """Hybrid models (LFM2: short convolutions beside attention; Qwen3.5: gated delta nets beside gated
 attention; tests/fixtures/archs) in the serving engine. A running sequence's recurrent state is a
-slot, and checkpoints of it hang on the prefix cache's nodes (rase/state_cache.py), so batched,
+slot, and checkpoints of it hang on the prefix cache's nodes (rase/engine/state_cache.py), so batched,
 chunked, cached and cancelled requests answer exactly as the single-stream loop does, a
 conversation's next turn resumes after the last computed position, and every KV block and state
 slot comes back."""
@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from rase.api import Engine
-from rase.decoder import GGUFDecoder
+from rase.engine.decoder import GGUFDecoder
 from rase.errors import InvalidRequest
-from rase.sampling import GenerationConfig
+from rase.engine.sampling import GenerationConfig
 from tests.conftest import pool_is_whole
 from tests.single_stream import generate_with
 
@@ -30,7 +30,7 @@ SAMPLED = dict(temperature=0.9, top_p=0.95, seed=5, max_tokens=24)
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
-    from rase.registry import ModelRegistry
+    from rase.store.registry import ModelRegistry
 
     root = tmp_path_factory.mktemp("hybrid-store")
     for model, file in MODELS.items():

@@ -5,13 +5,14 @@ import gguf  # test extra: the independent dequantizer we check against
 import numpy as np
 import pytest
 
-from rase import QuantType, _kernels
-from rase.quants import QUANT_BLOCKS
+from rase import QuantType
+from rase.kernels import _kernels
+from rase.kernels.quants import QUANT_BLOCKS
 from tests.reference import ACT_FORMAT, quantize_act
 from tests.test_quants import random_blocks
 
 
-# The levels by position (rase/_simd.h): x86 scalar, avx2, avx512; aarch64 scalar, neon, dotprod.
+# The levels by position (rase/kernels/_simd.h): x86 scalar, avx2, avx512; aarch64 scalar, neon, dotprod.
 # SIMD is the first SIMD level, WIDE the one above it (its kernels give SIMD's bits).
 SIMD, WIDE = _kernels.isa_names()[1:3]
 if SIMD not in _kernels.isa_supported():  # every machine kind rase is tested on has it: it must be tested
@@ -504,7 +505,7 @@ def test_a_repacked_row_unpacks_to_the_files_row(qtype, rows):
 
 
 def test_released_pages_read_back_the_same(smollm2_path):
-    from rase.gguf import GGUFFile
+    from rase.store.gguf import GGUFFile
 
     g = GGUFFile(smollm2_path)
     t = g.tensor("blk.0.ffn_up.weight")
@@ -546,7 +547,7 @@ def test_mxfp4_logits_equal_llama_cpps_one_token_logits(tmp_path):
     does: ggml rounds an unpaired last block in a scalar tail whose contraction into an FMA depends
     on how llama.cpp was compiled (fused in the portable wheel, not in a native build here)."""
     n_ff = 512
-    from rase.decoder import load_gguf_decoder
+    from rase.engine.decoder import load_gguf_decoder
     from tests import llamacpp_ref
     from tests.tinymodels import write_tiny_model
 

@@ -1,4 +1,4 @@
-"""The AVX-512 kernels checked on every CPU: rase._kernels_emu is rase._kernels compiled with
+"""The AVX-512 kernels checked on every CPU: rase.kernels._kernels_emu is rase.kernels._kernels compiled with
 every intrinsic in portable C (SIMDe, setup.py), so its "avx512" path runs here whether or not
 this CPU has AVX-512, and must give the native AVX2 path's bits (the numerics contract: one
 order per output, whatever the ISA). The emulated AVX2 path is checked against the native one
@@ -10,8 +10,9 @@ import importlib
 import numpy as np
 import pytest
 
-from rase import QuantType, _kernels
-from rase.decoder import load_gguf_decoder
+from rase import QuantType
+from rase.kernels import _kernels
+from rase.engine.decoder import load_gguf_decoder
 from tests.test_forward import TOKENS
 from tests.test_kernels import _lengths, _row
 
@@ -23,9 +24,9 @@ pytestmark = pytest.mark.skipif("avx2" not in _kernels.isa_supported(),
 @pytest.fixture(scope="module")
 def emu():
     try:
-        return importlib.import_module("rase._kernels_emu")
+        return importlib.import_module("rase.kernels._kernels_emu")
     except ImportError as exc:  # a build without SIMDe's headers: say how to get them, never skip
-        pytest.fail(f"rase._kernels_emu was not built ({exc}): install SIMDe's headers "
+        pytest.fail(f"rase.kernels._kernels_emu was not built ({exc}): install SIMDe's headers "
                     "(tools/install-test-deps.sh, Debian's libsimde-dev) and reinstall rase")
 
 
@@ -86,8 +87,8 @@ def test_attention_emulated_avx512_gives_the_native_avx2_bits(emu, hd, n, j0, so
 def test_forward_emulated_avx512_gives_the_native_avx2_logits(emu, monkeypatch, tiny_models, arch, qtype):
     """A whole prefill (every position's logits) through the emulated module's AVX-512 plan,
     against the native module's AVX2 plan on the same file."""
-    import rase.decoder
-    import rase.plan
+    import rase.engine.decoder
+    import rase.store.plan
 
     path = tiny_models(arch, qtype)
     previous = _kernels.get_isa()
@@ -96,9 +97,9 @@ def test_forward_emulated_avx512_gives_the_native_avx2_logits(emu, monkeypatch, 
         native = load_gguf_decoder(None, path).prefill(TOKENS, all_logits=True)
     finally:
         _kernels.set_isa(previous)
-    monkeypatch.setattr(rase.plan, "_kernels", emu)
-    monkeypatch.setattr(rase.decoder, "_kernels", emu)
+    monkeypatch.setattr(rase.store.plan, "_kernels", emu)
+    monkeypatch.setattr(rase.engine.decoder, "_kernels", emu)
     emu.set_isa("avx512")
     dec = load_gguf_decoder(None, path)
-    assert dec.plan.weights.isa == "avx512" and type(dec._fwd).__module__ == "rase._kernels_emu"
+    assert dec.plan.weights.isa == "avx512" and type(dec._fwd).__module__ == "rase.kernels._kernels_emu"
     assert _same(dec.prefill(TOKENS, all_logits=True), native)

@@ -7,15 +7,15 @@ disagree by a mean KL of 2.5e-3 (SmolLM2) / 4.3e-3 (Gemma3) and pick the same to
 95.5% / 94.4% of positions. rase must stay within twice that KL and pick llama.cpp's top token
 at least as often as llama.cpp's batched run does (less one percentage point); on SmolLM2,
 whose kernels all reproduce llama.cpp's one-token order, it must be exact. Gemma3's Q5_0 layers
-have block-sum numerics (rase/_repack_bs.h), so on it the tolerance is what binds."""
+have block-sum numerics (rase/kernels/_repack_bs.h), so on it the tolerance is what binds."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from rase import _kernels
-from rase.decoder import load_gguf_decoder
-from rase.gguf import GGUFFile
+from rase.kernels import _kernels
+from rase.engine.decoder import load_gguf_decoder
+from rase.store.gguf import GGUFFile
 from tests.conformance import FIXTURES
 
 
@@ -84,7 +84,7 @@ def _requantized(src, dst, from_type, to_type):
 
 @pytest.mark.parametrize("to_type", ["Q4_0", "Q5_0"])
 def test_block_sum_numerics_stay_within_llamacpps_own_batch_difference(smollm2_path, tmp_path, to_type):
-    """Q4_0 and Q5_0 are the types whose numerics are not llama.cpp's (rase/_repack_bs.h: exact
+    """Q4_0 and Q5_0 are the types whose numerics are not llama.cpp's (rase/kernels/_repack_bs.h: exact
     integer block sums, one FMA per block). SmolLM2 requantized to the type (its Q4_1 layers;
     Q8_0 embedding as it was), llama.cpp's n_batch = 1 and 512 distributions computed live on that
     file, and rase held to the same bars as the fixtures above, over 1000 tokens of

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rase import _kernels
-from rase.decoder import load_gguf_decoder
+from rase.kernels import _kernels
+from rase.engine.decoder import load_gguf_decoder
 from rase.errors import InvalidRequest
 
 ARCHS = Path(__file__).parent / "fixtures" / "archs"

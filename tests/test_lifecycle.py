@@ -14,8 +14,8 @@ import pytest
 from rase import InvalidRequest, QuantType
 from rase.api import Engine
 from rase.errors import ModelUnloaded
-from rase.lifecycle import KeepAlive, parse_duration
-from rase.registry import ModelRegistry
+from rase.session.lifecycle import KeepAlive, parse_duration
+from rase.store.registry import ModelRegistry
 from tests.conftest import rase_serve
 
 ASK = [{"role": "user", "content": "Hi"}]
@@ -100,7 +100,7 @@ def test_a_request_racing_an_unload_is_served_by_a_fresh_load(store):
         stale = engine.session("a")
         stale.worker.close()  # what an unload does to the session a request already holds
         with pytest.raises(ModelUnloaded):
-            stale.worker.submit([1, 2, 3], __import__("rase").sampling.GenerationConfig(max_tokens=2), None)
+            stale.worker.submit([1, 2, 3], __import__("rase.engine.sampling", fromlist=["GenerationConfig"]).GenerationConfig(max_tokens=2), None)
         assert engine.chat("a", ASK, max_tokens=3).completion_tokens == 3
         assert engine.session("a") is not stale
 

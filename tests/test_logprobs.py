@@ -7,8 +7,8 @@ import pytest
 
 from rase import InvalidGenerationConfig
 from rase.api import Engine
-from rase.decoder import GGUFDecoder
-from rase.logprobs import chat_logprobs, completion_logprobs, token_logprob
+from rase.engine.decoder import GGUFDecoder
+from rase.engine.logprobs import chat_logprobs, completion_logprobs, token_logprob
 
 CHAT = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
 

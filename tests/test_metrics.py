@@ -6,7 +6,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from rase.api import Engine
-from rase.registry import ModelRegistry
+from rase.store.registry import ModelRegistry
 
 CHAT = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
 

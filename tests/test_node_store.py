@@ -3,8 +3,8 @@ import pytest
 
 from rase.errors import IntegrityMismatch, InvalidRequest, ModelNotFound
 from rase.integrations.node_store import ensure_model, fetched_manifest
-from rase.registry import ModelRegistry
-from rase.sources import DEMO_MODEL
+from rase.store.registry import ModelRegistry
+from rase.store.sources import DEMO_MODEL
 
 
 @pytest.fixture

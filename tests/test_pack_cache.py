@@ -1,4 +1,4 @@
-"""Repacked weights on disk (rase/pack_cache.py): a later load maps them and gets the same
+"""Repacked weights on disk (rase/store/pack_cache.py): a later load maps them and gets the same
 logits; any change to the model file or to the cache file is a miss, never wrong weights."""
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from rase import QuantType
-from rase.decoder import load_gguf_decoder
-from rase.pack_cache import PackCache
-from rase.plan import load_plan
+from rase.engine.decoder import load_gguf_decoder
+from rase.store.pack_cache import PackCache
+from rase.store.plan import load_plan
 
 TOKENS = [1, 5, 9, 33, 77, 100, 3, 4]
 
@@ -99,7 +99,7 @@ def test_disabled_or_unwritable_caches_still_load(tmp_path, monkeypatch, tiny_mo
 def test_the_trim_keeps_the_entry_used_last_not_the_one_written_last(tmp_path, cache_dir, tiny_models, monkeypatch):
     """Over the size cap the least recently *used* entry goes: a model loaded every day keeps
     its pack though it was written before the others."""
-    import rase.pack_cache as pc
+    import rase.store.pack_cache as pc
 
     src = tiny_models("llama", QuantType.Q8_0).read_bytes()
     paths = [tmp_path / f"{name}.gguf" for name in "abc"]
@@ -124,7 +124,7 @@ def test_the_trim_keeps_the_entry_used_last_not_the_one_written_last(tmp_path, c
 
 def test_the_file_is_written_in_whole_aligned_windows_with_zeros_between_pieces():
     # windows of 16 bytes: a piece inside one window, one across three, gaps, a short tail
-    from rase.pack_cache import _windows
+    from rase.store.pack_cache import _windows
 
     pieces = [(0, memoryview(b"HEAD")), (8, memoryview(bytes(range(1, 41)))), (52, memoryview(b"xyz"))]
     image = bytearray(60)
@@ -181,7 +181,7 @@ def test_dense_models_ask_for_huge_pages_moe_models_do_not(tmp_path, cache_dir, 
 
 
 def test_prepare_writes_the_cache_so_the_first_load_repacks_nothing(tmp_path, cache_dir, tiny_models):
-    from rase.plan import prepare
+    from rase.store.plan import prepare
 
     path = tmp_path / "m.gguf"
     path.write_bytes(tiny_models("qwen3", QuantType.Q4_0).read_bytes())
@@ -199,7 +199,7 @@ def test_prepare_writes_the_cache_so_the_first_load_repacks_nothing(tmp_path, ca
 
 
 def test_prepare_does_nothing_with_the_cache_off(tmp_path, monkeypatch, tiny_models):
-    from rase.plan import prepare
+    from rase.store.plan import prepare
 
     monkeypatch.setenv("RASE_PACK_CACHE", "off")
     assert prepare(tiny_models("qwen3", QuantType.Q4_0)) == 0

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from rase import InvalidRequest
-from rase.perplexity import perplexity
-from rase.plan import load_plan
-from rase.tokenizer import LocalTokenizer
-from rase.worker import ModelWorker
+from rase.engine.perplexity import perplexity
+from rase.store.plan import load_plan
+from rase.text.tokenizer import LocalTokenizer
+from rase.engine.worker import ModelWorker
 from tests import llamacpp_ref
 from tests.conftest import rase_command
 from tests.conformance import llamacpp_order
@@ -103,8 +103,8 @@ def test_perplexity_chunks_batch_with_generation_and_change_no_bit(smollm2_path)
     the bits they have alone (the chats' tokens too)."""
     import threading
 
-    from rase.sampling import GenerationConfig
-    from rase.textstate import TextState
+    from rase.engine.sampling import GenerationConfig
+    from rase.text.textstate import TextState
 
     plan = load_plan(smollm2_path, n_ctx=256)
     tok = LocalTokenizer.from_gguf(plan.gguf)

@@ -1,4 +1,4 @@
-"""GGUF -> the C plan (rase/plan.py): what a loaded model keeps mapped of its file.
+"""GGUF -> the C plan (rase/store/plan.py): what a loaded model keeps mapped of its file.
 
 Peak RSS counts every page of the GGUF the process has mapped, and a fault in a mapping maps the
 whole page-cache folio around it (up to 2 MiB on Linux 6.18 for a file just downloaded). So a
@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from rase.decoder import load_gguf_decoder
+from rase.engine.decoder import load_gguf_decoder
 from tests.test_pack_cache import _wait_for_saves
 
 if not sys.platform.startswith("linux"):
@@ -62,7 +62,7 @@ def test_a_cold_load_gives_back_every_repacked_experts_file_pages(tmp_path, monk
     (GGUFFile.release). A MoE layer's experts are slices of one 3-D tensor: every slice's chunks
     are released at their own offsets, so the whole expert tensor is (a 20B gpt-oss's peak RSS
     was 21 GB, its file pages and its copies, when only each tensor's first expert was)."""
-    from rase.gguf import GGUFFile
+    from rase.store.gguf import GGUFFile
     from tests.test_archs import ARCHS
 
     monkeypatch.setenv("RASE_PACK_CACHE", str(tmp_path / "packed"))  # a cold load: nothing cached
@@ -84,9 +84,9 @@ def test_a_cold_load_gives_back_every_repacked_experts_file_pages(tmp_path, monk
 
 
 def test_a_decoder_over_a_shared_plan_takes_a_shorter_context(tiny_models):
-    from rase.decoder import GGUFDecoder
+    from rase.engine.decoder import GGUFDecoder
     from rase.errors import ContextOverflow
-    from rase.plan import load_plan
+    from rase.store.plan import load_plan
     from rase import QuantType
 
     plan = load_plan(tiny_models("llama", QuantType.Q8_0))

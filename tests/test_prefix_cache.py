@@ -5,9 +5,9 @@ import random
 
 import pytest
 
-from rase.kv_cache import KVCache
-from rase.prefix_cache import PrefixCache
-from rase.state_cache import StateSlots
+from rase.engine.kv_cache import KVCache
+from rase.engine.prefix_cache import PrefixCache
+from rase.engine.state_cache import StateSlots
 
 BS = 4
 

@@ -1,4 +1,4 @@
-"""rase/_quantize.h: f32 / f16 / bf16 rows -> weight blocks as llama.cpp's reference quantizers
+"""rase/kernels/_quantize.h: f32 / f16 / bf16 rows -> weight blocks as llama.cpp's reference quantizers
 write them. Every ISA's quantizer (the Q4_K, Q5_K, Q6_K searches run 8 sub-blocks per vector)
 writes the scalar reference's bytes, whatever the thread count; the 32-block types and the float
 types equal gguf-py's quantizers (written to ggml's reference); that the K-quants equal
@@ -9,8 +9,8 @@ import gguf
 import numpy as np
 import pytest
 
-from rase import _kernels
-from rase.quants import QuantType, row_bytes
+from rase.kernels import _kernels
+from rase.kernels.quants import QuantType, row_bytes
 
 TYPES = [QuantType(t) for t in range(40) if _kernels.can_quantize(t)]
 K_TYPES = [QuantType.Q4_K, QuantType.Q5_K, QuantType.Q6_K]

@@ -4,9 +4,10 @@ import gguf  # test extra: the independent dequantizer we check against
 import numpy as np
 import pytest
 
-from rase import GGUFFile, QuantType, UnsupportedQuantType, _kernels, dequantize
-from rase.gguf import _OTHER_BLOCKS
-from rase.quants import QUANT_BLOCKS
+from rase import GGUFFile, QuantType, UnsupportedQuantType, dequantize
+from rase.kernels import _kernels
+from rase.store.gguf import _OTHER_BLOCKS
+from rase.kernels.quants import QUANT_BLOCKS
 from tests.ggufbuild import GGUFSpec, Tensor
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rase.decoder import load_gguf_decoder
+from rase.engine.decoder import load_gguf_decoder
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -259,7 +259,7 @@ def test_stopping_drains_running_streams_and_leaves_nothing_behind(cluster):
 
 
 def test_a_replica_that_cannot_verify_its_model_fails_the_deployment_by_name(smollm2_path, tmp_path):
-    from rase.registry import ModelRegistry
+    from rase.store.registry import ModelRegistry
 
     weights = tmp_path / "m.gguf"
     shutil.copyfile(smollm2_path, weights)

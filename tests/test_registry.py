@@ -15,8 +15,8 @@ from rase import (
     HubDownloadError, IntegrityMismatch, InvalidModelId, ManifestError, ModelFileNotFound,
     ModelNotFound, QuantType, UnsupportedArchitecture, UnsupportedFormat,
 )
-from rase.registry import ModelRegistry
-from rase.sources import DEMO_MODEL
+from rase.store.registry import ModelRegistry
+from rase.store.sources import DEMO_MODEL
 from tests.fakehub import COMMIT, FakeHub
 from tests.ggufbuild import GGUFSpec, Tensor
 from tests.tinymodels import HP
@@ -132,7 +132,7 @@ def test_owned_weights_go_with_the_manifest(tmp_path, model_file):
 _WRITER = r"""
 import sys, itertools
 sys.path.insert(0, {repo!r})
-from rase.registry import ModelRegistry
+from rase.store.registry import ModelRegistry
 reg = ModelRegistry({store!r})
 files = {files!r}
 for i in itertools.count():
@@ -220,7 +220,7 @@ def test_pull_demo_model_from_pypi(tmp_path):
 
 
 def test_registering_prepares_the_first_load_and_prepare_false_does_not(tmp_path, monkeypatch, tiny_models):
-    from rase.plan import load_plan
+    from rase.store.plan import load_plan
 
     monkeypatch.setenv("RASE_PACK_CACHE", str(tmp_path / "packed"))
     reg = ModelRegistry(tmp_path / "store")
@@ -235,7 +235,7 @@ def test_registering_prepares_the_first_load_and_prepare_false_does_not(tmp_path
 def test_a_file_that_cannot_be_planned_still_registers_and_its_load_says_why(tmp_path, monkeypatch, caplog):
     from rase import CorruptModelFile
     from tests.ggufbuild import small_spec
-    from rase.plan import load_plan
+    from rase.store.plan import load_plan
 
     monkeypatch.setenv("RASE_PACK_CACHE", str(tmp_path / "packed"))
     path = tmp_path / "partial.gguf"

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from rase import HubDownloadError, IntegrityMismatch, ManifestError, QuantType
-from rase.registry import ModelRegistry
+from rase.store.registry import ModelRegistry
 from tests.fakehub import FakeHub
 
 
@@ -46,9 +46,9 @@ def _import_in_child(store: Path, model: Path, model_id: str, copy: bool, fsize:
                      user: int | None = None) -> subprocess.CompletedProcess:
     code = f"""
 import datetime, os, resource, signal, sys
-import numpy, rase.gguf, rase.models, rase.registry, tomli_w  # (before a drop to a user who cannot read them)
+import numpy, rase.store.gguf, rase.models, rase.store.registry, tomli_w  # (before a drop to a user who cannot read them)
 from rase import StoreWriteError
-from rase.registry import ModelRegistry
+from rase.store.registry import ModelRegistry
 fsize, user = {fsize!r}, {user!r}
 if fsize:
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from rase._kernels import SAMPLE_INVALID, Sampler
+from rase.kernels._kernels import SAMPLE_INVALID, Sampler
 
 MASK = (1 << 64) - 1
 

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from rase.errors import InvalidLogits
-from rase.sampling import GenerationConfig, GenerationStopReason, token_or_error
-from rase.kv_cache import KVCache
-from rase.request import Request, State
-from rase.scheduler import Scheduler
-from rase.textstate import Delta
+from rase.engine.sampling import GenerationConfig, GenerationStopReason, token_or_error
+from rase.engine.kv_cache import KVCache
+from rase.engine.request import Request, State
+from rase.engine.scheduler import Scheduler
+from rase.text.textstate import Delta
 
 BS = 32
 
@@ -211,20 +211,23 @@ def test_random_traffic_keeps_the_pool_consistent(seed):
 
 def test_the_scheduler_imports_no_compiled_extension():
     """It decides steps and never runs them: neither scheduler.py nor any rase module it imports
-    at module level (followed transitively) imports rase._kernels."""
+    at module level (followed transitively) imports rase.kernels._kernels."""
     import ast
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1] / "rase"
-    seen, todo = set(), ["scheduler"]
+    root = Path(__file__).resolve().parents[1]
+    seen, todo = set(), ["rase.engine.scheduler"]
     while todo:
         name = todo.pop()
         if name in seen:
             continue
         seen.add(name)
-        for node in ast.parse((root / f"{name.replace('.', '/')}.py").read_text()).body:
-            if isinstance(node, ast.ImportFrom) and node.level == 1:
-                mods = [node.module] if node.module else [a.name for a in node.names]
+        path = root / f"{name.replace('.', '/')}.py"
+        package = name.rpartition(".")[0]
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ImportFrom) and node.level:
+                base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1])
+                mods = [f"{base}.{node.module}"] if node.module else [f"{base}.{a.name}" for a in node.names]
                 todo += [m for m in mods if (root / f"{m.replace('.', '/')}.py").exists()]
-                assert "_kernels" not in mods and not any(a.name == "_kernels" for a in node.names), name
-    assert {"scheduler", "kv_cache", "request", "sampling"} <= seen
+                assert not any(m.endswith("._kernels") for m in mods) and not any(a.name == "_kernels" for a in node.names), name
+    assert {"rase.engine.scheduler", "rase.engine.kv_cache", "rase.engine.request", "rase.engine.sampling"} <= seen

@@ -8,11 +8,11 @@ import time
 import pytest
 
 from rase import BackendUnavailable, IntegrityMismatch, QuantType
-from rase.decoder import GGUFDecoder
-from rase.registry import ModelRegistry
-from rase.sampling import GenerationConfig
-from rase.session import SessionCache
-from rase.textstate import TextState
+from rase.engine.decoder import GGUFDecoder
+from rase.store.registry import ModelRegistry
+from rase.engine.sampling import GenerationConfig
+from rase.session.session import SessionCache
+from rase.text.textstate import TextState
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rase import _kernels, smoke
+from rase.kernels import _kernels, smoke
 
 SIMD = _kernels.isa_names()[1]  # avx2, or aarch64's neon
 
@@ -30,7 +30,7 @@ def test_smoke_test_catches_a_wrong_kernel(monkeypatch):
 def test_smoke_reference_is_independent_of_rase_dequantizers():
     """The numpy side is built from the integers themselves: it agrees with rase's dequantizer
     (so a passing check means the dot kernels agree with both)."""
-    from rase.quants import QuantType
+    from rase.kernels.quants import QuantType
 
     raw, w = smoke._q4_0(np.random.default_rng(1))
     got = np.empty(w.size, np.float32)

@@ -7,9 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rase import QuantType, _kernels
-from rase.decoder import GGUFDecoder
-from rase.plan import load_plan
+from rase import QuantType
+from rase.kernels import _kernels
+from rase.engine.decoder import GGUFDecoder
+from rase.store.plan import load_plan
 from tests.tinymodels import ARCH_FEATURES
 
 BS = _kernels.KV_BLOCK

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from rase.stream import TextStream, non_streamed
+from rase.text.stream import TextStream, non_streamed
 
 TEXTS = [
     "Hello, world! The capital of France is Paris.",

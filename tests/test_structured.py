@@ -11,10 +11,11 @@ import jsonschema
 import numpy as np
 import pytest
 
-from rase import InvalidGrammar, QuantType, _kernels
+from rase import InvalidGrammar, QuantType
+from rase.kernels import _kernels
 from rase.api import Engine
-from rase.registry import ModelRegistry
-from rase.structured import grammar_spec
+from rase.store.registry import ModelRegistry
+from rase.text.structured import grammar_spec
 
 GOLDEN = Path(__file__).parent / "fixtures" / "sampler_golden.json"
 

@@ -12,8 +12,8 @@ import pytest
 
 from rase import InvalidRequest, QuantType
 from rase.api import Engine
-from rase.registry import ModelRegistry
-from rase.thinking import ReasoningGate, ThinkFilter, with_no_think
+from rase.store.registry import ModelRegistry
+from rase.text.thinking import ReasoningGate, ThinkFilter, with_no_think
 from tests.conftest import rase_serve
 from tests.tinymodels import write_tiny_model
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from rase import GGUFFile, TokenizerError
-from rase.tokenizer import LocalTokenizer
+from rase.text.tokenizer import LocalTokenizer
 from tests.conformance import load_fixture
 from tests.ggufbuild import GGUFSpec, Tensor
 
@@ -157,7 +157,7 @@ def test_qwen35_keeps_combining_marks_with_their_letters():
     llama.cpp's ids above cannot tell the two apart; the pieces can."""
     from tokenizers import Regex, pre_tokenizers
 
-    from rase.tokenizer import PRE_REGEXES
+    from rase.text.tokenizer import PRE_REGEXES
 
     def pieces(pre: str, text: str) -> list[str]:
         split = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(r), behavior="isolated") for r in PRE_REGEXES[pre]])

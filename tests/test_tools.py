@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from rase import InvalidGrammar, InvalidRequest, QuantType
 from rase.api import Engine
-from rase.registry import ModelRegistry
-from rase.tools import ToolCallDelta, closed, parse_generic, parse_hermes, tool_spec
+from rase.store.registry import ModelRegistry
+from rase.text.tools import ToolCallDelta, closed, parse_generic, parse_hermes, tool_spec
 from tests.conftest import rase_serve
 from tests.tinymodels import write_tiny_model
 
@@ -288,8 +288,8 @@ def _answers(draw):
 def test_streamed_hermes_calls_never_reach_content(answer, data):
     """Any split of the answer's bytes into tokens (inside tags, inside UTF-8 characters): the
     content deltas are the content only, each call arrives whole, once."""
-    from rase.textstate import TextState
-    from rase.tools import ToolText
+    from rase.text.textstate import TextState
+    from rase.text.tools import ToolText
 
     text, content, arguments = answer
     raw = text.encode()

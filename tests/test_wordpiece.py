@@ -8,8 +8,8 @@ import json
 import pytest
 
 from rase import GGUFFile
-from rase.tokenizer import LocalTokenizer
-from rase.wordpiece import encoder, words
+from rase.text.tokenizer import LocalTokenizer
+from rase.text.wordpiece import encoder, words
 from tests.test_archs import ARCHS, ENCODERS
 
 

@@ -10,9 +10,9 @@ import time
 import pytest
 
 from rase.api import Engine
-from rase.decoder import GGUFDecoder
+from rase.engine.decoder import GGUFDecoder
 from rase.errors import ContextOverflow
-from rase.sampling import GenerationConfig
+from rase.engine.sampling import GenerationConfig
 from tests.conftest import pool_is_whole
 from tests.single_stream import run_text
 
@@ -102,7 +102,7 @@ def test_the_default_pool_is_a_memory_budget_and_decides_admission(store, oracle
     """No n_ctx, no kv_cache_mb: each sequence may reach the model's own context (SmolLM2: 8192),
     and the pool is max_batch such contexts capped at KV_MEMORY_SHARE of the machine's memory.
     On a (pretended) 12 MiB machine that is ~136 positions: requests take turns within it."""
-    from rase import worker
+    from rase.engine import worker
 
     monkeypatch.setattr(worker, "physical_memory", lambda: 12 << 20)
     engine = Engine(store, max_batch=8)

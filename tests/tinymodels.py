@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rase.quants import QUANT_BLOCKS, QuantType
+from rase.kernels.quants import QUANT_BLOCKS, QuantType
 
 HP = dict(n_embd=256, n_ff=512, n_head=4, n_head_kv=2, head_dim=64, n_vocab=160, n_ctx=64)
 N_LAYER = {"gemma3": 6, "smollm3": 4}  # gemma3: layer 5 is the global one; smollm3: layer 3 has no RoPE

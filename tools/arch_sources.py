@@ -29,7 +29,7 @@ LONG_TEXT = (
 
 def bpe_vocab() -> dict:
     """The 512-token byte-level BPE vocabulary of the first eight files (README), copied."""
-    from rase.gguf import GGUFFile
+    from rase.store.gguf import GGUFFile
 
     g = GGUFFile(ARCHS / "qwen2-tiny-q8_0.gguf")
     keys = ("tokens", "token_type", "merges", "bos_token_id", "eos_token_id", "unknown_token_id",

@@ -8,6 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=$(realpath -m "${1:-$(mktemp -d)}")
 root=$dir/root
+mkdir -p "$dir"
 if [ ! -x "$root/bin/bash" ]; then
     debootstrap=$(command -v debootstrap || echo /usr/sbin/debootstrap)
     "$debootstrap" --variant=minbase bookworm "$root" http://deb.debian.org/debian >"$dir/debootstrap.log"

@@ -101,7 +101,7 @@ WPM_TOKENIZE = ["ＡＢＣ ﬁne Ünïcödé", "zero\u200bwidth\u00a0nbsp and\x0
 def encoder_fixture(path: Path) -> dict:
     """llama.cpp's embeddings of every text, one at a time (the file's pooling), L2-normalized
     and raw, with the ids it read; all texts in one batch; and WordPiece cases' ids."""
-    from rase.gguf import GGUFFile
+    from rase.store.gguf import GGUFFile
 
     texts = encoder_texts()
     g = GGUFFile(path)

@@ -1,6 +1,6 @@
 """rase model convert: a Hugging Face checkpoint folder (config.json, *.safetensors, tokenizer.json)
 -> a GGUF in the store, in llama.cpp's layout and metadata, quantized as llama-quantize would
-(rase/_quantize.h), registered with the source files' hashes, and verified.
+(rase/kernels/_quantize.h), registered with the source files' hashes, and verified.
 
 Data path: checkpoint.py (shards, read by bands of rows) -> archs.py (names, fixes, metadata) +
 vocab.py (tokenizer.*) -> plan.py (tensors in file order) -> mix.py (a ggml type per tensor) ->
@@ -18,8 +18,8 @@ import numpy as np
 
 from ..config import default_store, default_threads
 from ..errors import StoreWriteError, UnsupportedQuantType
-from ..quants import QuantType, row_bytes
-from ..registry import ModelManifest, ModelRegistry, validate_model_id
+from ..kernels.quants import QuantType, row_bytes
+from ..store.registry import ModelManifest, ModelRegistry, validate_model_id
 from .archs import metadata, resolve
 from .checkpoint import Checkpoint
 from .gguf_writer import GGUFStreamWriter
@@ -92,7 +92,7 @@ def _check_written(path: Path, tensors: list[OutTensor]) -> None:
     """The file as written parses back (rase's GGUF reader) to the planned tensors: names, types,
     shapes and sizes; its bytes were hashed as they were written."""
     from ..errors import CorruptModelFile
-    from ..gguf import GGUFFile
+    from ..store.gguf import GGUFFile
 
     g = GGUFFile(path)
     try:

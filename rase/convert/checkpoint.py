@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import CorruptModelFile, UnsafeCheckpoint, UnsupportedFormat
-from ..sources import sha256_file
+from ..store.sources import sha256_file
 
 # safetensors dtype -> (ggml type id, bytes per value); what a GGUF tensor can be converted from
 DTYPES = {"F32": (0, 4), "F16": (1, 2), "BF16": (30, 2)}

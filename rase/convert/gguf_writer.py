@@ -7,7 +7,7 @@ import hashlib
 import struct
 from typing import BinaryIO
 
-from ..gguf import DEFAULT_ALIGNMENT, MAGIC, MAX_NAME
+from ..store.gguf import DEFAULT_ALIGNMENT, MAGIC, MAX_NAME
 
 T_U32, T_I32, T_F32, T_BOOL, T_STRING, T_ARRAY = 4, 5, 6, 7, 8, 9
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..quants import QUANT_BLOCKS, QuantType as Q
+from ..kernels.quants import QUANT_BLOCKS, QuantType as Q
 
 # --type -> (llama_ftype id, default ggml type)
 FTYPES: dict[str, tuple[int, Q]] = {

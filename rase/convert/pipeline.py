@@ -10,8 +10,8 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from .. import _kernels
-from ..quants import QuantType, row_bytes
+from ..kernels import _kernels
+from ..kernels.quants import QuantType, row_bytes
 from .checkpoint import Checkpoint, SourceTensor
 from .gguf_writer import GGUFStreamWriter
 from .plan import OutTensor, permutation

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from ..errors import TokenizerError
-from ..tokenizer import PRE_REGEXES, T_BYTE, T_CONTROL, T_NORMAL, T_UNKNOWN, T_UNUSED, T_USER_DEFINED
+from ..text.tokenizer import PRE_REGEXES, T_BYTE, T_CONTROL, T_NORMAL, T_UNKNOWN, T_UNUSED, T_USER_DEFINED
 
 # tokenizers' case-insensitive contraction group, as llama.cpp spells it
 _CONTRACTIONS = ("(?i:'s|'t|'re|'ve|'m|'ll|'d)", "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])")

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ..errors import IntegrityMismatch, ModelNotFound
-from ..registry import ModelManifest, ModelRegistry
+from ..store.registry import ModelManifest, ModelRegistry
 
 # manifest fields a fetched copy is registered with, as the original was
 _REGISTRATION = ("kind", "architecture", "context_length", "chat_template")

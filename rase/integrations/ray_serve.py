@@ -40,7 +40,7 @@ class RaseReplica:
                  reasoning_format: str = "auto") -> None:
         from ..api import Engine
         from ..config import default_store
-        from ..registry import ModelRegistry
+        from ..store.registry import ModelRegistry
         from ..server import create_app
         from ..server.defaults import ServeDefaults
         from .node_store import ensure_model
@@ -181,7 +181,7 @@ def build_app(models: Sequence[str | dict] | None = None, store=None, *, replica
     reasoning_format: rase serve's --reasoning-format, for every replica's app."""
     from ..config import default_store, physical_cores
     from ..errors import InvalidRequest
-    from ..registry import ModelRegistry
+    from ..store.registry import ModelRegistry
 
     if router not in ROUTERS:
         raise InvalidRequest(f"router must be one of {', '.join(ROUTERS)}, got {router!r}", "router")

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import CorruptModelFile, UnsupportedArchitecture
-from ..gguf import GGUFFile
+from ..store.gguf import GGUFFile
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ x = LN(x + FFN(x))) with biases, an ungated GELU FFN, attention over the whole i
 (embeddings.py). WordPiece vocabulary (wordpiece.py)."""
 from __future__ import annotations
 
-from ..gguf import GGUFFile
+from ..store.gguf import GGUFFile
 from .base import HParams, LayerSpec, ModelSpec
 
 KIND = "embedding"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from ..gguf import GGUFFile
+from ..store.gguf import GGUFFile
 from .base import HParams, LayerSpec, ModelSpec
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from ..gguf import GGUFFile
+from ..store.gguf import GGUFFile
 from .base import HParams, LayerSpec, ModelSpec, Rope
 
 SWA_PATTERN = 6        # every 6th layer (il % 6 == 5) attends globally

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..errors import CorruptModelFile
-from ..gguf import GGUFFile
+from ..store.gguf import GGUFFile
 from .base import HParams, LayerSpec, ModelSpec
 
 SWA_PATTERN = 2         # llama.cpp's load_swa_pattern(ml, 2): layer il slides when il % 2 < 1

@@ -11,8 +11,8 @@ from dataclasses import replace
 import numpy as np
 
 from ..errors import CorruptModelFile, UnsupportedArchitecture
-from ..gguf import GGUFFile, TensorInfo
-from ..quants import dequantize
+from ..store.gguf import GGUFFile, TensorInfo
+from ..kernels.quants import dequantize
 from .base import Experts, ForwardLayout, HParams, LayerLayout, LayerSpec, Matrix, ModelSpec, Rope
 
 # plan field -> GGUF tensor name under blk.{i}.

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import CorruptModelFile, UnsupportedArchitecture
-from ..gguf import GGUFFile
+from ..store.gguf import GGUFFile
 from .base import HParams, LayerSpec, ModelSpec
 
 

@@ -2,7 +2,7 @@
 adjacent pairs (llama.cpp's converter permutes Q/K rows for that), optional tied output."""
 from __future__ import annotations
 
-from ..gguf import GGUFFile
+from ..store.gguf import GGUFFile
 from .base import HParams, LayerSpec, ModelSpec
 
 

@@ -2,7 +2,7 @@
 every layer, a SwiGLU FFN without biases, usually a fused attn_qkv; mean pooling."""
 from __future__ import annotations
 
-from ..gguf import GGUFFile
+from ..store.gguf import GGUFFile
 from .base import HParams, LayerSpec, ModelSpec
 
 KIND = "embedding"

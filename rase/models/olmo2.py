@@ -5,7 +5,7 @@ architecture name with attention.sliding_window set) are refused."""
 from __future__ import annotations
 
 from ..errors import UnsupportedArchitecture
-from ..gguf import GGUFFile
+from ..store.gguf import GGUFFile
 from .base import HParams, LayerSpec, ModelSpec
 
 

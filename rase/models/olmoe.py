@@ -2,7 +2,7 @@
 layer's FFN routed: softmax over experts, top n_expert_used, weights not renormalized."""
 from __future__ import annotations
 
-from ..gguf import GGUFFile
+from ..store.gguf import GGUFFile
 from .base import HParams, LayerSpec, ModelSpec
 
 

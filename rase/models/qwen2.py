@@ -2,7 +2,7 @@
 architecture, as llama.cpp does), NeoX-style RoPE."""
 from __future__ import annotations
 
-from ..gguf import GGUFFile
+from ..store.gguf import GGUFFile
 from .base import HParams, LayerSpec, ModelSpec
 
 

@@ -1,7 +1,7 @@
 """qwen3: llama blocks plus RMSNorm on each Q/K head before RoPE, NeoX-style RoPE."""
 from __future__ import annotations
 
-from ..gguf import GGUFFile
+from ..store.gguf import GGUFFile
 from .base import HParams, LayerSpec, ModelSpec
 
 

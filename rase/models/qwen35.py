@@ -1,5 +1,5 @@
 """qwen35: Qwen3.5 (llama.cpp's src/models/qwen35.cpp). A hybrid: every full_attention_interval-th
-layer (4) attends, the others are gated delta nets (rase/_deltanet.h; their conv and matrix
+layer (4) attends, the others are gated delta nets (rase/kernels/_deltanet.h; their conv and matrix
 state is a sequence's state slot, state_cache.py). The attention is gated: attn_q holds each head's query then
 its output gate, the output is multiplied by sigmoid(gate) before attn_output; per-head Q/K
 RMSNorm; interleaved multi-section RoPE (IMROPE) over the first rope.dimension_count dims,
@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import CorruptModelFile, UnsupportedArchitecture
-from ..gguf import GGUFFile
+from ..store.gguf import GGUFFile
 from .base import HParams, LayerSpec, ModelSpec
 
 FULL_ATTENTION_INTERVAL = 4  # llama.cpp's default when the file has neither key below

@@ -2,7 +2,7 @@
 (NoPE: its queries and keys carry no position). No frequency factors (llama.cpp passes none)."""
 from __future__ import annotations
 
-from ..gguf import GGUFFile
+from ..store.gguf import GGUFFile
 from .base import HParams, LayerSpec, ModelSpec
 
 NO_ROPE_STEP = 4  # llama.cpp's n_no_rope_layer_step

@@ -18,8 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from starlette.concurrency import run_in_threadpool
 
 from ..errors import InvalidRequest, RaseError
-from ..textstate import ReasoningDelta
-from ..tools import ToolCallDelta
+from ..text.textstate import ReasoningDelta
+from ..text.tools import ToolCallDelta
 from .errors import status_of
 from .schemas import Absent, FunctionName, Int, ModelId
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import InvalidRequest
-from ..thinking import REASONING_FORMATS
+from ..text.thinking import REASONING_FORMATS
 
 
 @dataclass(frozen=True)

@@ -18,12 +18,12 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchem
 from starlette.concurrency import run_in_threadpool
 
 from .. import __version__
-from ..submission import GEN_FIELDS
+from ..session.submission import GEN_FIELDS
 from ..errors import InvalidRequest, RaseError
-from ..lifecycle import parse_duration
-from ..logprobs import LogprobDelta
-from ..textstate import ReasoningDelta
-from ..tools import ToolCallDelta
+from ..session.lifecycle import parse_duration
+from ..engine.logprobs import LogprobDelta
+from ..text.textstate import ReasoningDelta
+from ..text.tools import ToolCallDelta
 from .errors import status_of
 from .schemas import Int, Unsupported
 

@@ -21,9 +21,9 @@ from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from ..errors import InvalidRequest, ModelNotLoaded, RaseError
-from ..logprobs import LogprobDelta, chat_logprobs, completion_logprobs
-from ..textstate import ReasoningDelta
-from ..tools import ToolCallDelta
+from ..engine.logprobs import LogprobDelta, chat_logprobs, completion_logprobs
+from ..text.textstate import ReasoningDelta
+from ..text.tools import ToolCallDelta
 from .defaults import ServeDefaults, budget
 from .errors import error_body, status_of
 from .schemas import (MODEL_ID_PATTERN, ChatRequest, CompletionRequest, DetokenizeRequest, EmbeddingsRequest,

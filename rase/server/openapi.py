@@ -66,7 +66,7 @@ def document(app: FastAPI, engine=None) -> None:
 
 def store_facts(engine, vocab_cache: dict) -> tuple:
     """(model ids, the one vocabulary size they share or None, the max_tokens limit)."""
-    from ..gguf import GGUFFile
+    from ..store.gguf import GGUFFile
 
     ids, sizes = [], set()
     for m in engine.registry.list():

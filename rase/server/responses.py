@@ -23,8 +23,8 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from starlette.concurrency import run_in_threadpool
 
 from ..errors import InvalidRequest, RaseError, ResponseNotFound
-from ..textstate import ReasoningDelta
-from ..tools import ToolCallDelta
+from ..text.textstate import ReasoningDelta
+from ..text.tools import ToolCallDelta
 from .errors import status_of
 from .schemas import Absent, FunctionName, Int, ModelId, needs
 

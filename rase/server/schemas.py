@@ -9,11 +9,11 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
-from ..chat import message_text
+from ..text.chat import message_text
 from ..errors import InvalidRequest
 
 
-# a registered model id (rase.registry's rule), stated in the OpenAPI document
+# a registered model id (rase.store.registry's rule), stated in the OpenAPI document
 MODEL_ID_PATTERN = r"^[A-Za-z0-9_-]+$"
 ModelId = Annotated[str, Field(pattern=MODEL_ID_PATTERN, description="a model id from /v1/models")]
 

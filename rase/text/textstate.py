@@ -1,0 +1,98 @@
+"""One request's text, token by token: feed(token) -> Delta(text that is safe to show, stop).
+
+Wraps the incremental detokenizer and stop strings (stream.TextStream) and the <think> filter
+(thinking.ThinkFilter, whose separated reasoning streams as Delta.reasoning); a stop string
+ends the request. Stop tokens and max_tokens are the
+scheduler's rules (scheduler.Scheduler.update): those tokens never reach feed. The tests'
+single-stream oracle (tests/single_stream.py) uses the same object, so a request gives the
+same text served alone or batched.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from ..engine.sampling import GenerationStopReason
+from .stream import TextStream
+from .thinking import ThinkFilter
+
+
+@dataclass(frozen=True)
+class Delta:
+    text: str                                # visible text to hand out now ("" if none)
+    stop: GenerationStopReason | None = None  # set: this token ends the request
+    calls: tuple = ()                        # tools.ToolCallDelta items completed by this token
+    reasoning: str = ""                      # reasoning text to hand out now (harmony's analysis)
+
+
+@dataclass(frozen=True)
+class ReasoningDelta:
+    """Streamed reasoning text (harmony's analysis channel): the OpenAI surface's
+    reasoning_content, Ollama's thinking."""
+    text: str
+
+
+class TextState:
+    def __init__(self, token_bytes: Callable[[int], bytes], stop: Sequence[str] = (), think: str = "keep",
+                 opened: bool = False) -> None:
+        """think: thinking.MODES; opened: the prompt ends inside a <think> block."""
+        self.token_bytes = token_bytes
+        self._stream = TextStream(token_bytes, stop)
+        self._think = ThinkFilter(think, opened)
+        self._reasoning_sent = 0
+        self.reasoning_tokens = 0  # tokens fed while inside a separated or stripped block
+        self._parts: list[str] = []
+        self.finished = False
+
+    @classmethod
+    def for_tokenizer(cls, tokenizer, **kw) -> "TextState":
+        return cls(lambda t: tokenizer.decode_bytes([t]), **kw)
+
+    def _show(self, delta: str) -> str:
+        visible = self._think.feed(delta) if delta else ""
+        if visible:
+            self._parts.append(visible)
+        return visible
+
+    def feed(self, token: int) -> Delta:
+        """The text this token makes safe to show, and whether a stop string ended the
+        request (the text is cut before it)."""
+        inside = self._think.inside
+        text = self._show(self._stream.push(token))
+        self.reasoning_tokens += inside or self._think.inside
+        return Delta(text, GenerationStopReason.STOP_STRING if self._stream.stopped else None,
+                     reasoning=self.pending_reasoning())
+
+    def finish(self) -> str:
+        """End of the request: the text held back until now (visible part)."""
+        if self.finished:
+            return ""
+        self.finished = True
+        tail = self._show(self._stream.finish())
+        rest = self._think.flush()
+        if rest:
+            self._parts.append(rest)
+        return tail + rest
+
+    def pending_calls(self) -> tuple:
+        """Tool calls not yet handed out (none: plain text; see tools.ToolText)."""
+        return ()
+
+    def pending_reasoning(self) -> str:
+        """Separated reasoning not yet handed out as deltas."""
+        r = self._think.reasoning
+        out, self._reasoning_sent = r[self._reasoning_sent:], len(r)
+        return out
+
+    @property
+    def text(self) -> str:
+        return "".join(self._parts)
+
+    @property
+    def reasoning(self) -> str:
+        return self._think.reasoning
+
+    @property
+    def stop_sequence(self) -> str | None:
+        """The stop string that ended the request, if one did."""
+        return self._stream.matched
