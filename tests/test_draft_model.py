@@ -91,7 +91,7 @@ def test_a_draft_model_drafts_for_all_requests_in_shared_steps(smollm2_store):
     for spec in (None, "draft:smollm2"):
         with Engine(smollm2_store, speculative=spec, n_threads=2, max_batch=8) as e:
             worker = e.session("smollm2").worker
-            batch = worker.scheduler.draft_batch
+            batch = worker.drafter if spec else None  # the draft model
             if batch is not None:
                 real = batch.fwd
 

@@ -116,8 +116,8 @@ def test_perplexity_chunks_batch_with_generation_and_change_no_bit(smollm2_path)
         chats_alone = [chat().result().text for _ in range(2)]
         shared, next_step = [], worker.scheduler.next_step
 
-        def recorded():  # steps holding a chat's decode row and a chunk's logits rows
-            step = next_step()
+        def recorded(now, drafts=None):  # steps holding a chat's decode row and a chunk's logits rows
+            step = next_step(now, drafts)
             if step is not None and step.n_decode and any(r.collect is not None for r, _, _ in step.reads):
                 shared.append(step)
             return step

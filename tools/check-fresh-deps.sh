@@ -22,9 +22,7 @@ chroot "$root" /bin/bash -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractiv
 # the host's own certificate authorities (a proxy's), so that pip reaches PyPI as the host does
 cp -r /usr/local/share/ca-certificates/. "$root/usr/local/share/ca-certificates/"
 chroot "$root" update-ca-certificates >/dev/null
-rm -rf "$root/src" && git clone -q . "$root/src"
-# the checkout as it stands (uncommitted edits too), on the fresh clone's history
-git diff HEAD | (cd "$root/src" && git apply --allow-empty)
+rm -rf "$root/src" && git clone -q . "$root/src"  # what is committed: a fresh clone, as CI has
 chroot "$root" /bin/bash -c 'cd /src && bash tools/install-test-deps.sh && python3 -m venv .venv \
     && RASE_WHEEL_ARCH=aarch64 RASE_WHEEL_DIR=/src/dist bash tools/build-wheels.sh .venv/bin/python \
     && ls dist/*manylinux_2_34_aarch64.whl'

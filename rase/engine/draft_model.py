@@ -1,8 +1,9 @@
 """Drafts from a smaller model that shares the tokenizer (llama-server's --model-draft), for
 all of a worker's speculating requests together.
 
-Each request has a sequence on the draft model's own paged KV pool (DraftSeq: its blocks, and
-the tokens whose K/V they hold). Before a step, DraftBatch.run evaluates, in one draft step,
+Each request has a sequence on the draft model's own paged KV pool: its blocks and the tokens
+whose K/V they hold are its memory in the KV manager's draft group (kv_manager.Memory.draft,
+draft_known); DraftSeq keeps its adaptive draft length. Before a step, DraftModel.run evaluates, in one draft step,
 each request's tokens from the first position where they differ from what its sequence holds
 (the tokens the last step accepted and the one it drew: a rollback is only a shorter prefix),
 then one step per further draft with a row per request still drafting: the greedy
@@ -16,13 +17,13 @@ import time
 
 import numpy as np
 
+from ..errors import RaseError
 from ..kernels import _kernels
 from .drafting import Lookup
-from ..errors import RaseError
-from .scheduler import Ema
+from .kv_manager import KVManager
+from .timing import Ema
 
 log = logging.getLogger("rase")
-BLOCK = _kernels.KV_BLOCK
 
 
 def best_k(a: float, r: float, most: int) -> int:
@@ -39,18 +40,13 @@ def best_k(a: float, r: float, most: int) -> int:
 
 
 class DraftSeq(Lookup):
-    """One request's sequence on the draft model: its drafts come from DraftBatch.run."""
+    """One request's drafting on the draft model: its adaptive draft length (Lookup's k, capped
+    by what pays); its drafts come from DraftModel.run."""
 
-    def __init__(self, batch: "DraftBatch") -> None:
+    def __init__(self, batch: "DraftModel") -> None:
         super().__init__(None)
         self.batch = batch
-        self.blocks: list[int] = []  # pool blocks, position p in blocks[p // BLOCK]
-        self.known: list[int] = []   # the tokens whose K/V the blocks hold, position by position
-        self.pending: list[int] = []  # the drafts of this step (run), handed out by propose
-
-    def propose(self, tokens: list[int], most: int) -> list[int]:
-        out, self.pending = self.pending[:max(0, most)], []
-        return out
+        self.pending: list[int] = []  # the drafts of this step (run)
 
     def _room(self, most: int) -> int:
         """Lookup's k (grown while drafts hold), capped by what pays for this draft model's cost
@@ -66,21 +62,16 @@ class DraftSeq(Lookup):
             self.k, self.idle = 0, 0
         return cap
 
-    def close(self) -> None:
-        """The request is done: its blocks go back (the counters stay for its timings)."""
-        self.batch.free.extend(self.blocks)
-        self.blocks, self.known, self.pending = [], [], []
 
+class DraftModel:
+    """A worker's draft model: its plan's forward over the KV manager's draft pool, steps of up
+    to max_rows rows, run from the worker's thread (its drafter)."""
 
-class DraftBatch:
-    """A worker's draft model: its plan's forward with a pool of n_blocks and steps of up to
-    max_rows rows, run from the worker's thread."""
-
-    def __init__(self, plan, n_blocks: int, max_rows: int, n_threads: int, vocab: int | None = None) -> None:
+    def __init__(self, plan, kv: KVManager, max_rows: int, n_threads: int, vocab: int | None = None) -> None:
         """vocab: the model's vocabulary size; a draft token past it (or past the draft's) ends
         that request's drafts for the step (plan.check_draft allows sizes a little apart)."""
-        self.fwd = _kernels.Forward(plan.weights, n_blocks, max_rows, n_threads)
-        self.free = list(range(n_blocks - 1, -1, -1))
+        self.fwd = _kernels.Forward(plan.weights, kv.n_draft, max_rows, n_threads)
+        self.kv, self.seqs = kv, {}  # request id -> DraftSeq
         self.max_rows, self.n_ctx = max_rows, plan.n_ctx
         self.vocab = min(plan.vocab_size, vocab or plan.vocab_size)
         self.failed = False
@@ -91,40 +82,43 @@ class DraftBatch:
         """A draft step's time in target steps, once both were measured."""
         return None if self.step_s.value is None or not self.target_s else self.step_s.value / self.target_s
 
-    def sequence(self, req) -> DraftSeq:
-        return DraftSeq(self)
-
-    def _reserve(self, seq: DraftSeq, positions: int) -> bool:
-        need = -(-positions // BLOCK) - len(seq.blocks)
-        if need > len(self.free):
-            return False
-        seq.blocks.extend(self.free.pop() for _ in range(max(0, need)))
-        return True
-
-    def run(self, wants: list[tuple[DraftSeq, list[int], int]], target_s: float | None = None) -> None:
-        """wants: (sequence, the request's tokens, the most drafts it may verify); each
-        sequence's pending becomes its drafts (none: not this step). target_s: the worker's
-        decode step in seconds (best_k weighs the drafts' cost by it). A failure of the draft
-        model stops drafting, never the requests."""
+    def propose(self, rooms: dict, target_s: float | None = None) -> dict:
+        """rooms: request -> the most drafts it may verify; its drafts (none: not this step).
+        target_s: the worker's decode step in seconds (best_k weighs the drafts' cost by it). A
+        failure of the draft model stops drafting, never the requests."""
         self.target_s = target_s
+        for req in rooms:
+            if req.id not in self.seqs:
+                self.seqs[req.id] = DraftSeq(self)
+        wants = [(self.seqs[req.id], req, room) for req, room in rooms.items()]
         try:
             if not self.failed:
                 self._run(wants)
         except (RaseError, MemoryError, ValueError) as exc:
             log.warning("the draft model failed; speculation stops for this model: %s", exc)
             self.failed = True
-            for seq, _, _ in wants:
-                seq.pending = []
+        out = {req: seq.pending for seq, req, _ in wants if seq.pending and not self.failed}
+        for seq, _, _ in wants:
+            seq.pending = []
+        return out
+
+    def verified(self, req, drafted: int, accepted: int) -> None:
+        self.seqs[req.id].verified(drafted, accepted)
+
+    def finished(self, req) -> None:
+        """req is done (its draft blocks went back with the rest of its memory: KVManager.free)."""
+        self.seqs.pop(req.id, None)
 
     def _run(self, wants) -> None:
         rows, outs, live, budget = [], [], [], self.max_rows
-        for seq, tokens, most in wants:
+        for seq, req, most in wants:
             seq.pending = []
+            tokens, mem = req.tokens, self.kv.draft(req.id)
             k = min(seq._room(most), self.n_ctx - len(tokens))
-            if k <= 0 or len(tokens) < 1 or not self._reserve(seq, len(tokens) + k - 1):
+            if k <= 0 or len(tokens) < 1 or not self.kv.reserve_draft(req.id, len(tokens) + k - 1):
                 continue
             same = 0
-            for a, b in zip(seq.known, tokens):
+            for a, b in zip(mem.draft_known, tokens):
                 if a != b:
                     break
                 same += 1
@@ -135,29 +129,29 @@ class DraftBatch:
             sid = len(live)
             rows.extend((tokens[p], sid, p) for p in range(same, same + take))
             budget -= take
-            seq.known = tokens[:same + take]
-            live.append((seq, k, sid))
+            mem.draft_known = tokens[:same + take]
+            live.append((mem, sid))
             if same + take == len(tokens):  # caught up: this row's logits give the first draft
-                outs.append((seq, k, sid, len(rows) - 1))
+                outs.append((seq, mem, k, sid, len(rows) - 1))
         if not rows:
             return
-        tables = np.zeros((len(live), max(len(s.blocks) for s, _, _ in live)), np.int32)
-        for seq, _, sid in live:
-            tables[sid, :len(seq.blocks)] = seq.blocks
+        tables = np.zeros((len(live), max(len(m.draft) for m, _ in live)), np.int32)
+        for mem, sid in live:
+            tables[sid, :len(mem.draft)] = mem.draft
         while rows:  # the first step also when it only catches up (its one logits row then unread)
-            read = [o[3] for o in outs] or [len(rows) - 1]
+            read = [o[4] for o in outs] or [len(rows) - 1]
             t0 = time.perf_counter()
             _, logits = self.fwd.step(np.array(rows, np.int32), tables, np.array(read, np.int32))
             if len(rows) <= 2 * len(live):  # a drafting step, not a prompt's catch-up
                 self.step_s.add(time.perf_counter() - t0)
             drawn = np.argmax(logits, axis=1).tolist() if outs else []
             rows, nxt = [], []
-            for (seq, k, sid, _), tok in zip(outs, drawn):
+            for (seq, mem, k, sid, _), tok in zip(outs, drawn):
                 if tok >= self.vocab:  # a token the model does not have: no draft from here on
                     continue
                 seq.pending.append(int(tok))
                 if len(seq.pending) < k:  # evaluate this draft: its logits give the next one
-                    rows.append((int(tok), sid, len(seq.known)))
-                    seq.known.append(int(tok))
-                    nxt.append((seq, k, sid, len(rows) - 1))
+                    rows.append((int(tok), sid, len(mem.draft_known)))
+                    mem.draft_known.append(int(tok))
+                    nxt.append((seq, mem, k, sid, len(rows) - 1))
             outs = nxt

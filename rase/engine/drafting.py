@@ -1,5 +1,7 @@
 """Draft tokens for speculative decoding: prompt lookup (llama.cpp's ngram-simple), and an
-n-gram cache of the requests served before (a draft model's drafts: draft_model.py).
+n-gram cache of the requests served before (a draft model's drafts: draft_model.py). The
+worker's drafter (NgramDrafter here, or draft_model.DraftModel) proposes each decoding request's
+drafts before a step, hears how many held after it, and forgets a request once it finishes.
 
 A request's next tokens are guessed from its own prompt and output: the tokens that followed
 the latest earlier occurrence of its last n tokens (n = 3, then 2, then 1); failing that, what
@@ -51,7 +53,6 @@ class Lookup:
         self.k = K_START
         self.idle = 0                      # tokens decoded since k fell to 0
         self.drafted = self.accepted = 0
-        self.forks: list = []              # the samplers of draft rows, reused step to step
 
     def _index(self, tokens: list[int]) -> None:
         for end in range(self.indexed, len(tokens)):
@@ -91,9 +92,6 @@ class Lookup:
                     return cached
         return []
 
-    def close(self) -> None:
-        """The request is done (a draft model's sequence frees its blocks: draft_model.DraftSeq)."""
-
     def verified(self, drafted: int, accepted: int) -> None:
         """Adapt k: double it while every draft holds, halve it when half or more fail."""
         self.drafted += drafted
@@ -102,3 +100,33 @@ class Lookup:
             self.k = min(K_MAX, max(1, self.k * 2))
         elif 2 * accepted <= drafted:
             self.k //= 2
+
+
+class NgramDrafter:
+    """A worker's prompt-lookup drafts: one Lookup per speculating request, and the NgramCache
+    of the requests it finished."""
+
+    def __init__(self) -> None:
+        self.cache = NgramCache()
+        self.lookups: dict[int, Lookup] = {}  # request id -> its Lookup
+
+    def propose(self, rooms: dict, target_s: float | None = None) -> dict:
+        """rooms: request -> the most drafts it may verify; its drafts (none: not this step)."""
+        out = {}
+        for req, room in rooms.items():
+            lookup = self.lookups.get(req.id)
+            if lookup is None:
+                lookup = self.lookups[req.id] = Lookup(self.cache)
+            guess = lookup.propose(req.tokens, room)
+            if guess:
+                out[req] = guess
+        return out
+
+    def verified(self, req, drafted: int, accepted: int) -> None:
+        self.lookups[req.id].verified(drafted, accepted)
+
+    def finished(self, req) -> None:
+        """req is done: later requests may draft from what it wrote."""
+        self.lookups.pop(req.id, None)
+        if req.collect is None and req.generated:
+            self.cache.add(req.tokens)

@@ -56,13 +56,7 @@ class Request:
     id: int = field(default_factory=lambda: next(_IDS))
     state: State = State.WAITING
     tokens: list[int] = field(default_factory=list)
-    n_computed: int = 0
-    table: list[int] = field(default_factory=list)
-    nodes: list = field(default_factory=list)
-    reserved: int = 0
-    cache_chain: bool = True
-    slot: int = -1               # a hybrid's recurrent-state slot while it runs (state_cache.StateSlots)
-    lookup: Any = None           # drafting.Lookup: its speculative drafts, when the worker speculates
+    n_computed: int = 0          # positions whose K/V the pool holds (its memory: the KV manager's, by id)
     cached_tokens: int = 0
     generated: int = 0
     stop_reason: GenerationStopReason | None = None
@@ -74,6 +68,8 @@ class Request:
     first_token: float | None = None
     last_token: float | None = None
     logprob_entries: list = field(default_factory=list)  # logprobs.TokenLogprob per shown token
+    drafted: int | None = None      # draft tokens its steps verified (None: it does not speculate)
+    draft_accepted: int = 0         # of those, the ones that held
 
     def __post_init__(self) -> None:
         if not self.tokens:
@@ -105,8 +101,8 @@ class Request:
                        prompt_per_second=round(prompt_n / prompt_s, 2) if prompt_s > 0 else None,
                        predicted_n=self.generated, predicted_ms=round(gen_s * 1e3, 3),
                        predicted_per_second=round((self.generated - 1) / gen_s, 2) if gen_s > 0 else None)
-        if self.lookup is not None:  # llama-server's names
-            timings.update(draft_n=self.lookup.drafted, draft_n_accepted=self.lookup.accepted)
+        if self.drafted is not None:  # llama-server's names
+            timings.update(draft_n=self.drafted, draft_n_accepted=self.draft_accepted)
         calls = list(getattr(self.text, "calls", ()))
         if calls and reason != "cancelled":
             reason = "tool_calls"

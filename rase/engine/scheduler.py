@@ -4,27 +4,28 @@ next_step() admits waiting requests (first come, first served, as long as the KV
 their whole budget), then lays out one step: one decode row for every running request whose
 prompt is done, followed by prompt chunks of the others (oldest first) within a token budget
 sized so that the running requests' time between tokens stays near `tbt_target_ms`.
-update(step, tokens, seconds) folds the sampled tokens back: text, stops, finished requests.
+update(step, tokens, seconds, now) folds the sampled tokens back: text, stops, finished requests.
 Prompt-only requests sample nothing: a collector reads their rows, the final hidden states
 (embeddings.Pooling) or the logits (perplexity.Scoring), at most `max_logit_rows` logits rows a
 step; an encoder's input (causal=False) goes whole into one step and holds no KV block.
-Cancellation is honoured at the start of every next_step(). No threads, no kernels: tests drive
-it with made-up tokens.
+Cancellation is honoured at the start of every next_step(now). Speculation: draft_rooms() says
+how many drafts each decoding request may verify, the worker's drafter proposes them, and
+next_step(now, drafts) lays them out as extra rows of their sequence. No threads, no kernels, no
+clock (time is an argument): tests drive it with made-up tokens.
 """
 from __future__ import annotations
 
-import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from ..errors import RaseError
-from .sampling import GenerationStopReason
-from .kv_cache import KVCache
+from .kv_manager import KVManager
 from .logprobs import token_logprob
 from .request import Request, State
+from .sampling import GenerationStopReason
+from .timing import Ema
 
 
 @dataclass
@@ -52,33 +53,19 @@ class Step:
     reads: list = field(default_factory=list)  # (request, start, stop): its slice of hidden (embd_rows) or logits
     slots: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))  # seq -> recurrent-state slot
     drafts: dict = field(default_factory=dict)  # request -> the draft tokens its rows verify (speculation)
-
-
-class Ema:
-    """A moving mean (None until the first value)."""
-
-    def __init__(self, alpha: float = 0.2) -> None:
-        self.alpha, self.value = alpha, None
-
-    def add(self, x: float) -> None:
-        self.value = x if self.value is None else self.value + self.alpha * (x - self.value)
+    verified: dict = field(default_factory=dict)  # request -> (drafts verified, accepted), after update
 
 
 class Scheduler:
-    def __init__(self, kv: KVCache, max_batch: int = 8, max_chunk: int = 512, min_chunk: int = 16,
+    def __init__(self, kv: KVManager, max_batch: int = 8, max_chunk: int = 512, min_chunk: int = 16,
                  tbt_target_ms: float = 100.0, causal: bool = True, max_logit_rows: int = 512,
-                 speculative: bool = False, draft_batch: Any = None) -> None:
-        """speculative: requests decode drafts (drafting.py: prompt lookup, earlier requests'
-        n-grams), verified as extra rows of their sequence: the same tokens, fewer steps.
-        draft_batch: a draft model's drafts instead (draft_model.DraftBatch), made for all
-        decoding requests before each step."""
+                 speculative: bool = False) -> None:
+        """speculative: decoding requests verify drafts (the worker's drafter proposes them:
+        drafting.py, draft_model.py) as extra rows of their sequence: the same tokens, fewer
+        steps."""
         self.kv, self.causal, self.max_logit_rows = kv, causal, max_logit_rows
         self.speculative = speculative and causal and kv.state is None  # a recurrent state cannot step back
-        self.ngrams, self.draft_batch = None, draft_batch
-        if self.speculative and draft_batch is None:
-            from .drafting import NgramCache
-
-            self.ngrams = NgramCache()
+        self._forks: dict[int, list] = {}  # request id -> the samplers of its draft rows, reused step to step
         self.max_batch, self.max_chunk, self.min_chunk = max_batch, max_chunk, min_chunk
         self.tbt_target = tbt_target_ms / 1e3
         self.waiting: deque[Request] = deque()
@@ -100,20 +87,16 @@ class Scheduler:
 
     def _finish(self, req: Request, reason: GenerationStopReason | None, error: BaseException | None = None,
                 text: str = "", calls: tuple = (), reasoning: str = "") -> Event:
-        if self.ngrams is not None and req.collect is None and req.generated:
-            self.ngrams.add(req.tokens)  # later requests may draft from what this one wrote
-        if req.lookup is not None:
-            req.lookup.close()
+        self._forks.pop(req.id, None)
         if req.state is State.RUNNING:
-            self.kv.release(req)
+            self.kv.free(req.id, req.tokens, req.n_computed)
             self.running.remove(req)
         req.state = State.DONE
         req.stop_reason, req.error = reason, error
         text += req.text.finish()
         return Event(req, text, True, calls + req.text.pending_calls(), reasoning=reasoning + req.text.pending_reasoning())
 
-    def _sweep_cancelled(self) -> None:
-        now = time.monotonic()
+    def _sweep_cancelled(self, now: float) -> None:
         for queue in (self.waiting, self.running):
             for req in [r for r in queue if r.cancel_requested or (r.deadline is not None and now >= r.deadline)]:
                 if queue is self.waiting:
@@ -133,10 +116,12 @@ class Scheduler:
             first = req.after
             if first is not None and first.state is not State.DONE and first.n_computed < len(first.prompt):
                 break  # a sibling choice: admitted once the shared prompt is in the prefix cache
-            if not self.kv.admit(req, req.max_positions if self.causal else 0, cached=req.collect is None):
+            computed = self.kv.allocate(req.id, req.tokens, req.max_positions if self.causal else 0,
+                                        cached=req.collect is None)
+            if computed is None:
                 break  # FCFS: later requests wait behind it
             self.waiting.popleft()
-            req.cached_tokens = req.n_computed
+            req.n_computed = req.cached_tokens = computed
             req.state = State.RUNNING
             self.running.append(req)
             generating += req.collect is None
@@ -158,8 +143,26 @@ class Scheduler:
         spare = self.tbt_target - (self._decode_s.value or 0.0)
         return int(min(self.max_chunk, max(self.min_chunk, spare / max(self._prefill_tok_s.value, 1e-6))))
 
-    def next_step(self) -> Step | None:
-        self._sweep_cancelled()
+    @property
+    def decode_seconds(self) -> float | None:
+        """A decode-only step's moving mean, in seconds (None until measured)."""
+        return self._decode_s.value
+
+    def draft_rooms(self) -> dict[Request, int]:
+        """The running requests that decode next and may verify drafts, each with how many
+        (speculative only): the drafter proposes at most that many for each."""
+        rooms = {}
+        for req in self.running:
+            if req.remaining == 1 and req.collect is None:
+                room = self._draft_room(req)
+                if room > 0:
+                    rooms[req] = room
+        return rooms
+
+    def next_step(self, now: float, drafts: dict[Request, list[int]] | None = None) -> Step | None:
+        """The next step at time now (monotonic seconds); drafts: the drafter's tokens for the
+        requests draft_rooms() named (the ones still decoding verify them)."""
+        self._sweep_cancelled(now)
         self._admit()
         if not self.running:
             return None
@@ -173,18 +176,14 @@ class Scheduler:
         embd_rows: list[int] = []
         logit_rows: list[int] = []
         reads: list[tuple[Request, int, int]] = []
-        drafts: dict[Request, list[int]] = {}
+        verify: dict[Request, list[int]] = {}
         samplers: list = []
-        rooms = [self._draft_room(req) for req in decode]
-        if self.draft_batch is not None:
-            self.draft_batch.run([(r.lookup, r.tokens, room) for r, room in zip(decode, rooms) if room > 0],
-                                 self._decode_s.value)
-        for req, room in zip(decode, rooms):
-            guess, masks = self._drafts(req, room) if room > 0 else ([], [])
+        for req in decode:
+            guess, masks = self._drafts(req, (drafts or {}).get(req, []))
             if guess:
-                drafts[req] = guess
+                verify[req] = guess
             n = req.n_computed
-            self.kv.grow(req, n + 1 + len(guess))
+            self.kv.extend(req.id, n + 1 + len(guess))
             for i, token in enumerate([req.tokens[n]] + guess):  # each position's logits verify the next draft
                 out_rows.append(len(rows))
                 out.append(req)
@@ -206,7 +205,7 @@ class Scheduler:
             budget -= take
             n_prefill += take
             if self.causal:
-                self.kv.grow(req, req.n_computed + take)
+                self.kv.extend(req.id, req.n_computed + take)
             start = req.n_computed
             if req.collect is not None:
                 read = embd_rows if req.collect.source == "hidden" else logit_rows
@@ -222,10 +221,10 @@ class Scheduler:
             counts.append(take)
         if not seqs:
             return None  # encoder inputs waiting for a step with room (none is running yet)
-        width = max(1, max(len(r.table) for r in seqs))
-        tables = np.zeros((len(seqs), width), np.int32)
-        for i, r in enumerate(seqs):
-            tables[i, :len(r.table)] = r.table
+        held = [self.kv.table(r.id) for r in seqs]
+        tables = np.zeros((len(seqs), max(1, max(map(len, held)))), np.int32)
+        for i, table in enumerate(held):
+            tables[i, :len(table)] = table
         for req in dict.fromkeys(out):  # the grammar's mask for the token its first out row samples
             if req.constraint is not None:
                 req.sampler.mask = req.constraint.fill()
@@ -233,7 +232,8 @@ class Scheduler:
         reads = [(r, a + n_out, b + n_out) if r.collect.source == "logits" else (r, a, b) for r, a, b in reads]
         return Step(np.array(rows, np.int32).reshape(-1, 3), tables, np.array(out_rows + logit_rows, np.int32),
                     out, seqs, counts, len(decode), n_prefill, samplers + [None] * len(logit_rows),
-                    np.array(embd_rows, np.int32), reads, np.array([r.slot for r in seqs], np.int32), drafts)
+                    np.array(embd_rows, np.int32), reads,
+                    np.array([self.kv.slot(r.id) for r in seqs], np.int32), verify)
 
     def _accepted(self, step: Step, tokens) -> dict[Request, int]:
         """Per verified request: how many of its drafts the tokens its rows drew confirm (each
@@ -245,19 +245,20 @@ class Scheduler:
             while m < len(guess) and isinstance(tokens[j + m], int) and int(tokens[j + m]) == guess[m]:
                 m += 1
             out[req] = m
-            req.lookup.verified(len(guess), m)
+            step.verified[req] = (len(guess), m)
+            req.drafted += len(guess)
+            req.draft_accepted += m
             if req.config.temperature > 0:
                 req.sampler.skip(m)  # its own row drew once; the m accepted rows' draws are its next ones
             self.drafted += len(guess)
             self.draft_accepted += m
         return out
 
-    @staticmethod
-    def _fork(req: Request, i: int, guess: list[int], mask=None):
+    def _fork(self, req: Request, i: int, guess: list[int], mask=None):
         """The sampler of a draft's row i: the request's as it will be i draws on, its penalties
         counting the tokens before the row, with the grammar's mask after the drafts before it
         (kept for reuse)."""
-        forks = req.lookup.forks
+        forks = self._forks.setdefault(req.id, [])
         while len(forks) < i:
             forks.append(None)
         # the request's counts hold every token so far; row i samples after drafts 1..i too
@@ -274,22 +275,18 @@ class Scheduler:
         calls, reasoning gates)."""
         if not self.speculative or (req.constraint is not None and not hasattr(req.constraint, "draft_masks")):
             return 0
-        if req.lookup is None:
-            if self.draft_batch is not None:
-                req.lookup = self.draft_batch.sequence(req)
-            else:
-                from .drafting import Lookup
-
-                req.lookup = Lookup(self.ngrams)
+        if req.drafted is None:
+            req.drafted = 0  # it speculates: its timings count its drafts
         # room: the tokens it may still sample, the last of which needs no draft after it
         room = req.config.max_tokens - req.generated - 1
         if req.config.draft_max is not None:
             room = min(room, req.config.draft_max)
         return room
 
-    def _drafts(self, req: Request, room: int) -> tuple[list[int], list]:
-        """req's draft tokens (at most room) and its rows' grammar masks."""
-        guess, masks = req.lookup.propose(req.tokens, room), []
+    @staticmethod
+    def _drafts(req: Request, guess: list[int]) -> tuple[list[int], list]:
+        """The drafts req verifies (a prefix of its drafter's guess) and its rows' grammar masks."""
+        masks: list = []
         if guess and req.constraint is not None:
             guess, masks = req.constraint.draft_masks(guess)
         return (guess, masks) if len(guess) >= max(1, req.config.draft_min) else ([], [])
@@ -319,7 +316,7 @@ class Scheduler:
         accepted = self._accepted(step, tokens)
         for req, n in zip(step.seqs, step.counts):
             req.n_computed += n if req not in accepted else accepted[req] + 1  # rejected drafts' K/V is left behind
-            self.kv.commit(req)
+            self.kv.commit(req.id, req.tokens, req.n_computed)
         events, self.events = self.events, []
         for req, a, b in step.reads:
             req.collect.add((hidden if req.collect.source == "hidden" else logits)[a:b])

@@ -1,10 +1,10 @@
 """ModelWorker: the one thread per loaded model that runs its forward.
 
 Everyone else sends it requests (submit -> RequestHandle) and cancellations (a flag on the
-request); it loops: take new requests, let the scheduler plan a step, run the step (forward
-and sampling of every row, GIL released), hand the scheduler the tokens, push text and ends to
-the handles. Idle, it sleeps on a condition variable. Different models have different workers
-and run in parallel.
+request); it loops: take new requests, have the drafter propose drafts where the scheduler
+allows them, let the scheduler plan a step, run the step (forward and sampling of every row,
+GIL released), hand the scheduler the tokens, push text and ends to the handles. Idle, it
+sleeps on a condition variable. Different models have different workers and run in parallel.
 """
 from __future__ import annotations
 
@@ -19,9 +19,10 @@ from ..kernels import _kernels
 from ..config import PROFILE, default_threads
 from ..errors import ContextOverflow, InvalidRequest, ModelUnloaded, Overloaded, RaseError, WrongModelKind
 from .sampling import GenerationConfig, make_sampler, token_or_error
-from .kv_cache import KVCache, blocks_for
+from .drafting import NgramDrafter
+from .kv_manager import KVManager, blocks_for
 from .logprobs import LogprobDelta
-from .draft_model import DraftBatch
+from .draft_model import DraftModel
 from ..store.plan import ModelPlan, check_kv_type
 from .profiling import profile_add
 from .request import NoText, Request
@@ -97,17 +98,17 @@ class ModelWorker:
                                     n_threads or default_threads(), running + checkpoints, kv_type=kv_type)
         state = StateSlots(running, checkpoints, every, self.fwd.copy_state, plan.weights.state_bytes) \
             if plan.weights.state_bytes else None
-        self.kv = KVCache(n_blocks, _kernels.KV_BLOCK, prefix_cache and self.causal, copy_rows=self.fwd.copy_rows,
-                          state=state, max_tails=2 * max_batch)
-        logit_rows = max(1, min(self.max_chunk, LOGIT_READS_MB * (1 << 20) // (4 * plan.vocab_size)))
+        drafting = speculative and draft is not None and self.causal and state is None  # Scheduler.speculative
         # a draft model's pool holds as many positions as this one's (its rows are smaller)
-        drafts = None
-        if speculative and draft is not None and self.causal:
-            drafts = DraftBatch(draft, n_blocks, max_batch + self.max_chunk, n_threads or default_threads(),
-                                plan.vocab_size)
+        self.kv = KVManager(n_blocks, _kernels.KV_BLOCK, prefix_cache and self.causal, copy_rows=self.fwd.copy_rows,
+                            state=state, max_tails=2 * max_batch, draft_blocks=n_blocks if drafting else 0)
+        logit_rows = max(1, min(self.max_chunk, LOGIT_READS_MB * (1 << 20) // (4 * plan.vocab_size)))
         self.scheduler = Scheduler(self.kv, max_batch=max_batch, max_chunk=self.max_chunk, tbt_target_ms=tbt_target_ms,
-                                   causal=self.causal, max_logit_rows=logit_rows, speculative=speculative,
-                                   draft_batch=drafts)
+                                   causal=self.causal, max_logit_rows=logit_rows, speculative=speculative)
+        self.drafter = None  # proposes drafts for the requests the scheduler lets speculate
+        if self.scheduler.speculative:
+            self.drafter = DraftModel(draft, self.kv, max_batch + self.max_chunk, n_threads or default_threads(),
+                                      plan.vocab_size) if drafting else NgramDrafter()
         self._cond = threading.Condition()
         self._inbox: list[Request] = []
         self._closing = False
@@ -254,7 +255,9 @@ class ModelWorker:
             for req in inbox:
                 self.scheduler.add(req)
             try:
-                step = self.scheduler.next_step()
+                drafts = self.drafter.propose(self.scheduler.draft_rooms(), self.scheduler.decode_seconds) \
+                    if self.drafter is not None else None
+                step = self.scheduler.next_step(time.monotonic(), drafts)
             except Exception as exc:
                 self._crash("scheduling a step", exc)
                 continue
@@ -277,6 +280,8 @@ class ModelWorker:
             except Exception as exc:
                 self._crash("folding a step back", exc)
                 continue
+            for req, (drafted, accepted) in step.verified.items():
+                self.drafter.verified(req, drafted, accepted)
             self._deliver(events)
             self.counters["rows"] += len(step.rows)
             self.counters["step_s"] += t2 - t1
@@ -299,6 +304,8 @@ class ModelWorker:
             if ev.logprobs:
                 handle.push(LogprobDelta(ev.logprobs))
             if ev.done:
+                if self.drafter is not None:
+                    self.drafter.finished(req)
                 with self._cond:
                     self._pending -= 1
                     self._request_s += 0.1 * ((time.monotonic() - req.submitted) - self._request_s)
