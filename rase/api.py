@@ -25,7 +25,7 @@ from .store.plan import KV_TYPES
 from .engine.sampling import GenerationConfig
 from .engine.logprobs import MAX_TOP_CHAT, MAX_TOP_COMPLETION
 from .store.registry import ModelRegistry, validate_model_id
-from .engine.request import Completion
+from .output import Completion
 from .session.session import DEVICES, SessionCache, load_session
 from .text.structured import grammar_spec
 from .text.tools import ToolSpec, tool_spec
@@ -284,12 +284,12 @@ class Engine:
         try:
             while True:
                 try:
-                    delta = handle.get(timeout=0.02)
+                    out = handle.next_output(timeout=0.02)
                 except StopIteration:
                     break
                 if handle.cancelled:
                     continue  # drain to the end; nothing more reaches the caller
-                text = delta if isinstance(delta, str) else ""
+                text = out.text if out is not None else ""
                 shown.append(text)
                 if cancelled() or (text and on_delta is not None and on_delta(text) is False):
                     handle.cancel()

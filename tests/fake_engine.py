@@ -10,7 +10,7 @@ import numpy as np
 from rase.engine.channel import RequestHandle
 from rase.errors import InvalidRequest
 from rase.store.registry import ModelRegistry
-from rase.engine.request import Completion
+from rase.output import Completion
 
 
 class FakeEngine:

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from rase.errors import Cancelled, ContextOverflow
-from rase.engine.sampling import GenerationConfig, GenerationStopReason, make_sampler, sampled, stop_tokens_with_eos
+from rase.engine.sampling import GenerationConfig, make_sampler, sampled, stop_tokens_with_eos
+from rase.output import GenerationStopReason
 from rase.text.textstate import TextState
 
 

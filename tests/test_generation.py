@@ -12,7 +12,8 @@ from rase import ContextOverflow, GGUFFile, InvalidGenerationConfig
 from rase.kernels._kernels import Sampler
 from rase.text.chat import select_template
 from rase.engine.decoder import load_gguf_decoder
-from rase.engine.sampling import GenerationConfig, GenerationStopReason, make_sampler
+from rase.engine.sampling import GenerationConfig, make_sampler
+from rase.output import GenerationStopReason
 from tests.single_stream import generate, generate_with
 from rase.text.structured import GrammarVocab, grammar_spec
 from tests.single_stream import run_text

@@ -9,7 +9,7 @@ import pytest
 
 from rase.store.gguf import GGUFFile
 from rase.text.harmony import HarmonyText, call_grammar, control_ids
-from rase.engine.sampling import GenerationStopReason
+from rase.output import GenerationStopReason
 from rase.text.tokenizer import LocalTokenizer
 from rase.text.tools import tool_spec
 from tests.test_archs import ARCHS

@@ -6,11 +6,12 @@ import numpy as np
 import pytest
 
 from rase.errors import InvalidLogits
-from rase.engine.sampling import GenerationConfig, GenerationStopReason, token_or_error
+from rase.engine.sampling import GenerationConfig, token_or_error
+from rase.output import GenerationStopReason
 from rase.engine.kv_manager import KVManager
 from rase.engine.request import Request, State
 from rase.engine.scheduler import Scheduler
-from rase.text.textstate import Delta
+from rase.output import Output
 
 BS = 32
 
@@ -23,7 +24,7 @@ class Text:
 
     def feed(self, token):
         self.parts.append(f"{token} ")
-        return Delta(f"{token} ", GenerationStopReason.STOP_STRING if token == 99 else None)
+        return Output(f"{token} ", stop=GenerationStopReason.STOP_STRING if token == 99 else None)
 
     def finish(self):
         self.finished = True

@@ -439,3 +439,19 @@ def test_chat_template_kwargs_over_http(server):
     bad = httpx.post(server + "/v1/chat/completions", json={**body, "chat_template_kwargs": {"messages": []}},
                      timeout=60)
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "chat_template_kwargs"
+
+
+def test_the_dialects_render_output_records_without_asking_their_kind():
+    """One record per token (output.Output) reaches every surface; each dialect renders its
+    fields, so no router asks what kind of output it holds (isinstance on output classes)."""
+    import ast
+    from pathlib import Path
+
+    kinds = {"Output", "ReasoningDelta", "LogprobDelta", "ToolCallDelta", "Delta", "TokenLogprob"}
+    for path in sorted((Path(__file__).resolve().parents[1] / "rase" / "server").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "isinstance":
+                names = {n.id for n in ast.walk(node.args[1]) if isinstance(n, ast.Name)}
+                assert not names & kinds, f"{path.name}:{node.lineno} asks an output's kind"
+            if isinstance(node, ast.ImportFrom):
+                assert not {a.name for a in node.names} & kinds, f"{path.name}:{node.lineno} imports an output kind"

@@ -1,10 +1,12 @@
 """RequestHandle: the one bridge between a model's worker thread and every surface.
 
-The worker pushes text deltas and then exactly one end (a Completion, or an exception); the
-consumer iterates deltas from any thread (`for d in handle`) or event loop (`async for d in
-handle`), or waits for the end (`result()`, `await aresult()`). `cancel()` may be called from
-anywhere at any time; the request leaves the batch at the next step and still ends (with
-finish_reason "cancelled"). Closing an iterator early cancels.
+The worker pushes one output.Output per token that shows something, then exactly one end (a
+Completion, or an exception); the consumer reads them from any thread (`outputs()`) or event
+loop (`aoutputs()`), or waits for the end (`result()`, `await aresult()`). Iterating the handle
+itself (`for d in handle`, `async for d in handle`) gives the Python API's stream items
+(output.python_items: text, and reasoning, tool-call and logprob items). `cancel()` may be
+called from anywhere at any time; the request leaves the batch at the next step and still ends
+(with finish_reason "cancelled"). Closing an iterator early cancels.
 """
 from __future__ import annotations
 
@@ -13,9 +15,9 @@ import queue
 import threading
 from typing import AsyncIterator, Callable, Iterator
 
-from .request import Completion
+from ..output import Completion, Output, python_items
 
-_DELTA, _END, _ERROR = 0, 1, 2
+_OUTPUT, _END, _ERROR = 0, 1, 2
 STOP_WAIT_S = 30.0  # a cancelled request ends within one step; closing a stream waits that long at most
 
 
@@ -42,9 +44,9 @@ class RequestHandle:
             except RuntimeError:  # that loop is closed: its consumer is gone
                 pass
 
-    def push(self, text: str) -> None:
-        if text:
-            self._put((_DELTA, text))
+    def push(self, out: Output) -> None:
+        if out:
+            self._put((_OUTPUT, out))
 
     def finish(self, completion: Completion) -> None:
         self._end((_END, completion))
@@ -83,31 +85,41 @@ class RequestHandle:
             raise TimeoutError("the request has not finished")
         return self._outcome_value()
 
-    def get(self, timeout: float | None = None) -> str | None:
-        """The next delta; None on timeout; StopIteration at the end (errors raised)."""
+    def next_output(self, timeout: float | None = None) -> Output | None:
+        """The next Output; None on timeout; StopIteration at the end (errors raised)."""
         try:
             kind, value = self._items.get(timeout=timeout)
         except queue.Empty:
             return None
-        if kind == _DELTA:
+        if kind == _OUTPUT:
             return value
         self._items.put((kind, value))  # the end stays visible to later reads
         if kind == _ERROR:
             raise value
         raise StopIteration
 
-    def __iter__(self) -> Iterator[str]:
+    def outputs(self) -> Iterator[Output]:
+        """Every Output until the end (errors raised); leaving early cancels the request and
+        returns once it has stopped."""
         try:
             while True:
                 try:
-                    delta = self.get()
+                    out = self.next_output()
                 except StopIteration:
                     return
-                yield delta
+                yield out
         finally:
-            if not self.done:  # the consumer left early: stop, and return once it has stopped
+            if not self.done:
                 self.cancel()
                 self._done.wait(timeout=STOP_WAIT_S)
+
+    def __iter__(self) -> Iterator:
+        outputs = self.outputs()
+        try:
+            for out in outputs:
+                yield from python_items(out)
+        finally:
+            outputs.close()  # left early: cancel, and wait for the stop
 
     async def _next(self) -> tuple[int, object]:
         loop = asyncio.get_running_loop()
@@ -130,11 +142,12 @@ class RequestHandle:
             with self._lock:
                 self._waiters.remove((loop, event))
 
-    async def __aiter__(self) -> AsyncIterator[str]:
+    async def aoutputs(self) -> AsyncIterator[Output]:
+        """Every Output until the end, from an event loop; leaving early cancels the request."""
         try:
             while True:
                 kind, value = await self._next()
-                if kind == _DELTA:
+                if kind == _OUTPUT:
                     yield value
                     continue
                 self._items.put((kind, value))
@@ -144,12 +157,20 @@ class RequestHandle:
         finally:
             self.cancel()
 
+    async def __aiter__(self) -> AsyncIterator:
+        try:
+            async for out in self.aoutputs():
+                for item in python_items(out):
+                    yield item
+        finally:
+            self.cancel()
+
     async def aresult(self) -> Completion:
         """Await the end; cancelling the awaiting task cancels the request."""
         try:
             while not self.done:
                 kind, value = await self._next()
-                if kind != _DELTA:
+                if kind != _OUTPUT:
                     self._items.put((kind, value))
             return self._outcome_value()
         except asyncio.CancelledError:

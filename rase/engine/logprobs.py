@@ -24,13 +24,6 @@ class TokenLogprob:
         return self.bytes.decode("utf-8", "replace")
 
 
-@dataclass(frozen=True)
-class LogprobDelta:
-    """Streamed with the tokens it describes (their text may follow later: stop strings are
-    held back until they cannot match)."""
-    entries: tuple[TokenLogprob, ...]
-
-
 def token_logprob(row: np.ndarray, token: int, top: int, token_bytes: Callable[[int], bytes]) -> TokenLogprob:
     x = np.asarray(row, dtype=np.float32)
     m = float(x.max())

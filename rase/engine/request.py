@@ -13,7 +13,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .sampling import GenerationConfig, GenerationStopReason
+from ..output import Completion, GenerationStopReason
+from .sampling import GenerationConfig
 
 _IDS = itertools.count(1)
 
@@ -24,28 +25,11 @@ class State(enum.Enum):
     DONE = "done"
 
 
-@dataclass
-class Completion:
-    text: str
-    finish_reason: str          # "stop" | "length" | "tool_calls" | "cancelled"
-    prompt_tokens: int
-    completion_tokens: int
-    reasoning: str = ""
-    cached_tokens: int = 0      # prompt tokens whose K/V came from the prefix cache
-    timings: dict = field(default_factory=dict)
-    tool_calls: list = field(default_factory=list)  # tools.ToolCall (finish_reason "tool_calls")
-    logprobs: list | None = None  # logprobs.TokenLogprob per token, when asked
-    embedding: Any = None       # float32 (n_embd,): an embedding request's pooled vector
-    nll: Any = None             # float64 (k,): a scoring request's -log p of each scored next token
-    reasoning_tokens: int = 0   # completion tokens that were reasoning (a <think> block with its tags, harmony's analysis)
-    stop_sequence: str | None = None  # the stop string that ended it (finish_reason "stop")
-
-
 @dataclass(eq=False)
 class Request:
     prompt: list[int]
     config: GenerationConfig     # stop_tokens include the model's EOS when it stops on it
-    text: Any                    # TextState-like: feed(token) -> Delta, finish(), pending_calls(),
+    text: Any                    # TextState-like: feed(token) -> output.Output, finish(), pending_calls(),
                                  # pending_reasoning(), text, reasoning
     sampler: Any = None          # _kernels.Sampler (opaque to the scheduler)
     constraint: Any = None       # structured.Constraint: the grammar its tokens must follow, or None

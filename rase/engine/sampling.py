@@ -1,11 +1,10 @@
-"""Sampling settings and their outcomes: GenerationConfig (validated request fields), the stop
-reasons, and the C sampler built from a config. The extension is imported only where a sampler
+"""Sampling settings: GenerationConfig (validated request fields) and the C sampler built from a
+config, and what a sampler's answer stands for (a request's stop reasons: output.py). The extension is imported only where a sampler
 is built or its answer read, so the scheduler (which only reads configs and stop reasons) never
 imports it.
 """
 from __future__ import annotations
 
-import enum
 import math
 from dataclasses import dataclass
 
@@ -56,20 +55,6 @@ class GenerationConfig:
                 raise bad(f"invalid generation configuration: logit_bias key {tid!r} is not a token id")
             if not (math.isfinite(value) and -100.0 <= value <= 100.0):
                 raise bad(f"invalid generation configuration: logit_bias of token {tid} must be in [-100, 100]")
-
-
-class GenerationStopReason(enum.Enum):
-    STOP_TOKEN = "stop_token"    # EOS or a configured stop token (kept in tokens)
-    STOP_STRING = "stop_string"  # the caller's text check asked to stop
-    MAX_TOKENS = "max_tokens"
-    CANCELLED = "cancelled"
-    GRAMMAR = "grammar"          # the request's grammar is complete: nothing may follow
-    TIME_LIMIT = "time_limit"    # the server's wall-clock limit per request ran out
-
-    @property
-    def finish_reason(self) -> str:
-        """OpenAI's finish_reason."""
-        return "length" if self in (GenerationStopReason.MAX_TOKENS, GenerationStopReason.TIME_LIMIT) else "stop"
 
 
 def make_sampler(config: GenerationConfig, n_vocab: int) -> "rase.kernels._kernels.Sampler":

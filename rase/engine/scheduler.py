@@ -16,26 +16,24 @@ clock (time is an argument): tests drive it with made-up tokens.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from ..errors import RaseError
+from ..output import GenerationStopReason, Output
 from .kv_manager import KVManager
 from .logprobs import token_logprob
 from .request import Request, State
-from .sampling import GenerationStopReason
 from .timing import Ema
 
 
 @dataclass
 class Event:
+    """What a step (or a cancellation) hands a request's channel: its Output, and whether it ended."""
     request: Request
-    text: str = ""
+    output: Output = Output()
     done: bool = False
-    calls: tuple = ()   # tool-call deltas, after the text
-    reasoning: str = ""  # reasoning text to hand out, before the text (harmony's analysis)
-    logprobs: tuple = ()  # logprobs.TokenLogprob of the token this event carries
 
 
 @dataclass
@@ -86,15 +84,17 @@ class Scheduler:
         return bool(self.waiting or self.running)
 
     def _finish(self, req: Request, reason: GenerationStopReason | None, error: BaseException | None = None,
-                text: str = "", calls: tuple = (), reasoning: str = "") -> Event:
+                out: Output = Output()) -> Event:
+        """req ends with reason (or error); its last Event: out and what its text state held back."""
         self._forks.pop(req.id, None)
         if req.state is State.RUNNING:
             self.kv.free(req.id, req.tokens, req.n_computed)
             self.running.remove(req)
         req.state = State.DONE
         req.stop_reason, req.error = reason, error
-        text += req.text.finish()
-        return Event(req, text, True, calls + req.text.pending_calls(), reasoning=reasoning + req.text.pending_reasoning())
+        text = out.text + req.text.finish()
+        calls = out.calls + req.text.pending_calls()
+        return Event(req, Output(text, out.reasoning + req.text.pending_reasoning(), calls, out.logprobs), True)
 
     def _sweep_cancelled(self, now: float) -> None:
         for queue in (self.waiting, self.running):
@@ -347,18 +347,14 @@ class Scheduler:
             if token in req.stop_tokens:  # kept in tokens, never shown
                 events.append(self._finish(req, GenerationStopReason.STOP_TOKEN))
                 continue
-            lps = ()
+            out = req.text.feed(token)
             if req.logprobs is not None and logits is not None:
-                lps = (token_logprob(logits[j], token, req.logprobs, req.text.token_bytes),)
-                req.logprob_entries.extend(lps)
-            delta = req.text.feed(token)
-            stop = delta.stop or (GenerationStopReason.GRAMMAR if req.constraint is not None and req.constraint.complete
-                                  else GenerationStopReason.MAX_TOKENS if req.generated >= req.config.max_tokens
-                                  else None)
-            ev = self._finish(req, stop, text=delta.text, calls=delta.calls, reasoning=delta.reasoning) if stop \
-                else Event(req, delta.text, calls=delta.calls, reasoning=delta.reasoning)
-            ev.logprobs = lps
-            events.append(ev)
+                out = replace(out, logprobs=(token_logprob(logits[j], token, req.logprobs, req.text.token_bytes),))
+                req.logprob_entries.extend(out.logprobs)
+            stop = out.stop or (GenerationStopReason.GRAMMAR if req.constraint is not None and req.constraint.complete
+                                else GenerationStopReason.MAX_TOKENS if req.generated >= req.config.max_tokens
+                                else None)
+            events.append(self._finish(req, stop, out=out) if stop else Event(req, out))
         return events
 
     def drain_events(self) -> list[Event]:

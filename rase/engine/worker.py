@@ -21,7 +21,6 @@ from ..errors import ContextOverflow, InvalidRequest, ModelUnloaded, Overloaded,
 from .sampling import GenerationConfig, make_sampler, token_or_error
 from .drafting import NgramDrafter
 from .kv_manager import KVManager, blocks_for
-from .logprobs import LogprobDelta
 from .draft_model import DraftModel
 from ..store.plan import ModelPlan, check_kv_type
 from .profiling import profile_add
@@ -29,7 +28,6 @@ from .request import NoText, Request
 from .channel import RequestHandle
 from .scheduler import Event, Scheduler
 from .state_cache import StateSlots
-from ..text.textstate import ReasoningDelta
 
 log = logging.getLogger("rase")
 
@@ -296,13 +294,7 @@ class ModelWorker:
     def _deliver(self, events: list[Event]) -> None:
         for ev in events:
             req, handle = ev.request, ev.request.handle
-            if ev.reasoning:
-                handle.push(ReasoningDelta(ev.reasoning))
-            handle.push(ev.text)
-            for call in ev.calls:
-                handle.push(call)
-            if ev.logprobs:
-                handle.push(LogprobDelta(ev.logprobs))
+            handle.push(ev.output)
             if ev.done:
                 if self.drafter is not None:
                     self.drafter.finished(req)

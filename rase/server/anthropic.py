@@ -18,8 +18,6 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from starlette.concurrency import run_in_threadpool
 
 from ..errors import InvalidRequest, RaseError
-from ..text.textstate import ReasoningDelta
-from ..text.tools import ToolCallDelta
 from .errors import status_of
 from .schemas import Absent, FunctionName, Int, ModelId
 
@@ -369,6 +367,15 @@ class _Blocks:
         self.open, self.count = None, self.count + 1
         return [_sse("content_block_stop", index=self.count - 1)]
 
+    def output(self, out, shown: bool) -> list[str]:
+        """One output.Output: its thinking (empty unless shown), its text, its tool calls."""
+        parts = self.delta("thinking", out.reasoning if shown else "") if out.reasoning else []
+        if out.text:
+            parts += self.delta("text", out.text)
+        for call in out.calls:
+            parts += self.call(call)
+        return parts
+
     def call(self, call) -> list[str]:
         out = self.close()
         start = {"type": "tool_use", "id": call.id, "name": call.name, "input": {}}
@@ -388,17 +395,10 @@ async def _events(handle, mid: str, model: str, shown: bool, on_done) -> AsyncIt
             "id": mid, "type": "message", "role": "assistant", "model": model, "content": [], "stop_reason": None,
             "stop_sequence": None, "usage": {"input_tokens": prompt, "output_tokens": 0}})
         try:
-            async for delta in handle:
-                if isinstance(delta, ToolCallDelta):
-                    parts = blocks.call(delta)
-                elif isinstance(delta, ReasoningDelta):
-                    parts = blocks.delta("thinking", delta.text if shown else "")
-                elif isinstance(delta, str) and delta:
-                    parts, texts = blocks.delta("text", delta), texts + 1
-                else:
-                    parts = []
-                for p in parts:
+            async for out in handle.aoutputs():
+                for p in blocks.output(out, shown):
                     yield p
+                texts += bool(out.text)
             out = await handle.aresult()
         except RaseError as exc:
             status, kind = status_of(exc)

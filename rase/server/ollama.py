@@ -21,9 +21,6 @@ from .. import __version__
 from ..session.submission import GEN_FIELDS
 from ..errors import InvalidRequest, RaseError
 from ..session.lifecycle import parse_duration
-from ..engine.logprobs import LogprobDelta
-from ..text.textstate import ReasoningDelta
-from ..text.tools import ToolCallDelta
 from .errors import status_of
 from .schemas import Int, Unsupported
 
@@ -324,18 +321,9 @@ async def _answer(engine, body: _Base, submit, chat: bool):
 
     async def lines():
         try:
-            async for delta in handle:
-                if isinstance(delta, (ToolCallDelta, LogprobDelta)):
-                    continue  # calls come whole in the last line
-                if isinstance(delta, ReasoningDelta):
-                    if body.think is False:
-                        continue
-                    part = {"message": {"role": "assistant", "content": "", "thinking": delta.text}} if chat \
-                        else {"response": "", "thinking": delta.text}
+            async for out in handle.aoutputs():  # tool calls come whole in the last line; no logprobs here
+                for part in _parts(out, chat, body.think is not False):
                     yield json.dumps({**head, "created_at": _now(), **part, "done": False}) + "\n"
-                    continue
-                part = {"message": {"role": "assistant", "content": delta}} if chat else {"response": delta}
-                yield json.dumps({**head, "created_at": _now(), **part, "done": False}) + "\n"
             out = await handle.aresult()
             last = {"message": {**_message(out, body.think, streamed=True), "content": ""}} if chat else {"response": ""}
             yield json.dumps({**head, "created_at": _now(), **last, **_tail(out, started)}) + "\n"
@@ -345,6 +333,17 @@ async def _answer(engine, body: _Base, submit, chat: bool):
             handle.cancel()
 
     return StreamingResponse(lines(), media_type="application/x-ndjson")
+
+
+def _parts(out, chat: bool, thinking: bool) -> list[dict]:
+    """One output.Output as the message parts of streamed lines: its thinking (when shown), its text."""
+    parts = []
+    if out.reasoning and thinking:
+        parts.append({"message": {"role": "assistant", "content": "", "thinking": out.reasoning}} if chat
+                     else {"response": "", "thinking": out.reasoning})
+    if out.text:
+        parts.append({"message": {"role": "assistant", "content": out.text}} if chat else {"response": out.text})
+    return parts
 
 
 def _details(m) -> dict:

@@ -20,10 +20,8 @@ from fastapi import Path as FastAPIPath
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
+from ..engine.logprobs import chat_logprobs, completion_logprobs
 from ..errors import InvalidRequest, ModelNotLoaded, RaseError
-from ..engine.logprobs import LogprobDelta, chat_logprobs, completion_logprobs
-from ..text.textstate import ReasoningDelta
-from ..text.tools import ToolCallDelta
 from .defaults import ServeDefaults, budget
 from .errors import error_body, status_of
 from .schemas import (MODEL_ID_PATTERN, ChatRequest, CompletionRequest, DetokenizeRequest, EmbeddingsRequest,
@@ -242,8 +240,9 @@ async def _sse(handles, reply: _Reply, include_usage: bool, on_done=lambda outs:
             if reply.chat:
                 yield _chunk(reply, {"role": "assistant", "content": ""}, index=i)
             try:
-                async for delta in handle:
-                    yield _delta_chunk(reply, delta, i)
+                async for out in handle.aoutputs():
+                    for chunk in _output_chunks(reply, out, i):
+                        yield chunk
                 outs.append(await handle.aresult())
             except RaseError as exc:
                 status, kind = status_of(exc)
@@ -261,12 +260,14 @@ async def _sse(handles, reply: _Reply, include_usage: bool, on_done=lambda outs:
             handle.cancel()
 
 
-def _delta_chunk(reply: _Reply, delta, index: int) -> str:
-    if isinstance(delta, ToolCallDelta):  # id, type and name once per index
-        return _chunk(reply, {"tool_calls": [{"index": delta.index, **_call(delta)}]}, index=index)
-    if isinstance(delta, ReasoningDelta):
-        return _chunk(reply, {"reasoning_content": delta.text}, index=index)
-    if isinstance(delta, LogprobDelta):
-        return _chunk(reply, {"content": ""} if reply.chat else "", logprobs=_logprobs(reply, delta.entries),
-                      index=index)
-    return _chunk(reply, {"content": delta} if reply.chat else delta, index=index)
+def _output_chunks(reply: _Reply, out, index: int) -> list[str]:
+    """One output.Output as chunks: its reasoning (llama-server's reasoning_content), its text,
+    each tool call (id, type and name once per index), its logprobs."""
+    chunks = [_chunk(reply, {"reasoning_content": out.reasoning}, index=index)] if out.reasoning else []
+    if out.text:
+        chunks.append(_chunk(reply, {"content": out.text} if reply.chat else out.text, index=index))
+    chunks += [_chunk(reply, {"tool_calls": [{"index": c.index, **_call(c)}]}, index=index) for c in out.calls]
+    if out.logprobs:
+        chunks.append(_chunk(reply, {"content": ""} if reply.chat else "", logprobs=_logprobs(reply, out.logprobs),
+                             index=index))
+    return chunks

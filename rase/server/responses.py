@@ -23,8 +23,6 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from starlette.concurrency import run_in_threadpool
 
 from ..errors import InvalidRequest, RaseError, ResponseNotFound
-from ..text.textstate import ReasoningDelta
-from ..text.tools import ToolCallDelta
 from .errors import status_of
 from .schemas import Absent, FunctionName, Int, ModelId, needs
 
@@ -469,15 +467,11 @@ async def _events(handle, shell: dict, finished) -> AsyncIterator[str]:
         yield ev.event("response.created", response=shell)
         yield ev.event("response.in_progress", response=shell)
         try:
-            async for delta in handle:
-                if isinstance(delta, ToolCallDelta):
-                    parts = ev.call(delta.index, delta)
-                elif isinstance(delta, ReasoningDelta):
-                    parts = ev.text("reasoning", delta.text)
-                elif isinstance(delta, str):
-                    parts = ev.text("message", delta) if delta else []
-                else:
-                    parts = []  # logprobs are not offered on this route
+            async for out in handle.aoutputs():  # logprobs are not offered on this route
+                parts = ev.text("reasoning", out.reasoning) if out.reasoning else []
+                parts += ev.text("message", out.text) if out.text else []
+                for call in out.calls:
+                    parts += ev.call(call.index, call)
                 for p in parts:
                     yield p
             out = await handle.aresult()

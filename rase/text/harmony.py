@@ -7,7 +7,7 @@ The prompt ends with `<|start|>assistant`; the model then writes messages such a
 by token (the control tokens by id, never as text): `analysis` is reasoning, `final` (and
 `commentary` without a recipient, the preamble shown to the user) is content, a message to
 `functions.NAME` is a tool call whose arguments are its text. It is a TextState for the serving
-engine: feed(token) -> Delta(content, stop, calls, reasoning).
+engine: feed(token) -> output.Output(content, reasoning, calls, stop).
 """
 from __future__ import annotations
 
@@ -15,9 +15,8 @@ import json
 import re
 from typing import Callable, Sequence
 
-from ..engine.sampling import GenerationStopReason
+from ..output import GenerationStopReason, Output
 from .stream import TextStream
-from .textstate import Delta
 from .tools import ToolCall, ToolCallDelta, new_call_id
 
 CONTROL = ("<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>", "<|return|>", "<|call|>")
@@ -84,7 +83,7 @@ def _arguments(text: str) -> str:
 
 
 class HarmonyText:
-    """feed(token) -> Delta; finish(); text (content), reasoning, calls; the stop strings apply
+    """feed(token) -> output.Output; finish(); text (content), reasoning, calls; the stop strings apply
     to the content."""
 
     def __init__(self, token_bytes: Callable[[int], bytes], ids: dict[str, int], stop: Sequence[str] = ()) -> None:
@@ -151,7 +150,7 @@ class HarmonyText:
 
     # ------------------------------------------------------------ TextState
 
-    def feed(self, token: int) -> Delta:
+    def feed(self, token: int) -> Output:
         name = self._by_id.get(token)
         self.reasoning_tokens += name is None and self._in_body and self._kind == "reasoning"
         if name is None:
@@ -163,7 +162,7 @@ class HarmonyText:
             self._control(name)
             self._new_stream()
             stop = GenerationStopReason.STOP_TOKEN if name == "<|call|>" else None
-        return Delta(content, stop, self.pending_calls(), self.pending_reasoning())
+        return Output(content, self.pending_reasoning(), self.pending_calls(), stop=stop)
 
     def finish(self) -> str:
         if self.finished:

@@ -1,7 +1,8 @@
-"""One request's text, token by token: feed(token) -> Delta(text that is safe to show, stop).
+"""One request's text, token by token: feed(token) -> output.Output (the text that is safe to
+show, the reasoning separated from it, and whether a stop string ended the request).
 
 Wraps the incremental detokenizer and stop strings (stream.TextStream) and the <think> filter
-(thinking.ThinkFilter, whose separated reasoning streams as Delta.reasoning); a stop string
+(thinking.ThinkFilter, whose separated reasoning streams as Output.reasoning); a stop string
 ends the request. Stop tokens and max_tokens are the
 scheduler's rules (scheduler.Scheduler.update): those tokens never reach feed. The tests'
 single-stream oracle (tests/single_stream.py) uses the same object, so a request gives the
@@ -9,27 +10,11 @@ same text served alone or batched.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from ..engine.sampling import GenerationStopReason
+from ..output import GenerationStopReason, Output
 from .stream import TextStream
 from .thinking import ThinkFilter
-
-
-@dataclass(frozen=True)
-class Delta:
-    text: str                                # visible text to hand out now ("" if none)
-    stop: GenerationStopReason | None = None  # set: this token ends the request
-    calls: tuple = ()                        # tools.ToolCallDelta items completed by this token
-    reasoning: str = ""                      # reasoning text to hand out now (harmony's analysis)
-
-
-@dataclass(frozen=True)
-class ReasoningDelta:
-    """Streamed reasoning text (harmony's analysis channel): the OpenAI surface's
-    reasoning_content, Ollama's thinking."""
-    text: str
 
 
 class TextState:
@@ -54,14 +39,14 @@ class TextState:
             self._parts.append(visible)
         return visible
 
-    def feed(self, token: int) -> Delta:
+    def feed(self, token: int) -> Output:
         """The text this token makes safe to show, and whether a stop string ended the
         request (the text is cut before it)."""
         inside = self._think.inside
         text = self._show(self._stream.push(token))
         self.reasoning_tokens += inside or self._think.inside
-        return Delta(text, GenerationStopReason.STOP_STRING if self._stream.stopped else None,
-                     reasoning=self.pending_reasoning())
+        return Output(text, self.pending_reasoning(),
+                      stop=GenerationStopReason.STOP_STRING if self._stream.stopped else None)
 
     def finish(self) -> str:
         """End of the request: the text held back until now (visible part)."""

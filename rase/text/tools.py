@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from ..errors import InvalidGrammar
 from .structured import JSON_OPTIONS, GrammarSpec, json_schema_grammar
-from .textstate import Delta
+from ..output import Output
 
 _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
@@ -278,7 +278,7 @@ def parse_generic(text: str) -> tuple[str | None, list[ToolCall]]:
 class ToolText:
     """A request's text with its tool calls taken out; feed/finish as TextState (inner). Content
     that may begin a call is held back; each complete call becomes one ToolCallDelta (in
-    Delta.calls, or pending_calls() at the end). hermes streams content and calls as they
+    Output.calls, or pending_calls() at the end). hermes streams content and calls as they
     complete; generic answers are one JSON object, shown once it is complete. After finish(),
     text is the content and calls the parsed calls (ids stable from the first delta on)."""
     inner: object                # TextState
@@ -292,10 +292,10 @@ class ToolText:
     _broken: bool = False        # a call block did not parse: no more calls
     _emitted: int = 0            # calls handed out as deltas
 
-    def feed(self, token: int) -> Delta:
+    def feed(self, token: int) -> Output:
         d = self.inner.feed(token)
         self._raw += d.text
-        return Delta(self._content(final=False), d.stop, self.pending_calls(), d.reasoning)
+        return Output(self._content(final=False), d.reasoning, self.pending_calls(), stop=d.stop)
 
     def finish(self) -> str:
         self._raw += self.inner.finish()
