@@ -16,47 +16,26 @@ import weakref
 from typing import AsyncIterator, Callable, Iterator, Sequence
 
 from . import __version__  # noqa: F401
-from .engine.channel import RequestHandle
 from .config import default_store
-from .errors import (BackendUnavailable, InvalidGenerationConfig, InvalidGrammar, InvalidRequest, ModelUnloaded,
-                     RaseError, WrongModelKind)
-from .session.lifecycle import KeepAlive, parse_duration
-from .store.plan import KV_TYPES
-from .engine.sampling import GenerationConfig
+from .engine.channel import RequestHandle
+from .engine.config import DEVICES, EngineConfig, parse_duration
 from .engine.logprobs import MAX_TOP_CHAT, MAX_TOP_COMPLETION
-from .store.registry import ModelRegistry, validate_model_id
+from .engine.sampling import GenerationConfig, stop_tokens_with_eos
+from .errors import (BackendUnavailable, InvalidGenerationConfig, InvalidGrammar, InvalidRequest, ModelUnloaded,
+                     WrongModelKind)
 from .output import Completion
-from .session.session import DEVICES, SessionCache, load_session
-from .text.structured import grammar_spec
-from .text.tools import ToolSpec, tool_spec
-from .engine.sampling import stop_tokens_with_eos
-from .text.textstate import TextState
+from .session.lifecycle import KeepAlive
+from .session.session import SessionCache, load_session
 from .session.submission import EFFORTS, generation_config, prompt_ids, reader, template_kwargs, top_count
+from .store.registry import ModelRegistry
+from .text.structured import grammar_spec
+from .text.textstate import TextState
 from .text.thinking import MODES as THINK_MODES
+from .text.tools import ToolSpec, tool_spec
 
 COUNTED = ("requests", "generated_tokens", "cancelled", "failed")
 MAX_CHOICES = 8  # OpenAI's n per request, at most
 
-
-
-def _draft_id(speculative) -> str | None:
-    """The draft model's id of speculative "draft:ID"; None for None and "ngram"; else InvalidRequest."""
-    if speculative is None or speculative == "ngram":
-        return None
-    if isinstance(speculative, str) and speculative.startswith("draft:"):
-        try:
-            return validate_model_id(speculative[len("draft:"):])
-        except RaseError:
-            pass
-    raise InvalidRequest(f"speculative must be None, 'ngram' (prompt lookup) or 'draft:ID' (a registered draft "
-                         f"model), got {speculative!r}", "speculative")
-
-
-def _positive(name: str, value, allow_none: bool = True) -> None:
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise InvalidGenerationConfig(f"{name} must be a positive number, got {value!r}")
 
 
 def _add_counts(counts: dict, lock: threading.Lock, session) -> None:
@@ -91,31 +70,14 @@ class Engine:
                  n_threads: int | None = None, max_waiting: int | None = None, time_limit_s: float | None = None,
                  max_tokens_limit: int | None = None, keep_alive: float | str | None = None,
                  reasoning_budget: int | None = None, speculative: str | None = None, kv_type: str = "f16") -> None:
-        if device not in DEVICES:
-            raise BackendUnavailable(f"requested backend is unavailable: {device!r}; rase runs on the CPU")
-        if n_ctx is not None and (isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or n_ctx < 1):
-            raise InvalidRequest(f"n_ctx must be a positive integer, got {n_ctx!r}")
-        if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
-            raise InvalidRequest(f"max_batch must be a positive integer, got {max_batch!r}")
-        for name, value in (("kv_cache_mb", kv_cache_mb), ("tbt_target_ms", tbt_target_ms), ("n_threads", n_threads),
-                            ("time_limit_s", time_limit_s), ("max_tokens_limit", max_tokens_limit)):
-            _positive(name, value)
-        if max_waiting is not None and (isinstance(max_waiting, bool) or not isinstance(max_waiting, int)
-                                        or max_waiting < 0):
-            raise InvalidRequest(f"max_waiting must be a non-negative integer, got {max_waiting!r}")
-        if reasoning_budget is not None and (isinstance(reasoning_budget, bool) or not isinstance(reasoning_budget, int)
-                                             or reasoning_budget < 0):
-            raise InvalidRequest(f"reasoning_budget must be a number of tokens, got {reasoning_budget!r}")
-        draft = _draft_id(speculative)
-        if kv_type not in KV_TYPES:
-            raise InvalidRequest(f"kv_type must be one of {', '.join(KV_TYPES)}, got {kv_type!r}", "kv_type")
-        self.max_tokens_limit, self.reasoning_budget = max_tokens_limit, reasoning_budget
+        self.config = config = EngineConfig(
+            device=device, n_ctx=n_ctx, max_batch=max_batch, kv_cache_mb=kv_cache_mb, prefix_cache=prefix_cache,
+            tbt_target_ms=tbt_target_ms, n_threads=n_threads, max_waiting=max_waiting, time_limit_s=time_limit_s,
+            max_tokens_limit=max_tokens_limit, keep_alive=keep_alive, reasoning_budget=reasoning_budget,
+            speculative=speculative, kv_type=kv_type)
         self.registry = ModelRegistry(store if store is not None else default_store())
-        self.sessions = SessionCache(functools.partial(
-            load_session, n_ctx=n_ctx, n_threads=n_threads, max_batch=max_batch, kv_cache_mb=kv_cache_mb,
-            prefix_cache=prefix_cache, tbt_target_ms=tbt_target_ms, max_waiting=max_waiting,
-            time_limit_s=time_limit_s, speculative=speculative is not None, kv_type=kv_type,
-            draft=None if draft is None else functools.partial(self.registry.verify, draft)))
+        draft = None if config.draft_id is None else functools.partial(self.registry.verify, config.draft_id)
+        self.sessions = SessionCache(functools.partial(load_session, config=config, draft=draft))
         self._retired_counts = dict.fromkeys(COUNTED, 0)
         self._stats_lock = threading.Lock()
         # counts of unloaded models survive them; the callback holds the counters, not self
@@ -123,9 +85,7 @@ class Engine:
         # an Engine dropped without close() still stops its workers (their threads would keep
         # every loaded model alive otherwise)
         self._finalizer = weakref.finalize(self, SessionCache.clear, self.sessions)
-        self.device = device
-        default = None if keep_alive is None else parse_duration(keep_alive)
-        self.lifecycle = KeepAlive(self.sessions, None if default is False else default)
+        self.lifecycle = KeepAlive(self.sessions, config.keep_alive_s)
 
     @property
     def stats(self) -> dict:
@@ -145,7 +105,7 @@ class Engine:
         return out
 
     def _limited(self, config: GenerationConfig, asked: bool) -> GenerationConfig:
-        limit = self.max_tokens_limit
+        limit = self.config.max_tokens_limit
         if limit is None or config.max_tokens <= limit:
             return config
         if asked:
@@ -154,7 +114,7 @@ class Engine:
         return dataclasses.replace(config, max_tokens=limit)
 
     def session(self, model: str):
-        return self.sessions.get_or_load(self.registry, model, self.device)
+        return self.sessions.get_or_load(self.registry, model, self.config.device)
 
     # -------------------------------------------------------------- submission
 
@@ -182,7 +142,7 @@ class Engine:
             ids = ids_of(session)
             run = dataclasses.replace(config, stop_tokens=stop_tokens_with_eos(config, session.plan.eos_token))
             text, constraint = reader(session, spec, tools, stops, think, chat, ids, budget, run.stop_tokens,
-                                      self.reasoning_budget)
+                                      self.config.reasoning_budget)
             try:
                 return session.worker.submit(ids, run, text, constraint, logprobs, after)
             except ModelUnloaded:
@@ -540,7 +500,7 @@ def generate_llama_gguf(weights, tokenizer, prompt, max_tokens=256, temperature=
     cfg = GenerationConfig(max_tokens=max_tokens, temperature=temperature, top_k=top_k, seed=seed,
                            stop_tokens=tuple(stop_tokens))
     cfg = dataclasses.replace(cfg, stop_tokens=stop_tokens_with_eos(cfg, plan.eos_token))
-    worker = ModelWorker(plan, max_batch=1, prefix_cache=False, name="generate")  # one context's KV, no more
+    worker = ModelWorker(plan, EngineConfig(max_batch=1, prefix_cache=False), name="generate")  # one context's KV
     try:
         return worker.submit(ids, cfg, TextState.for_tokenizer(tok)).result().text
     finally:

@@ -166,6 +166,7 @@ def cmd_perplexity(args) -> int:
     from .store.plan import load_plan
     from .store.registry import ModelRegistry
     from .text.tokenizer import LocalTokenizer
+    from .engine.config import EngineConfig
     from .engine.worker import ModelWorker
 
     path, tokenizer = Path(args.model), None
@@ -180,7 +181,7 @@ def cmd_perplexity(args) -> int:
     plan = load_plan(path, n_ctx=args.ctx)
     tok = tokenizer or LocalTokenizer.from_gguf(plan.gguf)
     show = lambda i, n, ppl: print(f"[{i + 1}/{n}] {ppl:.4f}", file=sys.stderr, flush=True)
-    worker = ModelWorker(plan, max_batch=1, name="perplexity")  # the chunks batch as prompt-only requests
+    worker = ModelWorker(plan, EngineConfig(max_batch=1), name="perplexity")  # the chunks batch as prompt-only requests
     try:
         r = perplexity(worker, tok, text, args.ctx, on_chunk=show)
     finally:

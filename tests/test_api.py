@@ -179,3 +179,21 @@ def test_top_k_none_is_the_whole_vocabulary():
 
     assert _config({"top_k": None}).top_k is None and _config({}).top_k == 40
     assert _config({"temperature": None}).temperature == 0.7  # other Nones: the default
+
+
+def test_one_frozen_config_reaches_every_session_and_worker(smollm2_store):
+    """Engine's settings are validated once into an EngineConfig, which its sessions and
+    workers receive as it is; nothing downstream can change it."""
+    import dataclasses
+
+    from rase import InvalidRequest
+
+    with Engine(smollm2_store, max_batch=3, kv_type="q8_0", speculative="ngram", keep_alive="5m") as e:
+        worker = e.session("smollm2").worker
+        assert worker.config is e.config and e.config.keep_alive_s == 300.0
+        assert worker.max_batch == 3 and worker.kv_type == "q8_0" and worker.drafter is not None
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            e.config.max_batch = 4
+    for bad in (dict(max_batch=0), dict(kv_type="q5"), dict(speculative="draft:"), dict(keep_alive="soon")):
+        with pytest.raises(InvalidRequest):
+            Engine(smollm2_store, **bad)

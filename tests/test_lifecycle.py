@@ -14,7 +14,8 @@ import pytest
 from rase import InvalidRequest, QuantType
 from rase.api import Engine
 from rase.errors import ModelUnloaded
-from rase.session.lifecycle import KeepAlive, parse_duration
+from rase.engine.config import parse_duration
+from rase.session.lifecycle import KeepAlive
 from rase.store.registry import ModelRegistry
 from tests.conftest import rase_serve
 

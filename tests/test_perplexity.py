@@ -12,6 +12,7 @@ from rase import InvalidRequest
 from rase.engine.perplexity import perplexity
 from rase.store.plan import load_plan
 from rase.text.tokenizer import LocalTokenizer
+from rase.engine.config import EngineConfig
 from rase.engine.worker import ModelWorker
 from tests import llamacpp_ref
 from tests.conftest import rase_command
@@ -25,7 +26,7 @@ LONG = (FIX / "perplexity-long.txt").read_text()
 
 def _ppl(path, n_ctx=128, text=TEXT):
     plan = load_plan(path, n_ctx=n_ctx)
-    worker = ModelWorker(plan, max_batch=1)
+    worker = ModelWorker(plan, EngineConfig(max_batch=1))
     try:
         return perplexity(worker, LocalTokenizer.from_gguf(plan.gguf), text, n_ctx), llamacpp_order(plan)
     finally:
@@ -91,7 +92,7 @@ def test_the_cli_and_its_refusals(smollm2_path, tmp_path):
     short = subprocess.run([*rase_command(), "perplexity", str(smollm2_path), str(text)], capture_output=True,
                            text=True, timeout=300)
     assert short.returncode == 1 and "at least 2 x n_ctx" in short.stderr
-    worker = ModelWorker(load_plan(smollm2_path, n_ctx=64), max_batch=1)
+    worker = ModelWorker(load_plan(smollm2_path, n_ctx=64), EngineConfig(max_batch=1))
     with pytest.raises(InvalidRequest):
         perplexity(worker, None, TEXT, 63)
     worker.close()
@@ -108,7 +109,7 @@ def test_perplexity_chunks_batch_with_generation_and_change_no_bit(smollm2_path)
 
     plan = load_plan(smollm2_path, n_ctx=256)
     tok = LocalTokenizer.from_gguf(plan.gguf)
-    worker = ModelWorker(plan, max_batch=2)
+    worker = ModelWorker(plan, EngineConfig(max_batch=2))
     try:
         alone = perplexity(worker, tok, TEXT, 128)
         ids = tok.encode("Once upon a time", add_special_tokens=True, parse_special=False)

@@ -23,6 +23,7 @@ from .drafting import NgramDrafter
 from .kv_manager import KVManager, blocks_for
 from .draft_model import DraftModel
 from ..store.plan import ModelPlan, check_kv_type
+from .config import EngineConfig
 from .profiling import profile_add
 from .request import NoText, Request
 from .channel import RequestHandle
@@ -74,43 +75,43 @@ def state_slots(plan: ModelPlan, max_batch: int, n_blocks: int, kv_type: str = "
 
 
 class ModelWorker:
-    def __init__(self, plan: ModelPlan, *, max_batch: int = 8, kv_cache_mb: float | None = None,
-                 n_threads: int | None = None, tbt_target_ms: float = 100.0, prefix_cache: bool = True,
-                 name: str = "model", max_waiting: int | None = None, time_limit_s: float | None = None,
-                 speculative: bool = False, kv_type: str = "f16", draft: ModelPlan | None = None) -> None:
-        """max_waiting: requests queued beyond the max_batch being decoded before submit refuses
-        (Overloaded); time_limit_s: wall-clock seconds per request from submission (TIME_LIMIT);
-        speculative: requests verify prompt-lookup drafts (scheduler.Scheduler), or, given a
-        draft plan (a model sharing the tokenizer: check_draft), that model's; kv_type: the KV
-        pool's elements (plan.check_kv_type)."""
-        if max_batch < 1:
-            raise InvalidRequest(f"max_batch must be at least 1, got {max_batch}")
-        self.plan = plan
+    def __init__(self, plan: ModelPlan, config: EngineConfig = EngineConfig(), *, name: str = "model",
+                 draft: ModelPlan | None = None) -> None:
+        """config: the engine's settings (max_batch, kv_cache_mb, n_threads, tbt_target_ms,
+        prefix_cache, max_waiting, time_limit_s, speculative, kv_type). draft: with speculative,
+        the plan of a model sharing the tokenizer (plan.check_draft) whose drafts are verified;
+        without, prompt lookup drafts (drafting.py)."""
+        self.plan, self.config = plan, config
         self.causal = plan.weights.causal
+        self.kv_type = check_kv_type(plan, config.kv_type)
+        max_batch, threads = config.max_batch, config.n_threads or default_threads()
         # an encoder: every input whole in one step (up to a full context), no KV pool
-        self.kv_type = check_kv_type(plan, kv_type)
-        n_blocks = pool_blocks(plan, max_batch, kv_cache_mb, prefix_cache, kv_type) if self.causal else 1
+        n_blocks = pool_blocks(plan, max_batch, config.kv_cache_mb, config.prefix_cache, self.kv_type) \
+            if self.causal else 1
         self.max_chunk = MAX_CHUNK if self.causal else plan.n_ctx
-        running, checkpoints, every = state_slots(plan, max_batch, n_blocks, kv_type)
-        self.fwd = _kernels.Forward(plan.weights, n_blocks, max_batch + self.max_chunk,
-                                    n_threads or default_threads(), running + checkpoints, kv_type=kv_type)
+        running, checkpoints, every = state_slots(plan, max_batch, n_blocks, self.kv_type)
+        self.fwd = _kernels.Forward(plan.weights, n_blocks, max_batch + self.max_chunk, threads,
+                                    running + checkpoints, kv_type=self.kv_type)
         state = StateSlots(running, checkpoints, every, self.fwd.copy_state, plan.weights.state_bytes) \
             if plan.weights.state_bytes else None
+        speculative = config.speculative is not None
         drafting = speculative and draft is not None and self.causal and state is None  # Scheduler.speculative
         # a draft model's pool holds as many positions as this one's (its rows are smaller)
-        self.kv = KVManager(n_blocks, _kernels.KV_BLOCK, prefix_cache and self.causal, copy_rows=self.fwd.copy_rows,
-                            state=state, max_tails=2 * max_batch, draft_blocks=n_blocks if drafting else 0)
+        self.kv = KVManager(n_blocks, _kernels.KV_BLOCK, config.prefix_cache and self.causal,
+                            copy_rows=self.fwd.copy_rows, state=state, max_tails=2 * max_batch,
+                            draft_blocks=n_blocks if drafting else 0)
         logit_rows = max(1, min(self.max_chunk, LOGIT_READS_MB * (1 << 20) // (4 * plan.vocab_size)))
-        self.scheduler = Scheduler(self.kv, max_batch=max_batch, max_chunk=self.max_chunk, tbt_target_ms=tbt_target_ms,
-                                   causal=self.causal, max_logit_rows=logit_rows, speculative=speculative)
+        self.scheduler = Scheduler(self.kv, max_batch=max_batch, max_chunk=self.max_chunk,
+                                   tbt_target_ms=config.tbt_target_ms, causal=self.causal, max_logit_rows=logit_rows,
+                                   speculative=speculative)
         self.drafter = None  # proposes drafts for the requests the scheduler lets speculate
         if self.scheduler.speculative:
-            self.drafter = DraftModel(draft, self.kv, max_batch + self.max_chunk, n_threads or default_threads(),
-                                      plan.vocab_size) if drafting else NgramDrafter()
+            self.drafter = DraftModel(draft, self.kv, max_batch + self.max_chunk, threads, plan.vocab_size) \
+                if drafting else NgramDrafter()
         self._cond = threading.Condition()
         self._inbox: list[Request] = []
         self._closing = False
-        self.max_batch, self.max_waiting, self.time_limit_s = max_batch, max_waiting, time_limit_s
+        self.max_batch, self.max_waiting, self.time_limit_s = max_batch, config.max_waiting, config.time_limit_s
         self._pending = 0            # submitted, not yet finished (under _cond)
         self._request_s = 1.0        # moving mean of a request's wall time: Retry-After's estimate
         self.counters = dict(requests=0, generated_tokens=0, cancelled=0, failed=0, rows=0, step_s=0.0,

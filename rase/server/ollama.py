@@ -20,7 +20,7 @@ from starlette.concurrency import run_in_threadpool
 from .. import __version__
 from ..session.submission import GEN_FIELDS
 from ..errors import InvalidRequest, RaseError
-from ..session.lifecycle import parse_duration
+from ..engine.config import parse_duration
 from .errors import status_of
 from .schemas import Int, Unsupported
 

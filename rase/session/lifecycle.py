@@ -6,40 +6,10 @@ keep-alive of 0 unloads it as soon as it is idle. The next request loads it agai
 """
 from __future__ import annotations
 
-import re
 import threading
 import time
 import weakref
 
-from ..errors import InvalidRequest
-
-_UNITS = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h)")
-
-
-def parse_duration(value) -> float | None | bool:
-    """Ollama's keep_alive -> seconds, or None (forever: any negative value), or False ("":
-    as before). A number is seconds; a string is a number of seconds or a Go duration ("5m",
-    "1h30m", "250ms")."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise InvalidRequest(f"keep_alive must be a number of seconds or a duration like '5m', got {value!r}",
-                             "keep_alive")
-    if isinstance(value, str):
-        text = value.strip()
-        if not text:
-            return False
-        sign = -1.0 if text.startswith("-") else 1.0
-        body = text.lstrip("+-")
-        try:
-            seconds = float(body)
-        except ValueError:
-            parts = _PART.findall(body)
-            if not body or "".join(n + u for n, u in parts) != body:
-                raise InvalidRequest(f"keep_alive {value!r} is not a duration (e.g. 30s, 5m, 1h, -1 for always, "
-                                     "0 to unload now)", "keep_alive") from None
-            seconds = sum(float(n) * _UNITS[u] for n, u in parts)
-        value = sign * seconds
-    return None if value < 0 else float(value)
 
 
 class KeepAlive:

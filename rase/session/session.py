@@ -15,13 +15,13 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ..engine.config import DEVICES, EngineConfig
+from ..engine.worker import ModelWorker
 from ..errors import BackendUnavailable, IntegrityMismatch, InvalidRequest, UnsupportedFormat
 from ..models import resolve
 from ..store.plan import ModelPlan, check_draft, load_plan
 from ..store.registry import ModelManifest, ModelRegistry
-from ..engine.worker import ModelWorker
 
-DEVICES = ("auto", "cpu")  # rase runs on the CPU; "auto" resolves to it
 
 
 def _fingerprint(manifest: ModelManifest) -> tuple:
@@ -196,23 +196,23 @@ def _draft_plan(plan: ModelPlan, manifest: ModelManifest, draft: Callable[[], Mo
     return check_draft(plan, load_plan(dm.weights, dm.architecture), f"draft model {dm.id!r}")
 
 
-def load_session(manifest: ModelManifest, n_threads: int | None = None, n_ctx: int | None = None,
-                 draft: Callable[[], ModelManifest] | None = None, **serving) -> Session:
-    """Verified manifest -> plan, tokenizer and worker. serving: ModelWorker options
-    (max_batch, kv_cache_mb, prefix_cache, tbt_target_ms, speculative). draft: the verified
-    manifest of the model that drafts for a generator (speculative), loaded beside it."""
+def load_session(manifest: ModelManifest, config: EngineConfig = EngineConfig(),
+                 draft: Callable[[], ModelManifest] | None = None) -> Session:
+    """Verified manifest -> plan (config.n_ctx), tokenizer and worker (the rest of config).
+    draft: the verified manifest of the model that drafts for a generator (speculative), loaded
+    beside it."""
     if manifest.format != "gguf":
         raise UnsupportedFormat("only GGUF model bundles are currently executable")
     from ..text.tokenizer import LocalTokenizer
 
     if manifest.architecture is not None:
         resolve(manifest.architecture)  # refuse before touching the file
-    plan = load_plan(manifest.weights, manifest.architecture, n_ctx)
+    plan = load_plan(manifest.weights, manifest.architecture, config.n_ctx)
     tokenizer = (LocalTokenizer.from_file(manifest.tokenizer) if manifest.tokenizer
                  else LocalTokenizer.from_gguf(plan.gguf))
     draft_plan = _draft_plan(plan, manifest, draft) if draft is not None and plan.weights.causal else None
-    worker = ModelWorker(plan, n_threads=n_threads, name=manifest.id, draft=draft_plan, **serving)
-    return Session(manifest, plan, tokenizer, worker, n_threads)
+    worker = ModelWorker(plan, config, name=manifest.id, draft=draft_plan)
+    return Session(manifest, plan, tokenizer, worker, config.n_threads)
 
 
 class SessionCache:
