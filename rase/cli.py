@@ -307,7 +307,8 @@ def _serve_on_ray(args) -> int:
     missing = next((m for m in ("ray", "fastapi", "uvicorn") if importlib.util.find_spec(m) is None), None)
     if missing:
         raise MissingDependency(f"--ray needs the `ray` extra ({missing} is missing): pip install 'rase[ray]'")
-    from .integrations.ray_run import Replicas, serve_on_ray
+    from .integrations.ray_run import serve_on_ray
+    from .integrations.replicas import Replicas
     from .server.guard import serve_config
 
     replicas = Replicas.parse(args.replicas or "1")

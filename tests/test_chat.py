@@ -222,3 +222,12 @@ def test_a_message_name_reaches_the_template():
     assert plain.render(named) == plain.render([{k: v for k, v in m.items() if k != "name"} for m in named])
     with pytest.raises(InvalidRequest, match="name must be a string"):
         t.render([{"role": "user", "content": "hi", "name": 3}])
+
+
+def test_every_template_name_a_manifest_may_give_has_a_renderer():
+    """The store checks a manifest's chat_template against its own list of names (it does not
+    import the renderers); the renderers are exactly those names."""
+    from rase.store.registry import BUILTIN_TEMPLATES
+    from rase.text.chat import BUILTIN
+
+    assert list(BUILTIN) == list(BUILTIN_TEMPLATES)

@@ -6,7 +6,7 @@ import pytest
 
 from rase import cli
 from rase.errors import InvalidRequest
-from rase.integrations.ray_run import Replicas
+from rase.integrations.replicas import Replicas
 
 
 def test_rase_never_imports_ray_unless_asked():

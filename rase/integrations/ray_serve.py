@@ -25,7 +25,7 @@ from ..server.guard import GuardConfig
 from .asgi_call import ForwardedRequest, ResponseStart, call_asgi
 from .ray_router import PrefixAffinityRouter
 from .node_store import fetched_manifest
-from .ray_run import Replicas
+from .replicas import Replicas
 from .route_key import route_key
 
 REPLICA_HEADER = b"x-rase-replica"  # who answered: "<Ray replica id> pid=<its process>"

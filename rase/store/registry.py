@@ -21,7 +21,6 @@ from typing import Any, Iterator
 
 import tomli_w
 
-from ..text.chat import BUILTIN
 from ..errors import (
     HubDownloadError, InvalidModelId, ManifestError, ModelFileNotFound, ModelNotFound,
     IntegrityMismatch, StoreWriteError, UnsupportedFormat,
@@ -38,8 +37,10 @@ log = logging.getLogger("rase")
 _ID = re.compile(r"[A-Za-z0-9_-]+")
 KINDS = ("generator", "embedding")
 FORMATS = {".gguf": "gguf", ".safetensors": "safetensors"}
-# chat templates rase renders; "gguf" = the template stored in the GGUF itself
-CHAT_TEMPLATES = (*BUILTIN, "gguf")
+# a manifest's chat_template: the name of one rase renders (text/chat.py's BUILTIN, one per name),
+# or "gguf", the template stored in the GGUF itself
+BUILTIN_TEMPLATES = ("chatml", "llama3", "mistral", "llama2", "gemma", "phi3", "phi4", "granite")
+CHAT_TEMPLATES = (*BUILTIN_TEMPLATES, "gguf")
 
 
 def validate_model_id(model_id: str) -> str:
