@@ -15,7 +15,6 @@ import threading
 import weakref
 from typing import AsyncIterator, Callable, Iterator, Sequence
 
-from . import __version__  # noqa: F401
 from .config import default_store
 from .engine.channel import RequestHandle
 from .engine.config import DEVICES, EngineConfig, parse_duration
@@ -445,9 +444,9 @@ def probe_runtime(device: str = "auto") -> str:
         raise BackendUnavailable("device must be one of 'auto', 'cpu', 'cuda', or 'metal'")
     if device not in DEVICES:
         raise BackendUnavailable(f"requested backend is unavailable: {device} support is not built into rase")
-    from . import build_info
+    from .kernels import _kernels
 
-    return f"backend=Cpu; accelerated=false; isa={build_info()['isa_selected']}"
+    return f"backend=Cpu; accelerated=false; isa={_kernels.get_isa()}"
 
 
 def gpu_info() -> str:

@@ -7,11 +7,36 @@ An architecture module declares only what differs: a `spec(g, hp) -> ModelSpec`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import numpy as np
 
 from ..errors import CorruptModelFile, UnsupportedArchitecture
-from ..store.gguf import GGUFFile
+
+
+class FileTensor(Protocol):
+    """One tensor of a model file as an architecture reads it (store/gguf.py: FileTensor)."""
+    name: str
+    ne: tuple[int, ...]    # ggml order: ne[0] is the contiguous (row) dimension
+    ggml_type: int
+    data: np.ndarray       # (nbytes,) uint8 view of the file
+
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+
+
+class ModelFile(Protocol):
+    """What an architecture reads of its GGUF file: metadata and tensors. The store's reader
+    (store/gguf.py: ModelFile) is one; the models never import the store, which plans with them."""
+    path: str
+    architecture: str | None
+    tensors: dict[str, FileTensor]
+
+    def arch_get(self, suffix: str, default: Any = None) -> Any: ...
+
+    def tensor(self, name: str) -> FileTensor: ...
+
+    def copy(self, t: FileTensor) -> np.ndarray: ...
 
 
 @dataclass(frozen=True)
@@ -213,14 +238,14 @@ class ForwardLayout:
 ROPE_SCALINGS = ("none", "linear", "yarn", "longrope")  # llama.cpp's rope.scaling.type names
 
 
-def _required(g: GGUFFile, suffix: str) -> int | float:
+def _required(g: ModelFile, suffix: str) -> int | float:
     value = g.arch_get(suffix)
     if value is None or isinstance(value, (str, list)):
         raise CorruptModelFile(g.path, f"metadata {g.architecture}.{suffix} is missing or not a number")
     return value
 
 
-def _eps(g: GGUFFile) -> float:
+def _eps(g: ModelFile) -> float:
     """The norms' epsilon: RMSNorm's, else LayerNorm's (bert)."""
     for key in ("attention.layer_norm_rms_epsilon", "attention.layer_norm_epsilon"):
         if g.arch_get(key) is not None:
@@ -228,7 +253,7 @@ def _eps(g: GGUFFile) -> float:
     return _required(g, "attention.layer_norm_rms_epsilon")
 
 
-def _head_count_kv(g: GGUFFile, n_head: int) -> int:
+def _head_count_kv(g: ModelFile, n_head: int) -> int:
     """KV heads; a per-layer array (LFM2: 0 where a layer has no attention) gives its largest."""
     value = g.arch_get("attention.head_count_kv", n_head)
     if isinstance(value, (list, np.ndarray)):
@@ -239,7 +264,7 @@ def _head_count_kv(g: GGUFFile, n_head: int) -> int:
     return int(value)
 
 
-def read_hparams(g: GGUFFile) -> HParams:
+def read_hparams(g: ModelFile) -> HParams:
     n_embd, n_head = int(_required(g, "embedding_length")), int(_required(g, "attention.head_count"))
     head_dim = int(g.arch_get("attention.key_length", n_embd // max(n_head, 1)))
     scaling = g.arch_get("rope.scaling.type", "linear")  # llama.cpp's default when absent

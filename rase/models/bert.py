@@ -5,13 +5,12 @@ x = LN(x + FFN(x))) with biases, an ungated GELU FFN, attention over the whole i
 (embeddings.py). WordPiece vocabulary (wordpiece.py)."""
 from __future__ import annotations
 
-from ..store.gguf import GGUFFile
-from .base import HParams, LayerSpec, ModelSpec
+from .base import HParams, LayerSpec, ModelFile, ModelSpec
 
 KIND = "embedding"
 
 
-def spec(g: GGUFFile, hp: HParams) -> ModelSpec:
+def spec(g: ModelFile, hp: HParams) -> ModelSpec:
     return ModelSpec(layers=(LayerSpec(pre_norms=False, post_norms=True, rope_slot=-1),) * hp.n_layer,
                      rope=(hp.rope(),), gelu=True, encoder=True, layer_norm=True, norm_after_add=True,
                      causal=bool(g.arch_get("attention.causal", True)))

@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import math
 
-from ..store.gguf import GGUFFile
-from .base import HParams, LayerSpec, ModelSpec
+from .base import HParams, LayerSpec, ModelFile, ModelSpec
 
-
-def spec(g: GGUFFile, hp: HParams) -> ModelSpec:
+def spec(g: ModelFile, hp: HParams) -> ModelSpec:
     return ModelSpec(layers=(LayerSpec(),) * hp.n_layer, rope=(hp.rope(),),
                      rope_neox=True, gelu=True, embd_scale=math.sqrt(hp.n_embd),
                      attn_scale=1.0 / math.sqrt(hp.head_dim), attn_prescale=True)

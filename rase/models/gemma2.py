@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import math
 
-from ..store.gguf import GGUFFile
-from .base import HParams, LayerSpec, ModelSpec
+from .base import HParams, LayerSpec, ModelFile, ModelSpec
 
 SWA_PATTERN = 2        # layers with il % 2 == 0 attend within the window
 LAYERS_27B = 46
 
 
-def spec(g: GGUFFile, hp: HParams) -> ModelSpec:
+def spec(g: ModelFile, hp: HParams) -> ModelSpec:
     window = int(g.arch_get("attention.sliding_window", 4096))
     layers = tuple(LayerSpec(post_norms=True, window=window if il % SWA_PATTERN < SWA_PATTERN - 1 else 0)
                    for il in range(hp.n_layer))

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import math
 
-from ..store.gguf import GGUFFile
-from .base import HParams, LayerSpec, ModelSpec, Rope
+from .base import HParams, LayerSpec, ModelFile, ModelSpec, Rope
 
 SWA_PATTERN = 6        # every 6th layer (il % 6 == 5) attends globally
 SWA_ROPE_BASE = 10000.0
 
 
-def spec(g: GGUFFile, hp: HParams) -> ModelSpec:
+def spec(g: ModelFile, hp: HParams) -> ModelSpec:
     window = int(g.arch_get("attention.sliding_window", 0))
     layers = tuple(
         LayerSpec(qk_norm=True, post_norms=True,

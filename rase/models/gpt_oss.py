@@ -9,15 +9,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..errors import CorruptModelFile
-from ..store.gguf import GGUFFile
-from .base import HParams, LayerSpec, ModelSpec
+from .base import HParams, LayerSpec, ModelFile, ModelSpec
 
 SWA_PATTERN = 2         # llama.cpp's load_swa_pattern(ml, 2): layer il slides when il % 2 < 1
 SWIGLU_ALPHA = 1.702    # LLM_FFN_SWIGLU_OAI_MOE's constants in llama-graph.cpp
 SWIGLU_LIMIT = 7.0
 
 
-def _sliding(g: GGUFFile, n_layer: int) -> list[bool]:
+def _sliding(g: ModelFile, n_layer: int) -> list[bool]:
     """Which layers slide: the file's per-layer array, or its pattern n (il % n < n - 1)."""
     pattern = g.arch_get("attention.sliding_window_pattern", SWA_PATTERN)
     if isinstance(pattern, list):
@@ -28,7 +27,7 @@ def _sliding(g: GGUFFile, n_layer: int) -> list[bool]:
     return [n == 0 or il % n < n - 1 for il in range(n_layer)]
 
 
-def spec(g: GGUFFile, hp: HParams) -> ModelSpec:
+def spec(g: ModelFile, hp: HParams) -> ModelSpec:
     window = int(g.arch_get("attention.sliding_window", 0) or 0)
     if window <= 0:
         raise CorruptModelFile(g.path, "gpt-oss needs attention.sliding_window (128 in the released files)")

@@ -8,11 +8,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import CorruptModelFile
-from ..store.gguf import GGUFFile
-from .base import HParams, LayerSpec, ModelSpec
+from .base import HParams, LayerSpec, ModelFile, ModelSpec
 
-
-def _positive(g: GGUFFile, key: str, default: float | None) -> float | None:
+def _positive(g: ModelFile, key: str, default: float | None) -> float | None:
     value = g.arch_get(key, default)
     if value is None:
         return None
@@ -21,7 +19,7 @@ def _positive(g: GGUFFile, key: str, default: float | None) -> float | None:
     return float(value)
 
 
-def spec(g: GGUFFile, hp: HParams) -> ModelSpec:
+def spec(g: ModelFile, hp: HParams) -> ModelSpec:
     logit_scale = _positive(g, "logit_scale", None)  # required by llama.cpp
     if logit_scale is None:
         raise CorruptModelFile(g.path, f"metadata {g.architecture}.logit_scale is missing")

@@ -11,9 +11,9 @@ from dataclasses import replace
 import numpy as np
 
 from ..errors import CorruptModelFile, UnsupportedArchitecture
-from ..store.gguf import GGUFFile, TensorInfo
 from ..kernels.quants import dequantize
-from .base import Experts, ForwardLayout, HParams, LayerLayout, LayerSpec, Matrix, ModelSpec, Rope
+from .base import (Experts, FileTensor, ForwardLayout, HParams, LayerLayout, LayerSpec, Matrix, ModelFile, ModelSpec,
+                   Rope)
 
 # plan field -> GGUF tensor name under blk.{i}.
 LAYER_TENSORS = {
@@ -41,7 +41,7 @@ ROPE_FREQS = "rope_freqs.weight"     # Llama 3.1+: (n_rot/2,) frequency divisors
 LONGROPE = ("rope_factors_long.weight", "rope_factors_short.weight")  # Phi-3.5/4: chosen by n_ctx
 
 
-def _matrix(t: TensorInfo, r0: int = 0, r1: int | None = None) -> Matrix:
+def _matrix(t: FileTensor, r0: int = 0, r1: int | None = None) -> Matrix:
     """Rows [r0, r1) of a 2-D tensor: a view into the mmap (fused tensors split without copies)."""
     if len(t.ne) != 2:
         raise CorruptModelFile("", f"tensor {t.name!r} should be a matrix, has shape {t.shape}")
@@ -52,7 +52,7 @@ def _matrix(t: TensorInfo, r0: int = 0, r1: int | None = None) -> Matrix:
     return Matrix(t.data[r0 * row_bytes:r1 * row_bytes], t.ggml_type, r1 - r0, int(t.ne[0]))
 
 
-def _experts(t: TensorInfo, n_expert: int) -> tuple[Matrix, ...]:
+def _experts(t: FileTensor, n_expert: int) -> tuple[Matrix, ...]:
     """A 3-D expert tensor (ne: cols, rows, n_expert) as one matrix view per expert."""
     if len(t.ne) != 3 or int(t.ne[2]) != n_expert:
         raise CorruptModelFile("", f"tensor {t.name!r} should hold {n_expert} expert matrices, "
@@ -65,19 +65,19 @@ def _experts(t: TensorInfo, n_expert: int) -> tuple[Matrix, ...]:
 class _Tensors:
     """A file's tensors as the plan takes them; whatever is never taken is refused (unused())."""
 
-    def __init__(self, g: GGUFFile) -> None:
+    def __init__(self, g: ModelFile) -> None:
         self.g, self.taken = g, set()
 
     def has(self, name: str) -> bool:
         return name in self.g.tensors
 
-    def take(self, name: str) -> TensorInfo:
+    def take(self, name: str) -> FileTensor:
         self.taken.add(name)
         return self.g.tensor(name)
 
     def vector(self, name: str) -> np.ndarray:
         """A 1-D tensor (norm weights, biases) as a private float32 copy: read from the file,
-        never through the mmap (GGUFFile.copy), and never read from the file again."""
+        never through the mmap (ModelFile.copy), and never read from the file again."""
         t = self.take(name)
         return dequantize(replace(t, data=self.g.copy(t))).reshape(-1)
 
@@ -192,7 +192,7 @@ def _ffn_parts(ts: _Tensors, il: int, hp: HParams, ls: LayerSpec, spec: ModelSpe
     return parts
 
 
-def _refuse_unused(g: GGUFFile, ts: _Tensors) -> None:
+def _refuse_unused(g: ModelFile, ts: _Tensors) -> None:
     """Tensors this plan would ignore (shared experts, extra layers, RoPE factors ...) are refused."""
     for name in ts.unused():
         reason = f"tensor {name!r} has no place in rase's {g.architecture} forward"
@@ -237,7 +237,7 @@ def _encoder_parts(ts: _Tensors) -> dict:
     return parts
 
 
-def build_layout(g: GGUFFile, hp: HParams, spec: ModelSpec, n_ctx: int) -> ForwardLayout:
+def build_layout(g: ModelFile, hp: HParams, spec: ModelSpec, n_ctx: int) -> ForwardLayout:
     """The typed plan for _kernels.Weights; weights stay in the mmap (fused tensors as views)."""
     ts = _Tensors(g)
     rope = [_rope_factors(ts, r, hp, n_ctx) for r in spec.rope] + [Rope(0.0)] * (2 - len(spec.rope))

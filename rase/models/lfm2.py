@@ -9,11 +9,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import CorruptModelFile, UnsupportedArchitecture
-from ..store.gguf import GGUFFile
-from .base import HParams, LayerSpec, ModelSpec
+from .base import HParams, LayerSpec, ModelFile, ModelSpec
 
-
-def _kv_heads(g: GGUFFile, hp: HParams) -> list[int]:
+def _kv_heads(g: ModelFile, hp: HParams) -> list[int]:
     value = g.arch_get("attention.head_count_kv", hp.n_head_kv)
     heads = [int(h) for h in value] if isinstance(value, (list, np.ndarray)) else [int(value)] * hp.n_layer
     if len(heads) != hp.n_layer:
@@ -24,7 +22,7 @@ def _kv_heads(g: GGUFFile, hp: HParams) -> list[int]:
     return heads
 
 
-def spec(g: GGUFFile, hp: HParams) -> ModelSpec:
+def spec(g: ModelFile, hp: HParams) -> ModelSpec:
     n_conv = g.arch_get("shortconv.l_cache")
     if not isinstance(n_conv, int) or n_conv < 2:
         raise CorruptModelFile(g.path, "lfm2 needs shortconv.l_cache (the convolution's taps, 3 in LFM2)")

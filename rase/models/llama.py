@@ -2,9 +2,7 @@
 adjacent pairs (llama.cpp's converter permutes Q/K rows for that), optional tied output."""
 from __future__ import annotations
 
-from ..store.gguf import GGUFFile
-from .base import HParams, LayerSpec, ModelSpec
+from .base import HParams, LayerSpec, ModelFile, ModelSpec
 
-
-def spec(g: GGUFFile, hp: HParams) -> ModelSpec:
+def spec(g: ModelFile, hp: HParams) -> ModelSpec:
     return ModelSpec(layers=(LayerSpec(),) * hp.n_layer, rope=(hp.rope(file_factors=True),))

@@ -5,11 +5,9 @@ architecture name with attention.sliding_window set) are refused."""
 from __future__ import annotations
 
 from ..errors import UnsupportedArchitecture
-from ..store.gguf import GGUFFile
-from .base import HParams, LayerSpec, ModelSpec
+from .base import HParams, LayerSpec, ModelFile, ModelSpec
 
-
-def spec(g: GGUFFile, hp: HParams) -> ModelSpec:
+def spec(g: ModelFile, hp: HParams) -> ModelSpec:
     if int(g.arch_get("attention.sliding_window", 0) or 0) > 0:
         raise UnsupportedArchitecture("olmo2", reason="OLMo 3's sliding-window layers are not "
                                       "implemented yet; use an OLMo 2 GGUF")

@@ -2,10 +2,8 @@
 layer's FFN routed: softmax over experts, top n_expert_used, weights not renormalized."""
 from __future__ import annotations
 
-from ..store.gguf import GGUFFile
-from .base import HParams, LayerSpec, ModelSpec
+from .base import HParams, LayerSpec, ModelFile, ModelSpec
 
-
-def spec(g: GGUFFile, hp: HParams) -> ModelSpec:
+def spec(g: ModelFile, hp: HParams) -> ModelSpec:
     return ModelSpec(layers=(LayerSpec(qk_norm_full=True),) * hp.n_layer,
                      rope=(hp.rope(),), rope_neox=True, expert_norm=False)

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import math
 
-from ..store.gguf import GGUFFile
-from .base import HParams, LayerSpec, ModelSpec
+from .base import HParams, LayerSpec, ModelFile, ModelSpec
 
-
-def spec(g: GGUFFile, hp: HParams) -> ModelSpec:
+def spec(g: ModelFile, hp: HParams) -> ModelSpec:
     return ModelSpec(layers=(LayerSpec(),) * hp.n_layer, rope=(hp.rope(file_factors=True),),
                      rope_neox=True, attn_scale=1.0 / math.sqrt(hp.head_dim), attn_prescale=True)

@@ -2,10 +2,8 @@
 architecture, as llama.cpp does), NeoX-style RoPE."""
 from __future__ import annotations
 
-from ..store.gguf import GGUFFile
-from .base import HParams, LayerSpec, ModelSpec
+from .base import HParams, LayerSpec, ModelFile, ModelSpec
 
-
-def spec(g: GGUFFile, hp: HParams) -> ModelSpec:
+def spec(g: ModelFile, hp: HParams) -> ModelSpec:
     return ModelSpec(layers=(LayerSpec(),) * hp.n_layer, rope=(hp.rope(),),
                      rope_neox=True)

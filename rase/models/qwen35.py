@@ -11,20 +11,19 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import CorruptModelFile, UnsupportedArchitecture
-from ..store.gguf import GGUFFile
-from .base import HParams, LayerSpec, ModelSpec
+from .base import HParams, LayerSpec, ModelFile, ModelSpec
 
 FULL_ATTENTION_INTERVAL = 4  # llama.cpp's default when the file has neither key below
 
 
-def _int(g: GGUFFile, key: str) -> int:
+def _int(g: ModelFile, key: str) -> int:
     value = g.arch_get(key)
     if not isinstance(value, int) or value <= 0:
         raise CorruptModelFile(g.path, f"qwen35 needs {g.architecture}.{key} (a positive integer)")
     return value
 
 
-def _recurrent(g: GGUFFile, n_layer: int) -> list[bool]:
+def _recurrent(g: ModelFile, n_layer: int) -> list[bool]:
     """Which trunk layers are delta nets: the file's per-layer list, else the interval rule."""
     listed = g.arch_get("attention.recurrent_layers")
     if listed is not None:
@@ -36,7 +35,7 @@ def _recurrent(g: GGUFFile, n_layer: int) -> list[bool]:
     return [(il + 1) % interval != 0 for il in range(n_layer)]
 
 
-def _check_sections(g: GGUFFile, n_rot: int) -> None:
+def _check_sections(g: ModelFile, n_rot: int) -> None:
     """IMROPE equals NeoX RoPE for text only where every rotated pair takes its angle from the
     temporal, height or width position (all the token's position), never the fourth (ggml's
     ggml_mrope_cache_init, is_imrope)."""
@@ -52,7 +51,7 @@ def _check_sections(g: GGUFFile, n_rot: int) -> None:
                                           "position id, which text does not carry")
 
 
-def spec(g: GGUFFile, hp: HParams) -> ModelSpec:
+def spec(g: ModelFile, hp: HParams) -> ModelSpec:
     n_layer = hp.n_layer - int(g.arch_get("nextn_predict_layers", 0) or 0)
     S, Hk, Hv = _int(g, "ssm.state_size"), _int(g, "ssm.group_count"), _int(g, "ssm.time_step_rank")
     if _int(g, "ssm.inner_size") != S * Hv:
