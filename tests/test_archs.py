@@ -93,3 +93,32 @@ def test_batched_fixture_within_tolerance(arch):
     teacher_forced(dec, _fixture(name, False), a)
     print(f"{name}: near {a.near_rate:.4f} exact {a.exact_rate:.4f} max logit diff {a.max_logit_err:.4f}")
     assert a.near == a.positions and a.exact_rate >= 0.95
+
+
+def test_each_hyper_parameter_is_declared_once_and_reaches_the_c_forward():
+    """A hyper-parameter is a field of HParams (what the file says) or of ModelSpec (what the
+    architecture says), never both; forward_params hands every one the C forward takes
+    (_model.h: RASE_HPARAMS) to _kernels.Weights by name, so neither the layout nor the Cython
+    copy names them again."""
+    from dataclasses import fields
+
+    from rase.kernels import _kernels
+    from rase.models import ARCHITECTURES
+    from rase.models.base import ForwardLayout, HParams, ModelSpec, forward_params
+    from rase.store.plan import load_plan
+
+    c_names = set(_kernels.hparam_names())
+    from_file, from_arch = {f.name for f in fields(HParams)}, {f.name for f in fields(ModelSpec)}
+    assert not from_file & from_arch
+    assert c_names <= from_file | from_arch | {"n_ctx"}  # n_ctx: the plan's, not the file's context_length
+    assert not c_names & {f.name for f in fields(ForwardLayout)}
+    gating = {"softmax": 0, "softmax_weight": 1}  # RASE_GATING_*
+    for name in ("llama3-tiny-q8_0", "qwen35-tiny-q8_0", "gpt-oss-tiny-mxfp4", "lfm2-tiny-q8_0", "bert-tiny-q8_0",
+                 "granite-tiny-q8_0"):
+        plan = load_plan(ARCHS / f"{name}.gguf", n_ctx=64)
+        want = forward_params(plan.hparams, ARCHITECTURES[plan.architecture].spec(plan.gguf, plan.hparams), 64)
+        held = plan.weights.params  # read back from the C struct
+        assert set(held) == c_names and held["n_ctx"] == 64
+        for k in c_names:
+            value = gating[want[k]] if k == "expert_gating" else want[k]
+            assert held[k] == (np.float32(value) if isinstance(value, float) else int(value)), (name, k)

@@ -29,9 +29,9 @@ def _no_window(f):
 
 KNOCKOUTS = {
     "sinks": _no_sinks,
-    "clamp": lambda f: replace(f, swiglu_limit=1e30),
+    "clamp": lambda f: replace(f, params={**f.params, "swiglu_limit": 1e30}),
     "window": _no_window,
-    "gating": lambda f: replace(f, expert_gating="softmax"),
+    "gating": lambda f: replace(f, params={**f.params, "expert_gating": "softmax"}),
 }
 
 

@@ -163,6 +163,11 @@ cdef extern from "_forward.h" nogil:
         rase_rope_params rope[2]
         int n_conv, n_kv_layer, ssm_head, ssm_k_heads, ssm_v_heads, attn_gate
         int64_t state_floats
+    ctypedef struct rase_hparam_field:
+        const char *name
+        int offset, is_float
+    const rase_hparam_field RASE_HPARAM_FIELDS[]
+    int RASE_HPARAM_COUNT
     ctypedef struct rase_weights:
         rase_hparams hp
         rase_mat tok_embd, output, pos_embd

@@ -12,10 +12,15 @@ _MATS = ("wq", "wk", "wv", "wo", "wgate", "wup", "wdown")
 _FFN_MATS = ("wgate", "wup", "wdown")
 _VECS = ("attn_norm", "ffn_norm", "q_norm", "k_norm", "post_attn_norm", "post_ffn_norm", "bq", "bk", "bv", "bo",
          "post_attn_norm_b", "post_ffn_norm_b", "bgate", "bup", "bdown", "sinks")
-_GATINGS = {"softmax": RASE_GATING_SOFTMAX, "softmax_weight": RASE_GATING_SOFTMAX_WEIGHT}
+_ENUMS = {"expert_gating": {"softmax": RASE_GATING_SOFTMAX, "softmax_weight": RASE_GATING_SOFTMAX_WEIGHT}}
 _MIXERS = {"attention": RASE_MIXER_ATTENTION, "shortconv": RASE_MIXER_SHORTCONV, "deltanet": RASE_MIXER_DELTANET}
 _ATTN_MATS = ("wq", "wk", "wv", "wo")
 _ROWS_READ = ("token_embd", "position_embd")  # read a row at a time: never repacked, not streamed
+
+
+def hparam_names():
+    """The hyper-parameters the C forward takes, by name (_model.h: RASE_HPARAMS)."""
+    return [RASE_HPARAM_FIELDS[i].name.decode() for i in range(RASE_HPARAM_COUNT)]
 
 
 cdef class Weights:
@@ -38,8 +43,9 @@ cdef class Weights:
         self.experts = NULL
 
     def __init__(self, layout, int n_threads=1, on_packed=None, isa=None, packed=None):
-        """layout: a rase.models.base.ForwardLayout (hyper-parameters, n_ctx = positions one
-        sequence may reach, tok_embd/output Matrix, output_norm, one LayerLayout per layer).
+        """layout: a rase.models.base.ForwardLayout (params: the hyper-parameters by name, n_ctx =
+        positions one sequence may reach; tok_embd/output Matrix, output_norm, one LayerLayout per
+        layer).
         isa: the kernel path (an isa_names() entry; default: the one selected now), fixed for
         the weights' life: set_isa later changes new Weights only.
         Matrices of the repacked types are copied into the 16-row layout (n_threads at a time);
@@ -50,25 +56,9 @@ cdef class Weights:
         self._isa = rase_isa if isa is None else _isa_id(isa)
         self._cached, self.repacked, self.streamed = packed, {}, []
         cdef rase_hparams *h = &self.w.hp
-        h.n_layer, h.n_embd, h.n_head = layout.n_layer, layout.n_embd, layout.n_head
-        h.n_head_kv, h.head_dim, h.n_ff = layout.n_head_kv, layout.head_dim, layout.n_ff
-        h.n_vocab, h.n_ctx, h.n_rot = layout.n_vocab, layout.n_ctx, layout.n_rot
-        h.rope_neox, h.gelu, h.attn_prescale = bool(layout.rope_neox), bool(layout.gelu), bool(layout.attn_prescale)
-        h.eps, h.embd_scale, h.attn_scale = layout.eps, layout.embd_scale, layout.attn_scale
-        h.attn_softcap, h.final_softcap = layout.attn_softcap, layout.final_softcap
-        h.residual_scale, h.logit_mul = layout.residual_scale, layout.logit_mul
-        h.layer_norm, h.norm_after_add, h.causal = layout.layer_norm, layout.norm_after_add, layout.causal
-        h.n_expert, h.n_expert_used, h.n_ff_exp = layout.n_expert, layout.n_expert_used, layout.n_ff_exp
-        h.expert_norm = bool(layout.expert_norm)
-        if layout.expert_gating not in _GATINGS:
-            raise ValueError(f"expert gating {layout.expert_gating!r}, one of {sorted(_GATINGS)} expected")
-        h.expert_gating = _GATINGS[layout.expert_gating]
-        h.swiglu_limit, h.swiglu_alpha = layout.swiglu_limit, layout.swiglu_alpha
-        h.n_conv = layout.n_conv
+        self._hparams(layout.params)
         if h.n_conv and not 2 <= h.n_conv <= RASE_CONV_MAX:
             raise ValueError(f"short convolutions of {h.n_conv} taps; 2..{RASE_CONV_MAX} supported")
-        h.ssm_head, h.ssm_k_heads, h.ssm_v_heads = layout.ssm
-        h.attn_gate = bool(layout.attn_gate)
         if h.ssm_v_heads and (h.ssm_head <= 0 or h.ssm_head % 16 or h.ssm_k_heads <= 0 or h.ssm_v_heads % h.ssm_k_heads):
             raise ValueError(f"delta nets of {h.ssm_k_heads} key and {h.ssm_v_heads} value heads of {h.ssm_head}: "
                              "heads a multiple of 16, value heads a multiple of key heads")
@@ -114,6 +104,28 @@ cdef class Weights:
             self._layer(&self.layers[il], il, spec)
         if rase_weights_init(&self.w) != 0:
             raise MemoryError()
+
+    cdef int _hparams(self, object params) except -1:
+        """Every field of _model.h's RASE_HPARAMS from params[name] (models/base.py:
+        forward_params); an enum's from its name (_ENUMS)."""
+        cdef char *h = <char *>&self.w.hp
+        cdef const rase_hparam_field *f
+        cdef int i
+        for i in range(RASE_HPARAM_COUNT):
+            f = &RASE_HPARAM_FIELDS[i]
+            name = f.name.decode()
+            if name not in params:
+                raise ValueError(f"hyper-parameter {name} is missing")
+            value = params[name]
+            if name in _ENUMS:
+                if value not in _ENUMS[name]:
+                    raise ValueError(f"{name} {value!r}, one of {sorted(_ENUMS[name])} expected")
+                value = _ENUMS[name][value]
+            if f.is_float:
+                (<float *>(h + f.offset))[0] = value
+            else:
+                (<int *>(h + f.offset))[0] = value
+        return 0
 
     cdef int _layer(self, rase_layer *L, int il, object spec) except -1:
         cdef rase_hparams *h = &self.w.hp
@@ -286,6 +298,18 @@ cdef class Weights:
         rase_weights_free(&self.w)
         free(self.layers)
         free(self.experts)
+
+    @property
+    def params(self):
+        """The hyper-parameters as the C forward holds them, by name (_model.h: RASE_HPARAMS)."""
+        cdef char *h = <char *>&self.w.hp
+        cdef const rase_hparam_field *f
+        cdef int i
+        out = {}
+        for i in range(RASE_HPARAM_COUNT):
+            f = &RASE_HPARAM_FIELDS[i]
+            out[f.name.decode()] = (<float *>(h + f.offset))[0] if f.is_float else (<int *>(h + f.offset))[0]
+        return out
 
     @property
     def n_ctx(self):

@@ -5,6 +5,7 @@
 #ifndef RASE_MODEL_H
 #define RASE_MODEL_H
 
+#include <stddef.h>
 #include <stdlib.h>
 #include "_traits.h"
 #include "_pool.h"
@@ -66,30 +67,44 @@ enum {  // how a MoE layer weighs its chosen experts (llama.cpp's expert_gating_
 // mixes the scaled and unscaled angle by a ramp over dimensions [corr_dims[0], corr_dims[1]];
 // cos and sin are multiplied by attn_factor (rase_rope_init).
 
+// The hyper-parameters a plan sets, by name (models/base.py: forward_params, each the field of
+// that name of HParams or ModelSpec): I(name) an int, F(name) a float. The struct's fields and
+// the table _kernels.Weights copies them through (RASE_HPARAM_FIELDS) are both made from it.
+#define RASE_HPARAMS(I, F) \
+    I(n_layer) I(n_embd) I(n_head) I(n_head_kv) I(head_dim) I(n_ff) I(n_vocab) I(n_rot) \
+    I(n_ctx)           /* positions one sequence may reach */ \
+    I(rope_neox)       /* 1: rotate (i, i + n_rot/2) pairs (NeoX); 0: (2i, 2i+1) */ \
+    I(gelu)            /* 1: GELU(tanh) gate, 0: SiLU gate */ \
+    I(attn_prescale)   /* 1: q *= attn_scale before rounding (gemma), scores unscaled */ \
+    F(eps) F(embd_scale) F(attn_scale) \
+    F(attn_softcap) F(final_softcap)  /* > 0: s -> cap * tanh(s / cap) on scores / logits (gemma2) */ \
+    F(residual_scale)  /* != 1: each sublayer's output times this before the residual add (granite) */ \
+    F(logit_mul)       /* != 1: the logits times this (granite's 1 / logit_scale) */ \
+    I(layer_norm)      /* 1: norms are LayerNorm (mean removed) with a bias; 0: RMSNorm */ \
+    I(norm_after_add)  /* 1: x = post_norm(x + sublayer) (BERT's post-LN); 0: x += post_norm(sublayer) */ \
+    I(causal)          /* 0: a row attends to every position its sequence has in the step */ \
+    I(n_expert) I(n_expert_used) I(n_ff_exp)  /* MoE layers: experts, chosen per token, width */ \
+    I(expert_norm)     /* 1: the chosen experts' weights renormalized to sum 1 */ \
+    I(expert_gating)   /* RASE_GATING_* */ \
+    F(swiglu_limit) F(swiglu_alpha)  /* limit > 0: experts' act is gpt-oss's (rase_swiglu_oai) */ \
+    I(n_conv)          /* taps of the recurrent layers' convolution (LFM2's l_cache, Qwen3.5's d_conv), 0 without */ \
+    I(ssm_head) I(ssm_k_heads) I(ssm_v_heads)  /* delta net: head size S, key heads, value heads (H_v) */ \
+    I(attn_gate)       /* 1: attn_q holds each head's query then its output gate (Qwen3.5): out *= sigmoid(gate) */
+
+#define RASE_HPARAM_INT(name) int name;
+#define RASE_HPARAM_FLOAT(name) float name;
 typedef struct {
-    int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_rot;
-    int n_ctx;          // positions one sequence may reach
-    int rope_neox;      // 1: rotate (i, i + n_rot/2) pairs (NeoX); 0: (2i, 2i+1)
-    int gelu;           // 1: GELU(tanh) gate, 0: SiLU gate
-    int attn_prescale;  // 1: q *= attn_scale before rounding (gemma), scores unscaled
-    float eps, embd_scale, attn_scale;
-    float attn_softcap, final_softcap;  // > 0: s -> cap * tanh(s / cap) on scores / logits (gemma2)
-    float residual_scale;  // != 1: each sublayer's output times this before the residual add (granite)
-    float logit_mul;       // != 1: the logits times this (granite's 1 / logit_scale)
-    int layer_norm;        // 1: norms are LayerNorm (mean removed) with a bias; 0: RMSNorm
-    int norm_after_add;    // 1: x = post_norm(x + sublayer) (BERT's post-LN); 0: x += post_norm(sublayer)
-    int causal;            // 0: a row attends to every position its sequence has in the step
-    int n_expert, n_expert_used, n_ff_exp;  // MoE layers: experts, chosen per token, width
-    int expert_norm;    // 1: the chosen experts' weights renormalized to sum 1
-    int expert_gating;  // RASE_GATING_*
-    float swiglu_limit, swiglu_alpha;  // limit > 0: experts' act is gpt-oss's (rase_swiglu_oai)
-    rase_rope_params rope[2];  // rope[1] unused when its base is 0
-    int n_conv;            // taps of the recurrent layers' convolution (LFM2's l_cache, Qwen3.5's d_conv), 0 without
-    int ssm_head, ssm_k_heads, ssm_v_heads;  // delta net: head size S, key heads, value heads (H_v)
-    int attn_gate;         // 1: attn_q holds each head's query then its output gate (Qwen3.5): out *= sigmoid(gate)
-    int n_kv_layer;        // layers with K/V in the pool (the attention layers)
-    int64_t state_floats;  // floats of one sequence's recurrent state (every recurrent layer's)
+    RASE_HPARAMS(RASE_HPARAM_INT, RASE_HPARAM_FLOAT)
+    rase_rope_params rope[2];  // rope[1] unused when its base is 0 (set by rase_rope_init, not by name)
+    int n_kv_layer;        // layers with K/V in the pool (the attention layers), counted at load
+    int64_t state_floats;  // floats of one sequence's recurrent state (every recurrent layer's), counted at load
 } rase_hparams;
+
+typedef struct { const char *name; int offset, is_float; } rase_hparam_field;
+#define RASE_HPARAM_INT_ROW(name) {#name, (int)offsetof(rase_hparams, name), 0},
+#define RASE_HPARAM_FLOAT_ROW(name) {#name, (int)offsetof(rase_hparams, name), 1},
+static const rase_hparam_field RASE_HPARAM_FIELDS[] = {RASE_HPARAMS(RASE_HPARAM_INT_ROW, RASE_HPARAM_FLOAT_ROW)};
+#define RASE_HPARAM_COUNT ((int)(sizeof(RASE_HPARAM_FIELDS) / sizeof(RASE_HPARAM_FIELDS[0])))
 
 typedef struct {  // read-only during a forward
     rase_hparams hp;

@@ -6,8 +6,10 @@ An architecture module declares only what differs: a `spec(g, hp) -> ModelSpec`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+import math
+from dataclasses import dataclass, field, fields
+from types import MappingProxyType
+from typing import Any, Mapping, Protocol
 
 import numpy as np
 
@@ -116,7 +118,9 @@ class ModelSpec:
     sinks: bool = False        # attn_sinks: a learned logit per head in the softmax's denominator (gpt-oss)
     expert_biases: bool = False  # the router's and the experts' biases (gpt-oss); elsewhere refused, as llama.cpp
     n_conv: int = 0            # taps of the recurrent layers' convolution (LFM2's l_cache, Qwen3.5's d_conv)
-    ssm: tuple[int, int, int] = (0, 0, 0)  # delta nets: head size S, key heads, value heads
+    ssm_head: int = 0          # delta nets: head size S
+    ssm_k_heads: int = 0       # key heads
+    ssm_v_heads: int = 0       # value heads (H_v)
     attn_gate: bool = False    # attn_q holds each head's query then its output gate (Qwen3.5)
     skip_blocks: range = range(0)  # blk.{i}. tensors not run (Qwen3.5's multi-token-prediction blocks)
     output_norm: str = "output_norm.weight"  # the final norm's tensor (LFM2: token_embd_norm.weight)
@@ -191,33 +195,9 @@ class LayerLayout:
 
 @dataclass(frozen=True)
 class ForwardLayout:
-    """Everything _kernels.Weights copies into the C model (rase_hparams, rase_weights)."""
-    n_layer: int
-    n_embd: int
-    n_head: int
-    n_head_kv: int
-    head_dim: int
-    n_ff: int
-    n_vocab: int
-    n_ctx: int                 # positions one sequence may reach
-    n_rot: int
-    rope_neox: bool
-    gelu: bool
-    attn_prescale: bool
-    eps: float
-    embd_scale: float
-    attn_scale: float
-    attn_softcap: float
-    final_softcap: float
-    residual_scale: float
-    logit_mul: float
-    layer_norm: bool
-    norm_after_add: bool
-    causal: bool
-    n_expert: int
-    n_expert_used: int
-    n_ff_exp: int
-    expert_norm: bool
+    """Everything _kernels.Weights copies into the C model: the hyper-parameters (params) and
+    the weights (rase_weights)."""
+    params: Mapping[str, Any]  # forward_params: every field of _model.h's RASE_HPARAMS, by name
     rope: tuple[Rope, Rope]    # slot 1 unused when its base is 0; factors resolved
     tok_embd: Matrix
     output: Matrix | None      # None: no LM head (an encoder)
@@ -227,12 +207,18 @@ class ForwardLayout:
     type_embd: np.ndarray | None = None  # token type 0's row, added to every embedding
     embd_norm: np.ndarray | None = None
     embd_norm_b: np.ndarray | None = None
-    expert_gating: str = "softmax"
-    swiglu_limit: float = 0.0
-    swiglu_alpha: float = 0.0
-    n_conv: int = 0
-    ssm: tuple[int, int, int] = (0, 0, 0)
-    attn_gate: bool = False
+
+
+def forward_params(hp: HParams, spec: ModelSpec, n_ctx: int) -> Mapping[str, Any]:
+    """The C forward's hyper-parameters by name (_model.h: RASE_HPARAMS, copied field by field
+    by _kernels.Weights): each declared once, as a field of the file's HParams or of the
+    architecture's ModelSpec, and the three a plan derives: the layers it runs, the context,
+    the attention scale by default."""
+    params = {f.name: getattr(hp, f.name) for f in fields(hp)}
+    params.update((f.name, getattr(spec, f.name)) for f in fields(spec))
+    params.update(n_layer=len(spec.layers), n_ctx=n_ctx,
+                  attn_scale=spec.attn_scale if spec.attn_scale is not None else 1.0 / math.sqrt(hp.head_dim))
+    return MappingProxyType(params)
 
 
 ROPE_SCALINGS = ("none", "linear", "yarn", "longrope")  # llama.cpp's rope.scaling.type names

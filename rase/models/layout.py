@@ -4,7 +4,6 @@ views). What each architecture takes is its ModelSpec's (rase/models/base.py); a
 takes is refused."""
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import replace
 
@@ -13,7 +12,7 @@ import numpy as np
 from ..errors import CorruptModelFile, UnsupportedArchitecture
 from ..kernels.quants import dequantize
 from .base import (Experts, FileTensor, ForwardLayout, HParams, LayerLayout, LayerSpec, Matrix, ModelFile, ModelSpec,
-                   Rope)
+                   Rope, forward_params)
 
 # plan field -> GGUF tensor name under blk.{i}.
 LAYER_TENSORS = {
@@ -148,7 +147,7 @@ def _deltanet_parts(ts: _Tensors, il: int, hp: HParams, ls: LayerSpec, spec: Mod
     conv taps ({d_conv, channels}: each channel's taps contiguous) made tap-major, the gates'
     vectors and the output norm."""
     blk = f"blk.{il}."
-    S, Hk, Hv = spec.ssm
+    S, Hk, Hv = spec.ssm_head, spec.ssm_k_heads, spec.ssm_v_heads
     channels = 2 * S * Hk + S * Hv
     taps = ts.vector(blk + DELTANET["conv_w"])
     if taps.size != spec.n_conv * channels:
@@ -254,16 +253,6 @@ def build_layout(g: ModelFile, hp: HParams, spec: ModelSpec, n_ctx: int) -> Forw
     output_norm = None if spec.encoder else ts.vector(spec.output_norm)
     ts.taken.update(n for n in g.tensors if (m := _BLK.match(n)) and int(m.group(1)) in spec.skip_blocks)
     _refuse_unused(g, ts)
-    return ForwardLayout(
-        n_layer=len(spec.layers), n_embd=hp.n_embd, n_head=hp.n_head, n_head_kv=hp.n_head_kv,
-        head_dim=hp.head_dim, n_ff=hp.n_ff, n_vocab=hp.n_vocab, n_ctx=n_ctx, n_rot=hp.n_rot,
-        rope_neox=spec.rope_neox, gelu=spec.gelu, attn_prescale=spec.attn_prescale, eps=hp.eps,
-        embd_scale=spec.embd_scale,
-        attn_scale=spec.attn_scale if spec.attn_scale is not None else 1.0 / math.sqrt(hp.head_dim),
-        attn_softcap=spec.attn_softcap, final_softcap=spec.final_softcap, residual_scale=spec.residual_scale,
-        logit_mul=spec.logit_mul, layer_norm=spec.layer_norm, norm_after_add=spec.norm_after_add,
-        causal=spec.causal, n_expert=hp.n_expert,
-        n_expert_used=hp.n_expert_used, n_ff_exp=hp.n_ff_exp, expert_norm=spec.expert_norm,
-        expert_gating=spec.expert_gating, swiglu_limit=spec.swiglu_limit, swiglu_alpha=spec.swiglu_alpha,
-        n_conv=spec.n_conv, ssm=spec.ssm, attn_gate=spec.attn_gate, rope=(rope[0], rope[1]), tok_embd=_matrix(embd),
-        output=None if output is None else _matrix(output), output_norm=output_norm, layers=tuple(layers), **extra)
+    return ForwardLayout(forward_params(hp, spec, n_ctx), rope=(rope[0], rope[1]), tok_embd=_matrix(embd),
+                         output=None if output is None else _matrix(output), output_norm=output_norm,
+                         layers=tuple(layers), **extra)

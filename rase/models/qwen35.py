@@ -59,5 +59,5 @@ def spec(g: ModelFile, hp: HParams) -> ModelSpec:
     _check_sections(g, hp.n_rot)
     layers = tuple(LayerSpec(mixer="deltanet") if r else LayerSpec(qk_norm=True) for r in _recurrent(g, n_layer))
     return ModelSpec(layers=layers, rope=(hp.rope(),), rope_neox=True, n_conv=_int(g, "ssm.conv_kernel"),
-                     ssm=(S, Hk, Hv), attn_gate=True, ffn_norm="post_attention_norm.weight",
+                     ssm_head=S, ssm_k_heads=Hk, ssm_v_heads=Hv, attn_gate=True, ffn_norm="post_attention_norm.weight",
                      skip_blocks=range(n_layer, hp.n_layer))
