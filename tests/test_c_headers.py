@@ -64,3 +64,32 @@ def test_the_traits_header_is_the_only_table_by_type():
     tables = [(p.name, m.group(0)) for p in HEADERS
               for m in re.finditer(r"static const \w+ \w+\[RASE_GGML_TYPE_COUNT\]", p.read_text())]
     assert tables == [("_traits.h", "static const rase_type_traits rase_type_traits_table[RASE_GGML_TYPE_COUNT]")]
+
+
+def _body(text: str, signature: str) -> str:
+    """A C function's body: from its signature to the brace that closes it."""
+    start = text.index("{", text.index(signature))
+    depth, i = 0, start
+    while True:
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        if depth == 0:
+            return text[start:i + 1]
+        i += 1
+
+
+def test_each_mixer_is_a_header_and_a_row_that_declares_its_scratch():
+    """A token mixer is its own header (_mix_<name>.h) and one row of RASE_MIXERS: its block and
+    what it needs of the step's scratch. The scratch allocation asks them and knows no mixer;
+    the generic matmul knows no LM head (the head asks for its NaN check as an epilogue)."""
+    model, forward = (RASE / "_model.h").read_text(), (RASE / "_forward.h").read_text()
+    kinds = re.findall(r"RASE_MIXER_(\w+)", re.search(r"enum \{ (RASE_MIXER_[^}]*)\}", model).group(1))
+    rows = dict(re.findall(r"\[RASE_MIXER_(\w+)\] = \{(\w+, \w+)\}", forward))
+    assert sorted(rows) == sorted(kinds) and len(kinds) >= 3
+    for kind, row in rows.items():
+        block, needs = row.split(", ")
+        header = (RASE / f"_mix_{kind.lower()}.h").read_text()
+        assert f"static void {block}(" in header and f"static void {needs}(" in header, kind
+    alloc = _body(model, "static int rase_scratch_alloc(")
+    assert not re.search(r"ssm_|n_conv|attn_gate", alloc), "the allocation names a mixer's hyper-parameter"
+    matmuls = _body((RASE / "_matmul.h").read_text(), "static void rase_matmuls(")
+    assert "output" not in matmuls and "RASE_EPI_FINITE" in _body(forward, "static void rase_lm_head(")

@@ -179,6 +179,8 @@ cdef extern from "_forward.h" nogil:
     ctypedef struct rase_kv_pool:
         int32_t n_blocks, n_slots, type, row_elems, rot_k, rot_v
         int64_t state_floats
+    ctypedef struct rase_scratch_need:
+        int64_t g, u, att, mix, gates, cols
     ctypedef struct rase_scratch:
         int max_rows, n_threads, nonfinite
     ctypedef struct rase_entry:
@@ -219,7 +221,9 @@ cdef extern from "_forward.h" nogil:
     void rase_state_copy(rase_kv_pool *kv, int32_t src, int32_t dst)
     void rase_kv_pool_free(rase_kv_pool *kv)
     void rase_kv_copy_rows(rase_kv_pool *kv, int32_t src, int32_t dst, int n)
-    int rase_scratch_alloc(rase_scratch *s, const rase_hparams *hp, int max_rows, int n_threads)
+    int rase_scratch_alloc(rase_scratch *s, const rase_hparams *hp, const rase_scratch_need *need, int max_rows,
+                           int n_threads)
+    rase_scratch_need rase_forward_needs(const rase_weights *w)
     void rase_scratch_free(rase_scratch *s)
     void rase_step(rase_model *m, const rase_batch *b, const rase_sampler_ref *samplers, int32_t *tokens)
 

@@ -50,7 +50,8 @@ cdef class Forward:
         self.m.isa = weights._isa
         if rase_kv_pool_alloc(&self.kv, &weights.w.hp, n_blocks, n_slots, KV_TYPES[kv_type], kv_rotate) != 0:
             raise MemoryError(f"cannot allocate a KV pool of {n_blocks} blocks and {n_slots} state slots")
-        if rase_scratch_alloc(&self.s, &weights.w.hp, max_rows, n_threads) != 0:
+        cdef rase_scratch_need need = rase_forward_needs(&weights.w)
+        if rase_scratch_alloc(&self.s, &weights.w.hp, &need, max_rows, n_threads) != 0:
             raise MemoryError(f"cannot allocate scratch for {max_rows} rows")
         self._identity = _np.arange(n_blocks, dtype=_np.int32).reshape(1, -1)
         self._logits = _np.empty((0, weights.w.hp.n_vocab), dtype=_np.float32)

@@ -84,7 +84,9 @@ static void rase_mm_rows(const rase_model *m, const rase_mat *w, const uint8_t *
     }
 }
 
-enum { RASE_EPI_NONE, RASE_EPI_GATE, RASE_EPI_ACT };  // what rase_matmuls does to a chunk it computed
+// what rase_matmuls does to a chunk it computed: nothing; act(gate) * up; act; check it for NaN and
+// +-inf while it is in this core's cache (s->nonfinite: the LM head's logits)
+enum { RASE_EPI_NONE, RASE_EPI_GATE, RASE_EPI_ACT, RASE_EPI_FINITE };
 
 // g = act(g) over n elements (an FFN without a gate: bert's GELU). The same scalar steps on
 // every ISA: the GELU is the f16 table lookup, which the vector path also does lane by lane.
@@ -121,8 +123,7 @@ static void rase_matmuls(rase_model *m, int n, const rase_mat *const *w, const f
         const int64_t r1 = r0 + RASE_CHUNK_ROWS < w[i]->rows ? r0 + RASE_CHUNK_ROWS : w[i]->rows;
         rase_mm_rows(m, w[i], A[i], act[i], as[i], T, Y[i], r0, r1, rase_work(m->s, ith));
         if (bias && bias[i]) rase_add_bias(Y[i], w[i]->rows, bias[i], T, r0, r1);
-        if (w[i] == &m->w->output && m->w->hp.final_softcap <= 0.0f && m->w->hp.logit_mul == 1.0f &&  // in this core's cache
-            rase_any_nonfinite(Y[i], w[i]->rows, T, r0, r1))
+        if (epi == RASE_EPI_FINITE && rase_any_nonfinite(Y[i], w[i]->rows, T, r0, r1))
             __atomic_store_n(&m->s->nonfinite, 1, __ATOMIC_RELAXED);
         if (gate_u) {
             rase_mm_rows(m, w[1], A[1], act[1], as[1], T, Y[1], r0, r1, rase_work(m->s, ith));

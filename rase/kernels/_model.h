@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 #include <stdlib.h>
+#include <time.h>
 #include "_traits.h"
 #include "_pool.h"
 #include "_attention.h"
@@ -73,15 +74,15 @@ enum {  // how a MoE layer weighs its chosen experts (llama.cpp's expert_gating_
 #define RASE_HPARAMS(I, F) \
     I(n_layer) I(n_embd) I(n_head) I(n_head_kv) I(head_dim) I(n_ff) I(n_vocab) I(n_rot) \
     I(n_ctx)           /* positions one sequence may reach */ \
-    I(rope_neox)       /* 1: rotate (i, i + n_rot/2) pairs (NeoX); 0: (2i, 2i+1) */ \
+    I(rope_neox)       /* 1: rotate (i, i + n_rot/2) pairs (NeoX), 0: (2i, 2i+1) */ \
     I(gelu)            /* 1: GELU(tanh) gate, 0: SiLU gate */ \
     I(attn_prescale)   /* 1: q *= attn_scale before rounding (gemma), scores unscaled */ \
     F(eps) F(embd_scale) F(attn_scale) \
     F(attn_softcap) F(final_softcap)  /* > 0: s -> cap * tanh(s / cap) on scores / logits (gemma2) */ \
     F(residual_scale)  /* != 1: each sublayer's output times this before the residual add (granite) */ \
     F(logit_mul)       /* != 1: the logits times this (granite's 1 / logit_scale) */ \
-    I(layer_norm)      /* 1: norms are LayerNorm (mean removed) with a bias; 0: RMSNorm */ \
-    I(norm_after_add)  /* 1: x = post_norm(x + sublayer) (BERT's post-LN); 0: x += post_norm(sublayer) */ \
+    I(layer_norm)      /* 1: norms are LayerNorm (mean removed) with a bias, 0: RMSNorm */ \
+    I(norm_after_add)  /* 1: x = post_norm(x + sublayer) (BERT's post-LN), 0: x += post_norm(sublayer) */ \
     I(causal)          /* 0: a row attends to every position its sequence has in the step */ \
     I(n_expert) I(n_expert_used) I(n_ff_exp)  /* MoE layers: experts, chosen per token, width */ \
     I(expert_norm)     /* 1: the chosen experts' weights renormalized to sum 1 */ \
@@ -133,12 +134,22 @@ typedef struct {
     int32_t n_slots;
 } rase_kv_pool;
 
+// A step's scratch widths per row (floats) beyond the embedding's: the FFN's and each token
+// mixer's (_mix.h: rase_scratch_base below, then each mixer a model uses raises its own)
+typedef struct {
+    int64_t g, u;    // the FFN's gate and up (a mixer's projections also land here)
+    int64_t att;     // the attention heads' outputs, or another mixer's output
+    int64_t mix;     // a mixer's second buffer (mix_stride): a gated attention's q + gate, a delta net's channels
+    int64_t gates;   // per value head: a delta net's beta and alpha
+    int64_t cols;    // the widest input a matmul quantizes (the activation and work buffers)
+} rase_scratch_need;
+
 typedef struct {
     int max_rows, n_threads, n_ctx;
     float *x, *h, *o;      // (max_rows, n_embd)
-    float *q, *att;        // (max_rows, n_head * head_dim); att at least n_embd wide (a conv's output)
+    float *q, *att;        // (max_rows, n_head * head_dim), (max_rows, rase_scratch_need.att)
     float *k, *v;          // (max_rows, n_head_kv * head_dim)
-    float *g, *u;          // (max_rows, n_ff); g at least 3 n_embd wide in a model with conv layers
+    float *g, *u;          // (max_rows, rase_scratch_need.g | .u): the FFN's gate and up, a mixer's projections
     float *router;         // (max_rows, n_expert) router logits, then probabilities
     int32_t *sel, *pair;   // (max_rows, n_expert_used): chosen experts; their pair slot
     float *wsel;           // (max_rows, n_expert_used): their weights
@@ -148,7 +159,7 @@ typedef struct {
     int32_t *runs;         // (max_rows + 1,): order[runs[i] .. runs[i + 1]) are one sequence's rows
     int n_runs;
     float *mix;            // (max_rows, mix_stride): a delta net's convolved q, k, v; a gated attention's q + gate
-    float *gates;          // (2, max_rows, ssm_v_heads): a delta net's beta, then alpha, per row and value head
+    float *gates;          // (2, max_rows, rase_scratch_need.gates): a delta net's beta, then alpha, per value head
     int64_t mix_stride;
     float *pg, *pu, *pd;   // (max_rows * n_expert_used, n_ff_exp | n_ff_exp | n_embd): per pair
     uint8_t *pact;         // (2, max_rows * n_expert_used, act_stride): quantized pair inputs
@@ -205,6 +216,15 @@ typedef struct {
     int64_t step_ns;           // wall ns spent in rase_step since creation (always counted)
     rase_barrier barrier;
 } rase_model;
+
+static inline int64_t rase_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+// thread 0 times the ops between barriers (their wall time) when profiling
+#define RASE_PROF_START(m, ith) const int64_t prof_t0 = ((m)->profile && (ith) == 0) ? rase_now_ns() : 0
+#define RASE_PROF_ADD(m, ith, field) do { if ((m)->profile && (ith) == 0) (m)->field += rase_now_ns() - prof_t0; } while (0)
 
 static uint16_t *rase_gelu_table_new(void);
 
@@ -286,38 +306,34 @@ static void rase_scratch_free(rase_scratch *s) {
     memset(s, 0, sizeof(*s));
 }
 
-// scratch for steps of up to max_rows rows over sequences of up to n_ctx positions
-static int rase_scratch_alloc(rase_scratch *s, const rase_hparams *hp, int max_rows, int n_threads) {
+static rase_scratch_need rase_scratch_base(const rase_hparams *hp) {
+    int64_t cols = hp->n_embd > hp->n_ff ? hp->n_embd : hp->n_ff;
+    if (hp->n_ff_exp > cols) cols = hp->n_ff_exp;
+    const rase_scratch_need need = {hp->n_ff, hp->n_ff, hp->n_embd, 0, 1, cols};
+    return need;
+}
+
+// scratch for steps of up to max_rows rows over sequences of up to n_ctx positions, as wide as
+// need says (_forward.h: rase_forward_needs)
+static int rase_scratch_alloc(rase_scratch *s, const rase_hparams *hp, const rase_scratch_need *need, int max_rows,
+                              int n_threads) {
     memset(s, 0, sizeof(*s));
     s->max_rows = max_rows;
     s->n_threads = n_threads;
     s->n_ctx = hp->n_ctx;
     const int64_t B = max_rows, nq = (int64_t)hp->n_head * hp->head_dim;
     const int64_t nkv = (int64_t)hp->n_head_kv * hp->head_dim;
-    int64_t max_cols = hp->n_embd;
-    const int64_t d_inner = (int64_t)hp->ssm_v_heads * hp->ssm_head;
-    const int64_t conv_dim = 2 * (int64_t)hp->ssm_k_heads * hp->ssm_head + d_inner;  // a delta net's channels
-    int64_t ng = hp->n_ff, nu = hp->n_ff, natt = nq > hp->n_embd ? nq : hp->n_embd;
-    if (hp->n_conv && 3 * hp->n_embd > ng) ng = 3 * hp->n_embd;  // g: FFN gate, shortconv b/c/x, delta net q/k/v
-    if (conv_dim > ng) ng = conv_dim;
-    if (d_inner > nu) nu = d_inner;                              // u: FFN up, the delta net's z
-    if (d_inner > natt) natt = d_inner;                          // att: heads, the conv / delta net output
-    s->mix_stride = hp->attn_gate ? 2 * nq : 0;
-    if (hp->ssm_v_heads && conv_dim > s->mix_stride) s->mix_stride = conv_dim;
-    if (nq > max_cols) max_cols = nq;
-    if (hp->n_ff > max_cols) max_cols = hp->n_ff;
-    if (hp->n_ff_exp > max_cols) max_cols = hp->n_ff_exp;
-    if (d_inner > max_cols) max_cols = d_inner;  // the delta net's out-projection reads d_inner
-    s->act_stride = (int64_t)rase_act_bytes(ACT_F32, max_cols) + 64;
+    s->mix_stride = need->mix;
+    s->act_stride = (int64_t)rase_act_bytes(ACT_F32, need->cols) + 64;
     s->x = rase_alloc(B * hp->n_embd * 4);
     s->h = rase_alloc(B * hp->n_embd * 4);
     s->o = rase_alloc(B * hp->n_embd * 4);
     s->q = rase_alloc(B * nq * 4);
-    s->att = rase_alloc(B * natt * 4);
+    s->att = rase_alloc(B * need->att * 4);
     s->k = rase_alloc(B * nkv * 4);
     s->v = rase_alloc(B * nkv * 4);
-    s->g = rase_alloc(B * ng * 4);
-    s->u = rase_alloc(B * nu * 4);
+    s->g = rase_alloc(B * need->g * 4);
+    s->u = rase_alloc(B * need->u * 4);
     s->rope = rase_alloc(2 * B * (hp->n_rot / 2) * 2 * 4);
     s->attn_stride = rase_attend_scratch(hp->n_ctx, hp->head_dim);
     s->scores = rase_alloc((size_t)n_threads * RASE_ATTN_G * s->attn_stride * 4);
@@ -329,8 +345,8 @@ static int rase_scratch_alloc(rase_scratch *s, const rase_hparams *hp, int max_r
     s->order = rase_alloc((size_t)B * sizeof(int32_t));
     s->runs = rase_alloc((size_t)(B + 1) * sizeof(int32_t));
     s->mix = rase_alloc((size_t)B * s->mix_stride * 4);
-    s->gates = rase_alloc((size_t)2 * B * (hp->ssm_v_heads ? hp->ssm_v_heads : 1) * 4);
-    s->work_stride = (RASE_CHUNK_ROWS * max_cols + 15) / 16 * 16;  // pages touched only by a GEMM that uses them
+    s->gates = rase_alloc((size_t)2 * B * need->gates * 4);
+    s->work_stride = (RASE_CHUNK_ROWS * need->cols + 15) / 16 * 16;  // pages touched only by a GEMM that uses them
     s->work = rase_alloc((size_t)n_threads * s->work_stride * sizeof(float));
     if (hp->n_expert > 0) {
         const int64_t P = B * hp->n_expert_used;
