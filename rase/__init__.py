@@ -1,7 +1,9 @@
 """rase: an embeddable local LLM runtime for Python.
 
-Data path: registry -> session -> gguf -> models/<arch> plan -> chat template -> tokenizer
--> generation -> _kernels (nogil) -> stream -> surface (api / cli / server).
+Data path: store (registry, GGUF reader, plan) -> session (plan, tokenizer, templates, worker)
+-> engine (worker, scheduler, KV manager, channel) -> models -> kernels (nogil), with text
+(tokenizer, templates, text state, structured output) beside the engine; surfaces on top: api,
+cli, server, integrations.
 """
 from __future__ import annotations
 
@@ -68,15 +70,16 @@ _API = (
     "Engine", "Completion", "pull_model", "import_model", "attach_tokenizer", "list_models",
     "inspect_model", "verify_model", "unload_models", "generate_registered_gguf",
     "generate_chat_registered_gguf", "generate_chat_stream_registered_gguf", "generate_llama_gguf",
-    "profiling_snapshot", "gpu_info", "probe_runtime",
+    "profiling_snapshot", "gpu_info", "probe_runtime", "load_gguf_decoder",
 )
+_HOME = {"load_gguf_decoder": "engine.decoder"}  # the single-stream scorer (prefill/decode -> logits); else api
 
 
 def __getattr__(name: str):
     if name in _API:
-        from . import api
+        import importlib
 
-        return getattr(api, name)
+        return getattr(importlib.import_module(f".{_HOME.get(name, 'api')}", __name__), name)
     raise AttributeError(f"module 'rase' has no attribute {name!r}")
 
 

@@ -130,6 +130,9 @@ def test_manual_names_are_top_level_and_import_stays_light():
     import rase
 
     assert rase.Engine is api.Engine and rase.generate_chat_registered_gguf is api.generate_chat_registered_gguf
+    from rase.engine.decoder import load_gguf_decoder
+
+    assert rase.load_gguf_decoder is load_gguf_decoder  # the single-stream scorer outside harnesses use
     assert set(rase._API) <= set(rase.__all__)
     with pytest.raises(AttributeError):
         rase.no_such_thing  # noqa: B018
