@@ -87,6 +87,18 @@ class Engine:
         self.lifecycle = KeepAlive(self.sessions, config.keep_alive_s)
 
     @property
+    def device(self) -> str:
+        return self.config.device
+
+    @property
+    def max_tokens_limit(self) -> int | None:
+        return self.config.max_tokens_limit
+
+    @property
+    def reasoning_budget(self) -> int | None:
+        return self.config.reasoning_budget
+
+    @property
     def stats(self) -> dict:
         """Totals (requests, generated_tokens, cancelled, failed; running, waiting, KV and
         recurrent-state use of the loaded models) and per model: the scheduler, KV pool and prefix
@@ -104,7 +116,7 @@ class Engine:
         return out
 
     def _limited(self, config: GenerationConfig, asked: bool) -> GenerationConfig:
-        limit = self.config.max_tokens_limit
+        limit = self.max_tokens_limit
         if limit is None or config.max_tokens <= limit:
             return config
         if asked:
@@ -113,7 +125,7 @@ class Engine:
         return dataclasses.replace(config, max_tokens=limit)
 
     def session(self, model: str):
-        return self.sessions.get_or_load(self.registry, model, self.config.device)
+        return self.sessions.get_or_load(self.registry, model, self.device)
 
     # -------------------------------------------------------------- submission
 
@@ -141,7 +153,7 @@ class Engine:
             ids = ids_of(session)
             run = dataclasses.replace(config, stop_tokens=stop_tokens_with_eos(config, session.plan.eos_token))
             text, constraint = reader(session, spec, tools, stops, think, chat, ids, budget, run.stop_tokens,
-                                      self.config.reasoning_budget)
+                                      self.reasoning_budget)
             try:
                 return session.worker.submit(ids, run, text, constraint, logprobs, after)
             except ModelUnloaded:
