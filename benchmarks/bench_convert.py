@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.hf_checkpoints import SHAPES, write_sized_checkpoint  # noqa: E402
+from tests.support.hf_checkpoints import SHAPES, write_sized_checkpoint  # noqa: E402
 def timed(cmd: list[str]) -> tuple[float, float]:
     """(wall seconds, peak RSS MiB) of a child process."""
     code = ("import resource, subprocess, sys, time; t = time.perf_counter(); "

@@ -135,9 +135,9 @@ def worker_bandwidth(path: str, threads: int) -> dict:
 
 
 def worker_llama(path: str, threads: int) -> dict:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import llama_cpp  # noqa: F401  imported before the load clock, as rase's modules are
-    from llamacpp_ref import llama  # llama.cpp's plain CPU kernels: its AMX repack crashes
+    from tests.support.llamacpp_ref import llama  # llama.cpp's plain CPU kernels: its AMX repack crashes
 
     _settle()
     t0 = time.perf_counter()

@@ -11,7 +11,7 @@ bandwidth measured in the same run.
   (2 x rows x cols x tokens per second).
 Every product is also checked bit for bit against the single-threaded reference path
 (`_kernels.matmul`) on its first rows, so a faster number is never a different result.
-RASE_BENCH_THREADS sets the threads (default 2). tests/test_bench_kernels.py runs this suite
+RASE_BENCH_THREADS sets the threads (default 2). tests/benchmarks/test_bench_kernels.py runs this suite
 once with small matrices so it cannot rot.
 """
 from __future__ import annotations

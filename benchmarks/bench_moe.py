@@ -160,7 +160,7 @@ def _measure(path: Path, n_tokens: int) -> tuple[list[StepReads], int, int]:
 
 
 def large_file(directory: Path) -> Path:
-    from tests.tinymodels import write_tiny_model
+    from tests.support.tinymodels import write_tiny_model
 
     return write_tiny_model(directory / "olmoe-large-q4_k.gguf", "olmoe", QuantType.Q4_K, hp=LARGE)
 

@@ -21,15 +21,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import httpx  # noqa: E402
 
 from rase.store import sources  # noqa: E402
 from rase.config import physical_cores  # noqa: E402
 from rase.store.registry import ModelRegistry  # noqa: E402
-from tests.conftest import models_dir, rase_serve  # noqa: E402
-from tests.ray_cluster import rase_serve_ray  # noqa: E402
+from tests.support.models import models_dir  # noqa: E402
+from tests.support.servers import rase_serve  # noqa: E402
+from tests.support.ray_cluster import rase_serve_ray  # noqa: E402
 
 TOPICS = ["the sea", "a mountain", "autumn", "a city at night", "a lighthouse", "bread", "the moon", "rain",
           "a library", "trains", "a garden", "snow", "a river", "coffee", "the desert", "a violin"]

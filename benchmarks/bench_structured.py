@@ -5,7 +5,7 @@ decode step of the same model, and constrained against free generation end to en
 
 Without a model argument it runs the two real models of the test suite (fetched from PyPI).
 Each model: the vocabulary build (once per loaded model), then a JSON-schema answer generated
-token by token through the single-stream loop (tests/single_stream.py), timing every mask fill and every forward step.
+token by token through the single-stream loop (tests/support/single_stream.py), timing every mask fill and every forward step.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from rase.text.structured import GrammarVocab, grammar_spec
 from rase.text.tokenizer import LocalTokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.single_stream import generate_with  # noqa: E402 (the single-stream loop: a mask per draw, timed)
+from tests.support.single_stream import generate_with  # noqa: E402 (the single-stream loop: a mask per draw, timed)
 
 SCHEMA = {  # unbounded strings and arrays: the matcher's work grows with what it tracks
     "type": "object",

@@ -1,6 +1,6 @@
 """tests/fixtures/convert.llamacpp-t1.json: llama.cpp's one-token logits on the files `rase model
-convert` makes from tests/hf_checkpoints.py's tiny checkpoints (seed 0), per family and file type:
-the SHA-256 of the float32 logits (positions x 512 vocabulary) of tests/test_convert.py's TOKENS
+convert` makes from tests/support/hf_checkpoints.py's tiny checkpoints (seed 0), per family and file type:
+the SHA-256 of the float32 logits (positions x 512 vocabulary) of tests/support/hf_checkpoints.py's TOKENS
 evaluated one token per batch, the top token at each position, the largest |logit|.
 
 Run with the portable AVX2 llama-cpp-python 0.3.36 (../shared/wheels; the build the other t1
@@ -27,8 +27,8 @@ def main() -> None:
     import llama_cpp
 
     from rase import convert_model
-    from tests.hf_checkpoints import KINDS, write_checkpoint
-    from tests.test_convert import TOKENS
+    from tests.support.hf_checkpoints import KINDS, write_checkpoint
+    from tests.support.hf_checkpoints import TOKENS
 
     out = {"llama_cpp_python": llama_cpp.__version__, "system": llama_cpp.llama_print_system_info().decode(),
            "tokens": TOKENS, "files": {}}

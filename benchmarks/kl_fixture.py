@@ -1,5 +1,5 @@
 """Regenerate tests/fixtures/<model>.kl.npz: llama.cpp's next-token distributions on a real
-text, the reference for rase's KL-divergence test (tests/test_kl.py).
+text, the reference for rase's KL-divergence test (tests/models/test_kl.py).
 
     python benchmarks/kl_fixture.py MODEL.gguf NAME    # in an environment with llama-cpp-python
 

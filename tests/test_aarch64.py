@@ -4,7 +4,7 @@ tools/aarch64-sysroot.sh), installed as pip installs it for that platform, then 
 qemu-aarch64 as three CPUs: qemu's "max" (the dot-product and int8 matrix-multiply
 instructions), a Neoverse N1 (Graviton2: dotprod, no i8mm) and a Cortex-A57 (ARMv8.0: NEON
 only). On each: the levels it reports, the kernel smoke test, the kernels' test suite, every
-tiny family against llama.cpp's one-token fixtures (tests/test_archs.py, tests/test_gpt_oss.py),
+tiny family against llama.cpp's one-token fixtures (tests/models/test_archs.py, tests/models/test_gpt_oss.py),
 and SmolLM2's logits against the x86 build's: the same bits on every level (scalar: x86's scalar path; neon, dotprod, i8mm: x86's AVX2 path)."""
 from __future__ import annotations
 
@@ -59,9 +59,7 @@ def aarch64(tmp_path_factory):
                     str(wheel)], check=True, timeout=300)
     # the tests that run on the emulated CPU, away from the repo (whose rase/ holds this machine's build)
     tests = target / "run" / "tests"
-    tests.mkdir(parents=True)
-    for f in REPO.glob("tests/*.py"):
-        shutil.copy(f, tests / f.name)
+    shutil.copytree(REPO / "tests", tests, ignore=shutil.ignore_patterns("fixtures", "__pycache__"))
     (tests / "fixtures").symlink_to(REPO / "tests" / "fixtures")
     return base / "root", wheel, target
 
@@ -99,8 +97,9 @@ def _pytest_summary(out) -> str:
     return last
 
 
-KERNEL_SUITE = ["tests/test_kernels.py", "tests/test_conv.py", "tests/test_deltanet.py", "tests/test_smoke.py",
-                "tests/test_quants.py::test_simd_dequantizer_equals_scalar_bit_for_bit", "tests/test_quantize.py"]
+KERNEL_SUITE = ["tests/kernels/test_kernels.py", "tests/kernels/test_conv.py", "tests/kernels/test_deltanet.py",
+                "tests/kernels/test_smoke.py", "tests/kernels/test_quants.py::test_simd_dequantizer_equals_scalar_bit_for_bit",
+                "tests/kernels/test_quantize.py"]
 
 
 @pytest.mark.parametrize("cpu", CPUS)
@@ -109,7 +108,7 @@ def test_the_kernel_suite_passes_on_the_emulated_cpu(aarch64, cpu):
     One test compares with llama-cpp-python live, which has no aarch64 wheel: it is left out
     by name, and its subject (MXFP4 against llama.cpp's one-token logits) is
     test_every_family_equals_llama_cpps_one_token_fixtures' gpt-oss-tiny-mxfp4 below."""
-    live = "tests/test_kernels.py::test_mxfp4_logits_equal_llama_cpps_one_token_logits"
+    live = "tests/kernels/test_kernels.py::test_mxfp4_logits_equal_llama_cpps_one_token_logits"
     out = _emulated(aarch64, cpu, "-m", "pytest", "-q", "-p", "no:cacheprovider", *KERNEL_SUITE, "--deselect", live,
                     timeout=1800)
     last = out.stdout.strip().splitlines()[-1]
@@ -119,11 +118,12 @@ def test_the_kernel_suite_passes_on_the_emulated_cpu(aarch64, cpu):
 
 @pytest.mark.parametrize("cpu", CPUS)
 def test_every_family_equals_llama_cpps_one_token_fixtures(aarch64, cpu):
-    out = _emulated(aarch64, cpu, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_archs.py",
-                    "tests/test_gpt_oss.py", timeout=1800)
+    out = _emulated(aarch64, cpu, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/models/test_archs.py",
+                    "tests/models/test_gpt_oss.py", timeout=1800)
     assert int(_pytest_summary(out).split()[0]) >= 100
 
 
+@pytest.mark.needs_model
 def test_smollm2_logits_on_every_level_are_the_x86_logits(aarch64, smollm2_path, tmp_path):
     """The same bits as x86 on every level, and each level's emulated decode speed, printed."""
     x86 = {}

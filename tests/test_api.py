@@ -21,6 +21,7 @@ def engine(smollm2_store):
     return Engine(smollm2_store)
 
 
+@pytest.mark.needs_model
 def test_chat_complete_and_stream(engine):
     out = engine.chat("smollm2", CHAT, temperature=0, max_tokens=40)
     assert "Paris" in out.text and out.finish_reason == "stop" and out.prompt_tokens > 10
@@ -31,6 +32,7 @@ def test_chat_complete_and_stream(engine):
         engine.chat("missing", CHAT)
 
 
+@pytest.mark.needs_model
 def test_closing_a_stream_cancels(engine):
     before = engine.stats["cancelled"]
     it = engine.stream_chat("smollm2", [{"role": "user", "content": "Tell me a long story."}],
@@ -40,6 +42,7 @@ def test_closing_a_stream_cancels(engine):
     assert all(first) and engine.stats["cancelled"] == before + 1
 
 
+@pytest.mark.needs_model
 def test_async_variants(engine):
     async def main():
         out = await engine.achat("smollm2", CHAT, temperature=0, max_tokens=40)
@@ -74,6 +77,7 @@ def test_async_variants(engine):
     assert engine.stats["cancelled"] == before + 1
 
 
+@pytest.mark.needs_model
 def test_manual_functions(tmp_path, smollm2_path):
     store = tmp_path / "store"
     toml = api.import_model(store, smollm2_path, "smollm2", chat_template="chatml")
@@ -105,6 +109,7 @@ def test_manual_functions(tmp_path, smollm2_path):
         api.probe_runtime("tpu")
 
 
+@pytest.mark.needs_model
 def test_profiling_counters(smollm2_path):
     code = (
         "import json, rase.api as api\n"
@@ -141,6 +146,7 @@ def test_manual_names_are_top_level_and_import_stays_light():
     assert out.stdout.strip() == "[]", out.stderr
 
 
+@pytest.mark.needs_model
 def test_special_token_text_in_a_completion_prompt(engine):
     prompt = engine.session("smollm2").chat_prompt(CHAT)
     assert "<|im_start|>" in prompt
@@ -151,6 +157,7 @@ def test_special_token_text_in_a_completion_prompt(engine):
     assert plain.prompt_tokens > raw.prompt_tokens + 10  # each <|im_...|> as several text tokens
 
 
+@pytest.mark.needs_model
 def test_engine_context_size(engine):
     from rase import ContextOverflow, InvalidRequest
 
@@ -163,6 +170,7 @@ def test_engine_context_size(engine):
         small.chat("smollm2", CHAT, max_tokens=40)
 
 
+@pytest.mark.needs_model
 def test_tokenize_and_detokenize(engine):
     ids = engine.tokenize("smollm2", "The capital of France")
     assert ids and engine.detokenize("smollm2", ids) == "The capital of France"
@@ -184,6 +192,7 @@ def test_top_k_none_is_the_whole_vocabulary():
     assert _config({"temperature": None}).temperature == 0.7  # other Nones: the default
 
 
+@pytest.mark.needs_model
 def test_one_frozen_config_reaches_every_session_and_worker(smollm2_store):
     """Engine's settings are validated once into an EngineConfig, which its sessions and
     workers receive as it is; nothing downstream can change it."""

@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from rase import QuantType
-from tests.conftest import rase_command
-from tests.ggufbuild import small_spec
+from tests.support.servers import rase_command
+from tests.support.ggufbuild import small_spec
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
@@ -25,6 +25,7 @@ def test_console_script_is_installed():
     assert proc.returncode == 0 and proc.stdout.startswith("rase "), proc.stderr
 
 
+@pytest.mark.needs_model
 def test_inspect_gguf_real_model(smollm2_path):
     proc = run_cli("inspect-gguf", str(smollm2_path))
     assert proc.returncode == 0, proc.stderr
@@ -66,6 +67,7 @@ def test_help_everywhere():
         assert run_cli(sub, "--help").returncode == 0
 
 
+@pytest.mark.needs_model
 def test_demo_registers_chats_and_serves_with_calls_that_work(tmp_path):
     """The README's first command: fetch + register once, answer once, then `--serve` prints a
     curl and an openai call; both are run here as printed, against the live server."""

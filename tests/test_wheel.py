@@ -13,6 +13,10 @@ import time
 import zipfile
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.needs_model  # every test here runs a real model (tests/conftest.py)
+
 REPO = Path(__file__).resolve().parents[1]
 TAG = "manylinux_2_34_x86_64"
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What the test suite needs from the system, from Debian's packages: chromium and chromium-driver
-# (the headless browser tests/test_web.py drives) and libsimde-dev (SIMDe's headers, from which
-# setup.py builds rase.kernels._kernels_emu, so tests/test_kernels_emu.py checks the AVX-512 kernels on
+# (the headless browser tests/server/test_web.py drives) and libsimde-dev (SIMDe's headers, from which
+# setup.py builds rase.kernels._kernels_emu, so tests/kernels/test_kernels_emu.py checks the AVX-512 kernels on
 # any CPU). Run it before installing rase. Elsewhere: any Chromium and its chromedriver
 # (RASE_CHROMIUM / RASE_CHROMEDRIVER) and SIMDe 0.7's headers (RASE_SIMDE_INCLUDE: their include dir).
 # And for tests/test_aarch64.py (rase built for aarch64, run under emulation): Debian's cross

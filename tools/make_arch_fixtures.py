@@ -35,7 +35,7 @@ FAMILY_QUANTS = {"gpt-oss-tiny": {"mxfp4": 38, "q8_0": 7}}  # 38: MXFP4_MOE (exp
 def _llama(path: Path, **kw):
     """llama.cpp with its default CPU buffers, as the first eight files' fixtures were made: Q4_K
     weights are repacked, and its one-token numerics are those of the repacked kernels (which
-    rase reproduces). On a CPU with AMX, 0.3.36's AMX repack crashes here (tests/llamacpp_ref.py)."""
+    rase reproduces). On a CPU with AMX, 0.3.36's AMX repack crashes here (tests/support/llamacpp_ref.py)."""
     from llama_cpp import Llama
 
     return Llama(model_path=str(path), verbose=False, n_threads=2, **kw)

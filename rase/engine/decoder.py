@@ -5,7 +5,7 @@ position's logits; decode(token) appends one token. Every position is computed b
 arithmetic however the prompt is chunked (the one-token numerics, equal to llama.cpp's
 n_batch = 1 results). Logits are rank-1 float32 arrays of vocabulary size. The GIL is released
 inside every forward call. One sequence over a Forward of its own: the tests' single-stream
-oracle (tests/single_stream.py) and the benchmarks use it; rase serves every request through
+oracle (tests/support/single_stream.py) and the benchmarks use it; rase serves every request through
 the model's worker (worker.py) instead.
 """
 from __future__ import annotations

@@ -7,7 +7,7 @@
 // acc = fma(f32(d_w) * d_y, (float)isum_b, acc) from acc = 0; the result is acc. One FMA per
 // block instead of llama.cpp's vec_dot order (8 slice accumulators, one FMA per slice, a tree):
 // no llama.cpp path has this order, so these types are held to the KL tolerance against
-// llama.cpp (tests/test_kl.py), not to its bits. The integer sums make every ISA's result identical.
+// llama.cpp (tests/models/test_kl.py), not to its bits. The integer sums make every ISA's result identical.
 // Kernels: each slice's products as unsigned u = w + B (B = 8, 16) x signed y (maddubs /
 // vpdpbusd), summed in int16 (Q4_0: all 8 slices, at most 8 x 2 x 15 x 128 = 30720; Q5_0: 4 at
 // a time, 4 x 2 x 31 x 128 = 31744) or int32, and the -B x sum(y) term from the quantized

@@ -16,7 +16,7 @@
 // dmin * dy, accm), block by block; the result is acc - accm. Q5_K keeps the order its row kernels
 // had before it was repacked (rase_kdot_ref's): acc = acc + dy * (dx * S - dmin * M) from acc = 0.
 // Integers in any order are the same integers, so the scalar reference, AVX2 and AVX-512 VNNI
-// kernels give the same bits (tests/test_kernels.py states both orders in numpy).
+// kernels give the same bits (tests/kernels/test_kernels.py states both orders in numpy).
 #ifndef RASE_REPACK_K_H
 #define RASE_REPACK_K_H
 

@@ -9,7 +9,7 @@
 // q[a][4r + i] = ql[64h + 32a + 4L + i] (low nibble: vector 4h + a, high nibble: 4h + 2 + a).
 //
 // Numerics: llama.cpp's x86 one-token Q6_K (ggml's AVX2 vec_dot, the t1 fixtures' bits; spelled
-// out in numpy in tests/test_kernels.py). Per row, 8 lanes: lane L of 256-block b is the exact integer
+// out in numpy in tests/kernels/test_kernels.py). Per row, 8 lanes: lane L of 256-block b is the exact integer
 // sum over the 8 vectors v (32 elements each) of sc[2v + L / 4] x (the 4 products of elements
 // 32v + 4L .. 32v + 4L + 3, values unsigned 0..63), minus 32 x (sc[2L] bsum[2L] + sc[2L + 1]
 // bsum[2L + 1]); acc_L = fma(dy * dx, (float)lane_L, acc_L), block by block; the result is

@@ -93,7 +93,7 @@ static inline rase_quantize_fn rase_quantize_for(int type, int isa) { return RAS
 
 // the GEMM for T tokens of a plain (rows x n) matrix of `type`, or NULL (then dotn row by row).
 // A kernel may be chosen by the number of tokens (the F16 GEMM from rows_min); the invariant is
-// that every choice gives the same bits (tests/test_kernels.py)
+// that every choice gives the same bits (tests/kernels/test_kernels.py)
 static inline rase_rows_fn rase_rows_for(int type, int isa, int T, int64_t n) {
     const rase_type_traits *tr = rase_traits(type);
     return T >= tr->rows_min && T > 1 && n % 32 == 0 ? tr->rows[isa] : 0;

@@ -2,7 +2,7 @@
 
 The sizes are read from the C traits rows (rase/kernels/_traits.h, one per type), so a type's facts live
 in one place; QuantType names the ids (a C row without a name here fails at import), and
-tests/test_quants.py checks the names and sizes against ggml's. Block layouts: ggml-common.h.
+tests/kernels/test_quants.py checks the names and sizes against ggml's. Block layouts: ggml-common.h.
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 sqrt(n_embd), sliding-window attention on 5 of every 6 layers (RoPE base 10000 there), tied
 output. The `1 + w` of Gemma's RMSNorm is already folded into the weights by llama.cpp's
 converter (convert_hf_to_gguf adds 1 to every norm weight), so nothing is folded at load;
-tests/test_conformance.py checks this against llama.cpp's logits."""
+tests/models/test_conformance.py checks this against llama.cpp's logits."""
 from __future__ import annotations
 
 import math

@@ -158,7 +158,7 @@ def render_granite(messages: Sequence[Message]) -> str:
     return body + "<|start_of_role|>assistant<|end_of_role|>"
 
 
-# a renderer for each name a manifest may give (store/registry.py: BUILTIN_TEMPLATES, tests/test_chat.py)
+# a renderer for each name a manifest may give (store/registry.py: BUILTIN_TEMPLATES, tests/text/test_chat.py)
 BUILTIN: dict[str, Callable[[Sequence[Message]], str]] = {
     "chatml": render_chatml, "llama3": render_llama3, "mistral": render_mistral,
     "llama2": render_mistral, "gemma": render_gemma, "phi3": render_phi3, "phi4": render_phi4,

@@ -5,7 +5,7 @@ Wraps the incremental detokenizer and stop strings (stream.TextStream) and the <
 (thinking.ThinkFilter, whose separated reasoning streams as Output.reasoning); a stop string
 ends the request. Stop tokens and max_tokens are the
 scheduler's rules (scheduler.Scheduler.update): those tokens never reach feed. The tests'
-single-stream oracle (tests/single_stream.py) uses the same object, so a request gives the
+single-stream oracle (tests/support/single_stream.py) uses the same object, so a request gives the
 same text served alone or batched.
 """
 from __future__ import annotations
