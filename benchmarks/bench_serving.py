@@ -235,8 +235,9 @@ def report(table: dict, servers: list[Server], clients: list[int], bare: float, 
         print(f"rase 1 client over HTTP / the bare single-stream loop on the same prompts ({bare:.1f} tok/s): "
               f"{tps['rase', 1] / bare:.2f}")
         gaps = table["rase", 1]["gaps"]
-        print(f"rase 1 client decode rate over HTTP (1 / mean TBT, {len(gaps) / sum(gaps):.1f} tok/s) / the bare "
-              f"one-row step ({step:.1f} steps/s): {len(gaps) / sum(gaps) / step:.2f}")
+        if gaps:  # none when every answer came in one chunk (a random-weight model's whitespace)
+            print(f"rase 1 client decode rate over HTTP (1 / mean TBT, {len(gaps) / sum(gaps):.1f} tok/s) / the bare "
+                  f"one-row step ({step:.1f} steps/s): {len(gaps) / sum(gaps) / step:.2f}")
     for s in servers[1:]:
         for n in clients:
             print(f"rase / {s.name} at {n} clients: {tps['rase', n] / tps[s.name, n]:.2f}x aggregate, "
