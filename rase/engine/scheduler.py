@@ -54,6 +54,27 @@ class Step:
     verified: dict = field(default_factory=dict)  # request -> (drafts verified, accepted), after update
 
 
+@dataclass
+class _Rows:
+    """A step as it is laid out: its rows (token, seq, pos), the rows whose logits give a token
+    (and who samples each), the sequences and their row counts, and the rows read back."""
+    rows: list = field(default_factory=list)
+    out_rows: list = field(default_factory=list)
+    out: list = field(default_factory=list)
+    samplers: list = field(default_factory=list)
+    seqs: list = field(default_factory=list)
+    counts: list = field(default_factory=list)
+    embd_rows: list = field(default_factory=list)
+    logit_rows: list = field(default_factory=list)
+    reads: list = field(default_factory=list)
+
+    def sample(self, req: Request, sampler, row: int | None = None) -> None:
+        """The row (default: the next one) samples a token for req with sampler."""
+        self.out_rows.append(len(self.rows) if row is None else row)
+        self.out.append(req)
+        self.samplers.append(sampler)
+
+
 class Scheduler:
     def __init__(self, kv: KVManager, max_batch: int = 8, max_chunk: int = 512, min_chunk: int = 16,
                  tbt_target_ms: float = 100.0, causal: bool = True, max_logit_rows: int = 512,
@@ -167,37 +188,50 @@ class Scheduler:
         if not self.running:
             return None
         decode = [r for r in self.running if r.remaining == 1 and r.collect is None]
-        budget = self.chunk_budget(len(decode))
-        rows: list[tuple[int, int, int]] = []
-        out_rows: list[int] = []
-        out: list[Request] = []
-        seqs: list[Request] = []
-        counts: list[int] = []
-        embd_rows: list[int] = []
-        logit_rows: list[int] = []
-        reads: list[tuple[Request, int, int]] = []
+        rows = _Rows()
+        verify = self._decode_rows(rows, decode, drafts or {})
+        # the forward holds max_batch + max_chunk rows: drafts' rows come out of the prompt budget
+        budget = min(self.chunk_budget(len(decode)), self.max_batch + self.max_chunk - len(rows.rows))
+        n_prefill = self._prompt_rows(rows, budget)
+        if not rows.seqs:
+            return None  # encoder inputs waiting for a step with room (none is running yet)
+        held = [self.kv.table(r.id) for r in rows.seqs]
+        tables = np.zeros((len(rows.seqs), max(1, max(map(len, held)))), np.int32)
+        for i, table in enumerate(held):
+            tables[i, :len(table)] = table
+        for req in dict.fromkeys(rows.out):  # the grammar's mask for the token its first out row samples
+            if req.constraint is not None:
+                req.sampler.mask = req.constraint.fill()
+        n_out = len(rows.out_rows)  # logits reads follow the sampled rows in the logits
+        reads = [(r, a + n_out, b + n_out) if r.collect.source == "logits" else (r, a, b) for r, a, b in rows.reads]
+        return Step(np.array(rows.rows, np.int32).reshape(-1, 3), tables,
+                    np.array(rows.out_rows + rows.logit_rows, np.int32), rows.out, rows.seqs, rows.counts, len(decode),
+                    n_prefill, rows.samplers + [None] * len(rows.logit_rows), np.array(rows.embd_rows, np.int32), reads,
+                    np.array([self.kv.slot(r.id) for r in rows.seqs], np.int32), verify)
+
+    def _decode_rows(self, rows: "_Rows", decode: list[Request], drafts: dict) -> dict[Request, list[int]]:
+        """A row for each decoding request's last token, and one per draft it verifies; the drafts."""
         verify: dict[Request, list[int]] = {}
-        samplers: list = []
         for req in decode:
-            guess, masks = self._drafts(req, (drafts or {}).get(req, []))
+            guess, masks = self._drafts(req, drafts.get(req, []))
             if guess:
                 verify[req] = guess
             n = req.n_computed
             self.kv.extend(req.id, n + 1 + len(guess))
             for i, token in enumerate([req.tokens[n]] + guess):  # each position's logits verify the next draft
-                out_rows.append(len(rows))
-                out.append(req)
-                samplers.append(req.sampler if i == 0 else self._fork(req, i, guess, masks[i - 1] if masks else None))
-                rows.append((token, len(seqs), n + i))
-            seqs.append(req)
-            counts.append(1 + len(guess))
-        # the forward holds max_batch + max_chunk rows: drafts' rows come out of the prompt budget
-        budget = min(budget, self.max_batch + self.max_chunk - len(rows))
+                rows.sample(req, req.sampler if i == 0 else self._fork(req, i, guess, masks[i - 1] if masks else None))
+                rows.rows.append((token, len(rows.seqs), n + i))
+            rows.seqs.append(req)
+            rows.counts.append(1 + len(guess))
+        return verify
+
+    def _prompt_rows(self, rows: "_Rows", budget: int) -> int:
+        """Prompt chunks of the others, oldest first, within budget tokens; how many."""
         n_prefill = 0
         for req in self.running:
             if (req.remaining == 1 and req.collect is None) or budget <= 0:
                 continue
-            take = self._take(req, budget, len(logit_rows))
+            take = self._take(req, budget, len(rows.logit_rows))
             if self.kv.state and take > 0:  # a hybrid's chunk ends at its next checkpoint boundary
                 take = self.kv.state.chunk(req.n_computed, take, self.kv.block_size)
             if take <= 0 or (not self.causal and take < req.remaining):
@@ -208,32 +242,16 @@ class Scheduler:
                 self.kv.extend(req.id, req.n_computed + take)
             start = req.n_computed
             if req.collect is not None:
-                read = embd_rows if req.collect.source == "hidden" else logit_rows
+                read = rows.embd_rows if req.collect.source == "hidden" else rows.logit_rows
                 first = len(read)
-                read.extend(len(rows) + p - start for p in range(start, start + take) if req.collect.wants(p))
-                reads.append((req, first, len(read)))
-            rows.extend((req.tokens[p], len(seqs), p) for p in range(start, start + take))
+                read.extend(len(rows.rows) + p - start for p in range(start, start + take) if req.collect.wants(p))
+                rows.reads.append((req, first, len(read)))
+            rows.rows.extend((req.tokens[p], len(rows.seqs), p) for p in range(start, start + take))
             if start + take == len(req.tokens) and req.collect is None:  # the prompt's last position: token 1
-                out_rows.append(len(rows) - 1)
-                out.append(req)
-                samplers.append(req.sampler)
-            seqs.append(req)
-            counts.append(take)
-        if not seqs:
-            return None  # encoder inputs waiting for a step with room (none is running yet)
-        held = [self.kv.table(r.id) for r in seqs]
-        tables = np.zeros((len(seqs), max(1, max(map(len, held)))), np.int32)
-        for i, table in enumerate(held):
-            tables[i, :len(table)] = table
-        for req in dict.fromkeys(out):  # the grammar's mask for the token its first out row samples
-            if req.constraint is not None:
-                req.sampler.mask = req.constraint.fill()
-        n_out = len(out_rows)  # logits reads follow the sampled rows in the logits
-        reads = [(r, a + n_out, b + n_out) if r.collect.source == "logits" else (r, a, b) for r, a, b in reads]
-        return Step(np.array(rows, np.int32).reshape(-1, 3), tables, np.array(out_rows + logit_rows, np.int32),
-                    out, seqs, counts, len(decode), n_prefill, samplers + [None] * len(logit_rows),
-                    np.array(embd_rows, np.int32), reads,
-                    np.array([self.kv.slot(r.id) for r in seqs], np.int32), verify)
+                rows.sample(req, req.sampler, len(rows.rows) - 1)
+            rows.seqs.append(req)
+            rows.counts.append(take)
+        return n_prefill
 
     def _accepted(self, step: Step, tokens) -> dict[Request, int]:
         """Per verified request: how many of its drafts the tokens its rows drew confirm (each
