@@ -1,9 +1,11 @@
-"""One request's state in the serving engine, and what it returns.
+"""One request's own facts in the serving engine: its prompt, config, tokens, sampler,
+constraint, state, timings and handle; and the Completion they make at its end (output.py).
 
 There is no prefill phase and no decode phase: `tokens` holds the prompt and everything sampled
 so far, `n_computed` counts the positions whose K/V is in the pool, and each step computes some
 of the difference (a chunk of the prompt, or the one token sampled last). A prefix-cache hit
-simply starts n_computed past zero.
+simply starts n_computed past zero. Its memory (blocks, trie nodes, a state slot, draft blocks)
+is the KV manager's, by the request's id (kv_manager.py).
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Continuous batching for one model: decides each step, never runs the model.
 
-next_step() admits waiting requests (first come, first served, as long as the KV pool can promise
+next_step(now) admits waiting requests (first come, first served, as long as the KV pool can promise
 their whole budget), then lays out one step: one decode row for every running request whose
 prompt is done, followed by prompt chunks of the others (oldest first) within a token budget
 sized so that the running requests' time between tokens stays near `tbt_target_ms`.
