@@ -173,12 +173,12 @@ class Engine:
         GBNF) or regex constrain the answer token by token; tools / tool_choice /
         parallel_tool_calls are OpenAI's (calls in Completion.tool_calls). logprobs /
         top_logprobs (0-20): each token's log-probability (Completion.logprobs; streamed as
-        logprobs.LogprobDelta items), from the raw logits. after: an earlier request for the
+        output.LogprobDelta items), from the raw logits. after: an earlier request for the
         same messages whose prompt KV this one reuses (see submit_chat_choices). reasoning_effort
         (OpenAI's none .. high): gpt-oss's template reads it, Qwen3's enable_thinking follows it.
         chat_template_kwargs: more variables for the model's Jinja template (e.g. {"enable_thinking":
         false}). think: what happens to a <think> block: "keep" it in the text, "strip" it,
-        "separate" it into Completion.reasoning (streamed as textstate.ReasoningDelta items), "auto":
+        "separate" it into Completion.reasoning (streamed as output.ReasoningDelta items), "auto":
         separate it when the model has <think> tokens. A response format, grammar or tool constraint
         of such a model binds after the block; reasoning_budget closes the block after that many
         (-1: no limit; None: the engine's; a harmony model's analysis is bounded by reasoning_effort

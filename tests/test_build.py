@@ -147,3 +147,14 @@ def test_a_regular_install_carries_every_module(tmp_path):
                          cwd=tmp_path, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip() in _kernels.isa_names()
+
+
+def test_the_package_top_level_is_its_wings_and_a_few_modules():
+    """rase/ holds the folders of the data path and at most ~10 modules of its own (the surfaces
+    and what every layer shares), not a flat folder of everything."""
+    root = Path(__file__).resolve().parents[1] / "rase"
+    wings = {p.name for p in root.iterdir() if (p / "__init__.py").exists()}
+    modules = {p.name for p in root.glob("*.py")}
+    assert wings == {"kernels", "store", "models", "text", "engine", "session", "server", "convert", "integrations"}
+    assert len(modules) <= 10 and {"__init__.py", "api.py", "cli.py", "errors.py"} <= modules, sorted(modules)
+    assert not list(root.glob("*.h")) and not list(root.glob("*.pyx"))  # the C wing is rase/kernels/

@@ -9,6 +9,7 @@ from rase import QuantType
 from rase.api import Engine
 from rase.engine.draft_model import DraftSeq, best_k
 from rase.store.registry import ModelRegistry
+from tests.support.pools import pool_is_whole
 from tests.support.speculation import run_prompts
 
 
@@ -107,6 +108,9 @@ def test_a_draft_model_drafts_for_all_requests_in_shared_steps(smollm2_store):
             handles = [e.submit_chat("smollm2", [{"role": "user", "content": p}], max_tokens=40, temperature=0)
                        for p in prompts]
             outs[spec] = [h.result() for h in handles]
+            if spec:  # the draft sequences' blocks are the KV manager's: every one back once the requests end
+                pool_is_whole(e, "smollm2")
+                assert len(worker.kv.draft_free) == worker.kv.n_draft > 0 and not hasattr(batch, "free")
     assert [o.text for o in outs["draft:smollm2"]] == [o.text for o in outs[None]]
     drafted = sum(o.timings["draft_n"] for o in outs["draft:smollm2"])
     for o in outs["draft:smollm2"]:  # drafting for itself: every draft holds (a prompt caught up wrong would not)
