@@ -141,6 +141,14 @@ static void rase_embed(rase_model *m, const rase_batch *b, int ith, int nth) {
     for (int64_t t = lo; t < hi; ++t) {
         float *x = m->s->x + t * E;
         const int64_t tok = b->rows[t].token;
+        if (b->in_row && b->in_row[t] >= 0) {  // an input row (an image's): as given, never scaled
+            memcpy(x, b->in_embd + (int64_t)b->in_row[t] * E, (size_t)E * sizeof(float));
+            rase_prenorm(m, w->layers[0].attn_norm, x, m->s->h + t * E);
+            for (int sl = 0; sl < nslots; ++sl)
+                rase_rope_table(m->s->rope + ((size_t)sl * m->s->max_rows + t) * half_rot * 2, b->rows[t].pos,
+                                hp->n_rot, &hp->rope[sl]);
+            continue;
+        }
         if (te->layout == RASE_LAYOUT_R16) {  // tied: the output's repacked copy, the same bytes
             rase_r16_unpack_row(te->type, te->packed, te->group_bytes, E, tok, plain);
             deq(plain, x, E);

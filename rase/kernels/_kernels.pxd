@@ -199,6 +199,9 @@ cdef extern from "_forward.h" nogil:
         const int32_t *embd_rows
         int n_embd
         float *embd
+        const float *in_embd
+        const int32_t *in_row
+        const int32_t *key_end
     ctypedef struct rase_sampler_ref:
         const rase_sampling *p
         rase_rng *rng

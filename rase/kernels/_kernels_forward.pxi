@@ -163,6 +163,7 @@ cdef class Forward:
         b.rows, b.n, b.tables, b.table_stride = rows, T, &table[0, 0], table.shape[1]
         b.out_rows, b.n_out, b.logits = out_rows, n_out, &lv[0, 0]
         b.seq_len, b.seq_first, b.embd_rows, b.n_embd, b.embd = &seq_len, &seq_first, NULL, 0, NULL
+        b.in_embd, b.in_row, b.key_end = NULL, NULL, NULL
         b.slots = &slot0
         try:
             self._set_trace(trace, T)
@@ -175,7 +176,7 @@ cdef class Forward:
         return out
 
     def step(self, const int32_t[:, ::1] rows, const int32_t[:, ::1] tables, const int32_t[::1] out_rows,
-             list samplers=None, trace=None, embd_rows=None, slots=None):
+             list samplers=None, trace=None, embd_rows=None, slots=None, in_embd=None, in_row=None, key_end=None):
         """Evaluate rows (n, 3) of (token, seq, pos): row i's K/V go to position pos of
         sequence seq, whose block table is tables[seq]; it attends to that sequence's
         positions up to pos (the rows of one step may extend a sequence by several positions;
@@ -188,8 +189,14 @@ cdef class Forward:
         a view valid until the next step. slots (n_seq,) int32, a model with recurrent layers:
         sequence s's state slot, read and updated in place by its rows (position 0 starts from
         zeros); distinct slots for distinct sequences. Forward and sampling run with the GIL
-        released."""
+        released. in_embd (m, n_embd) float32 with in_row (n,) int32: row i with in_row[i] >= 0
+        enters as in_embd[in_row[i]] (an image's row: its token is not read). key_end (n,) int32:
+        row i attends to its sequence's keys < key_end[i] (a non-causal span: > pos, the span's
+        rows all in this step) instead of <= pos."""
         self._check_step(rows, tables, out_rows)
+        cdef const float[:, ::1] iev
+        cdef const int32_t[::1] irv, kev
+        inputs = self._check_inputs(rows, tables, in_embd, in_row, key_end)
         cdef const int32_t[::1] slv = self._check_slots(slots, tables.shape[0])
         cdef int n = rows.shape[0], n_out = out_rows.shape[0], j
         cdef int V = self.weights.w.hp.n_vocab
@@ -227,12 +234,42 @@ cdef class Forward:
         b.embd_rows, b.n_embd = (&ev[0] if e.size else NULL), e.size
         b.embd = &hv[0, 0] if hv.shape[0] else NULL
         b.slots = &slv[0]
+        b.in_embd, b.in_row, b.key_end = NULL, NULL, NULL
+        if inputs[0] is not None:
+            iev, irv = inputs[0], inputs[1]
+            b.in_embd, b.in_row = &iev[0, 0], &irv[0]
+        if inputs[2] is not None:
+            kev = inputs[2]
+            b.key_end = &kev[0]
         self._set_trace(trace, n)
         with nogil:
             rase_step(&self.m, &b, refs, tp)
         self.m.trace = NULL
         self.hidden = self._hidden[:e.size]
         return tokens, self._logits[:n_out]
+
+    def _check_inputs(self, rows, tables, in_embd, in_row, key_end):
+        """(in_embd, in_row, key_end) checked: input rows of the model's width indexed by
+        in_row (-1: the row's token); key ends past each row's position and inside the pool."""
+        cdef int n = rows.shape[0]
+        e = r = k = None
+        if (in_embd is None) != (in_row is None):
+            raise ValueError("in_embd and in_row come together")
+        if in_embd is not None:
+            e = _np.ascontiguousarray(in_embd, dtype=_np.float32)
+            r = _np.ascontiguousarray(in_row, dtype=_np.int32)
+            if e.ndim != 2 or e.shape[1] != self.weights.w.hp.n_embd or e.shape[0] < 1:
+                raise ValueError(f"in_embd must be (m, {self.weights.w.hp.n_embd}) float32")
+            if r.shape != (n,) or r.min() < -1 or r.max() >= e.shape[0]:
+                raise ValueError(f"in_row must be ({n},) indices of in_embd rows or -1")
+        if key_end is not None:
+            k = _np.ascontiguousarray(key_end, dtype=_np.int32)
+            pos = _np.asarray(rows)[:, 2]
+            limit = min(self.weights.w.hp.n_ctx, _np.asarray(tables).shape[1] * RASE_KV_BLOCK)
+            if not self.weights.w.hp.causal or k.shape != (n,) or _np.any(k <= pos) or k.max() > limit:
+                raise ValueError("key_end must be (n,) ends past each row's position inside its block table "
+                                 "(a decoder's rows)")
+        return e, r, k
 
     def _check_slots(self, slots, int n_seq):
         """int32 (n_seq,): the step's state slots (zeros for a model without recurrent state)."""
@@ -357,6 +394,7 @@ cdef class Forward:
         b.slots = &slot0
         b.out_rows, b.n_out, b.logits = &out_row, 1, &lv[0, 0]
         b.seq_len, b.embd_rows, b.n_embd, b.embd = &seq_len, NULL, 0, NULL
+        b.in_embd, b.in_row, b.key_end = NULL, NULL, NULL
         self.m.trace = NULL
         with nogil:
             rase_step(&self.m, &b, &ref, &drawn)

@@ -49,7 +49,7 @@ static rase_kv_view rase_row_view(const rase_model *m, const rase_layer *L, int 
     const rase_kv_pool *kv = m->kv;
     const rase_entry e = b->rows[t];
     *j0 = L->window > 0 && e.pos - L->window + 1 > 0 ? e.pos - L->window + 1 : 0;
-    *j1 = e.pos + 1;
+    *j1 = b->key_end ? b->key_end[t] : e.pos + 1;
     const int64_t koff = rase_kv_at(kv, L->kv_layer, kh, 0, 0);
     const rase_kv_view view = {kv->k + koff, kv->v + koff, b->tables + e.seq * b->table_stride,
                                (int64_t)RASE_KV_BLOCK * kv->row_elems, kv->row_elems, kv->type};

@@ -195,6 +195,10 @@ typedef struct {  // one step
     const int32_t *embd_rows;  // (n_embd,): rows whose final hidden state is wanted (embeddings)
     int n_embd;
     float *embd;               // (n_embd, n_embd floats): after the final norm when the model has one
+    const float *in_embd;      // NULL, or (*, n_embd) input rows: row t with in_row[t] >= 0 enters as
+    const int32_t *in_row;     //   in_embd[in_row[t]] (an image's row, unscaled) instead of its token's
+    const int32_t *key_end;    // NULL, or (n,): row t attends to its sequence's keys < key_end[t] (> pos:
+                               //   a non-causal span, every row of it in this step); else keys <= pos
 } rase_batch;
 
 typedef struct {  // one row's sampler state (owned by its request); p NULL: the row is read, not sampled
