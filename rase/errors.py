@@ -95,6 +95,14 @@ class InvalidRequest(RequestError):
     unsupported field, an engine or server setting out of range)."""
 
 
+class InvalidImage(InvalidRequest):
+    """An image that cannot be read: not an image, truncated, too large, or a URL not fetched."""
+
+
+class NoVisionEncoder(InvalidRequest):
+    """Images sent to a model registered without a vision encoder (an mmproj file)."""
+
+
 class ModelNotLoaded(RequestError):
     """An unload of a model that is not loaded (HTTP 409: the request conflicts with the state)."""
 

@@ -155,6 +155,7 @@ def test_the_package_top_level_is_its_wings_and_a_few_modules():
     root = Path(__file__).resolve().parents[1] / "rase"
     wings = {p.name for p in root.iterdir() if (p / "__init__.py").exists()}
     modules = {p.name for p in root.glob("*.py")}
-    assert wings == {"kernels", "store", "models", "text", "engine", "session", "server", "convert", "integrations"}
+    assert wings == {"kernels", "store", "models", "text", "engine", "session", "server", "convert", "integrations",
+                     "media"}
     assert len(modules) <= 10 and {"__init__.py", "api.py", "cli.py", "errors.py"} <= modules, sorted(modules)
     assert not list(root.glob("*.h")) and not list(root.glob("*.pyx"))  # the C wing is rase/kernels/

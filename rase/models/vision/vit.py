@@ -1,0 +1,120 @@
+"""The shared pieces of llama.cpp's vision encoders (clip.cpp build_vit, build_attn, build_ffn),
+computed as ggml's CPU backend does where it rounds: the patch embedding is im2col into F16 then
+a matmul (pixels and kernel both F16), LayerNorm / RMSNorm sums in double, GELU through ggml's
+F16 table, an F16 weight's activations rounded to F16. Attention is bidirectional, f32,
+softmax(Q K^T / sqrt(d)) V (llama.cpp with flash attention off). Matmuls run in float32 BLAS
+(the GIL released); their summation order differs from ggml's by a few ulps.
+
+Shapes: x (n_patch, D) float32, patches in raster order (x fastest).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...kernels import _kernels
+from .clip import Tensors, VisionParams
+
+
+@dataclass
+class Layer:
+    ln1: tuple
+    ln2: tuple
+    q: tuple
+    k: tuple
+    v: tuple
+    out: tuple
+    up: tuple
+    down: tuple
+    gate: tuple | None = None
+
+
+def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
+    """x @ w.T (+ b): w (rows, cols) float32, or float16 (x rounded to F16 first, as ggml's
+    F16 matmul converts its activations)."""
+    if w.dtype == np.float16:
+        y = x.astype(np.float16).astype(np.float32) @ w.astype(np.float32).T
+    else:
+        y = x @ w.T
+    return y if b is None else y + b
+
+
+def layer_norm(x: np.ndarray, w, b, eps: float) -> np.ndarray:
+    """ggml_norm (mean and variance summed in double) times w plus b."""
+    d = x.astype(np.float64)
+    mean = d.mean(axis=-1, keepdims=True)
+    c = (x - mean.astype(np.float32))
+    var = (c.astype(np.float64) ** 2).mean(axis=-1, keepdims=True)
+    y = c * (np.float32(1.0) / np.sqrt((var + eps).astype(np.float32)))
+    y = y * w
+    return y if b is None else y + b
+
+
+def rms_norm(x: np.ndarray, w, eps: float) -> np.ndarray:
+    """ggml_rms_norm (sum of squares in double) times w."""
+    ms = (x.astype(np.float64) ** 2).mean(axis=-1, keepdims=True)
+    return (x * (np.float32(1.0) / np.sqrt((ms + eps).astype(np.float32)))) * w
+
+
+def gelu(x: np.ndarray) -> np.ndarray:
+    """GELU (tanh form) as ggml's CPU computes it: the F16 table for |x| < 10."""
+    flat = np.ascontiguousarray(x, np.float32).reshape(-1)
+    return _kernels.gate(flat, np.ones_like(flat), True).reshape(x.shape)
+
+
+def patch_embed(pixels: np.ndarray, w: np.ndarray, b: np.ndarray | None, patch: int) -> np.ndarray:
+    """pixels (H, W, 3) float32 -> (n_patch, D): ggml_conv_2d, stride = kernel = patch."""
+    h, wd = pixels.shape[0] // patch, pixels.shape[1] // patch
+    planes = pixels.transpose(2, 0, 1)[:, :h * patch, :wd * patch]  # (3, H, W), the graph's input
+    cols = planes.reshape(3, h, patch, wd, patch).transpose(1, 3, 0, 2, 4).reshape(h * wd, -1)
+    kern = w.reshape(w.shape[0], -1)
+    y = cols.astype(np.float16).astype(np.float32) @ kern.astype(np.float16).astype(np.float32).T
+    return y if b is None else y + b
+
+
+def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, n_head: int) -> np.ndarray:
+    """Bidirectional multi-head attention over every patch: (n, D) each -> (n, D)."""
+    n, d = q.shape
+    hd = d // n_head
+    qh, kh, vh = (a.reshape(n, n_head, hd).transpose(1, 0, 2) for a in (q, k, v))
+    s = (qh @ kh.transpose(0, 2, 1)) * np.float32(1.0 / np.sqrt(hd))
+    s = np.exp(s - s.max(axis=-1, keepdims=True))
+    p = s / s.sum(axis=-1, keepdims=True)
+    return (p @ vh).transpose(1, 0, 2).reshape(n, d)
+
+
+def load_layers(ts: Tensors, vp: VisionParams) -> list[Layer]:
+    """v.blk.N.*: LayerNorm ln1/ln2 (weight, bias), q/k/v/out and up/(gate)/down with biases."""
+    D, F = vp.n_embd, vp.n_ff
+
+    def pair(name, shape, bias=True):
+        b = ts.get(name + ".bias", shape[:1]) if bias and ts.has(name + ".bias") else None
+        return ts.get(name + ".weight", shape), b
+
+    out = []
+    for il in range(vp.n_layer):
+        p = f"v.blk.{il}."
+        out.append(Layer(pair(p + "ln1", (D,)), pair(p + "ln2", (D,)), pair(p + "attn_q", (D, D)),
+                         pair(p + "attn_k", (D, D)), pair(p + "attn_v", (D, D)), pair(p + "attn_out", (D, D)),
+                         pair(p + "ffn_up", (F, D)), pair(p + "ffn_down", (D, F)),
+                         pair(p + "ffn_gate", (F, D)) if ts.has(p + "ffn_gate.weight") else None))
+    return out
+
+
+def vit(x: np.ndarray, layers: list[Layer], vp: VisionParams, norm=layer_norm) -> np.ndarray:
+    """build_vit's layers: ln1 -> attention -> + residual -> ln2 -> FFN -> + residual."""
+    for L in layers:
+        h = norm(x, *L.ln1, vp.eps)
+        att = attention(linear(h, *L.q), linear(h, *L.k), linear(h, *L.v), vp.n_head)
+        x = linear(att, *L.out) + x
+        h = norm(x, *L.ln2, vp.eps)
+        up = linear(h, *L.up)
+        if L.gate is not None:
+            act = linear(h, *L.gate)
+            h = (gelu(act) if vp.act == "gelu" else act / (1 + np.exp(-act))) * up
+        else:
+            h = gelu(up) if vp.act == "gelu" else up / (1 + np.exp(-up)) if vp.act == "silu" else \
+                up / (1 + np.exp(-1.702 * up))
+        x = x + linear(h, *L.down)
+    return x

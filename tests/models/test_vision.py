@@ -1,0 +1,122 @@
+"""rase/models/vision: mmproj files read and refused as llama.cpp reads them, and each encoder's
+image embeddings against llama.cpp's (tests/fixtures/vision, tools/make_vision_fixtures.py).
+
+Tolerance: max |rase - llama.cpp| <= 1e-3 x std(llama.cpp's embeddings). rase's pixels are
+llama.cpp's exactly (tests/media); the rest differs only in summation order (numpy's BLAS against
+ggml's F32 / F16 dot products) and where that moves an activation across an F16 rounding before
+the F16 projection: a few 1e-4 relative (measured 3.7e-4 and 5.2e-4 of std on the two images).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rase.errors import CorruptModelFile, UnsupportedArchitecture
+from rase.media.image import decode_image
+from rase.models.vision import load_encoder
+from rase.store.gguf import GGUFFile
+
+VISION = Path(__file__).resolve().parents[1] / "fixtures" / "vision"
+REF = json.loads((VISION / "gemma3-tiny.llamacpp.json").read_text())
+EMBD = np.load(VISION / "gemma3-tiny.llamacpp-embd.npz")
+
+
+@pytest.fixture(scope="module")
+def gemma3():
+    with GGUFFile(VISION / "gemma3-tiny-mmproj.gguf") as g:
+        return load_encoder(g)
+
+
+def test_fixture_files_are_the_ones_llamacpp_ran():
+    import hashlib
+
+    for key in ("text", "mmproj"):
+        assert hashlib.sha256((VISION / REF[key]).read_bytes()).hexdigest() == REF[f"{key}_sha256"]
+
+
+@pytest.mark.parametrize("case", range(len(REF["cases"])))
+def test_gemma3_embeddings_within_tolerance_of_llamacpp(gemma3, case):
+    module, enc = gemma3
+    c = REF["cases"][case]
+    image = decode_image((VISION / c["image"]).read_bytes())
+    ref = EMBD[f"case{case}"]
+    got = enc.encode(enc.pixels(image))
+    assert got.shape == ref.shape == (enc.tokens(image), 256)
+    assert [ch["n_tokens"] for ch in c["chunks"] if "image" in ch] == [enc.tokens(image)]
+    err = np.abs(got - ref).max() / ref.std()
+    assert err <= 1e-3, f"max |delta| = {err:.2e} x std"
+    assert err > 0  # not a copy: the arithmetic is rase's
+
+
+def test_gemma3_description(gemma3):
+    module, enc = gemma3
+    assert module.MARKERS == ("<start_of_image>", "<end_of_image>") and module.CAUSAL is False
+    assert enc.n_tokens == (64 // 8 // 2) ** 2
+
+
+def _edited(tmp_path, edit) -> Path:
+    """The gemma3 mmproj rewritten with edit(writer_kwargs) applied through the gguf package."""
+    import gguf
+
+    src = gguf.GGUFReader(str(VISION / "gemma3-tiny-mmproj.gguf"))
+    out = tmp_path / "edited-mmproj.gguf"
+    w = gguf.GGUFWriter(str(out), "clip")
+    fields, tensors = {}, {t.name: t for t in src.tensors}
+    for f in src.fields.values():
+        if f.name.startswith("GGUF.") or f.name == "general.architecture":
+            continue
+        fields[f.name] = f
+    edit(w, fields, tensors)
+    for f in fields.values():
+        vt = f.types[0]
+        if vt == gguf.GGUFValueType.ARRAY:
+            w.add_array(f.name, [float(f.parts[i][0]) for i in f.data])
+        elif vt == gguf.GGUFValueType.STRING:
+            w.add_string(f.name, bytes(f.parts[f.data[0]]).decode())
+        else:
+            w.add_key_value(f.name, f.parts[f.data[0]][0].item(), vt)
+    for t in tensors.values():
+        w.add_tensor(t.name, np.asarray(t.data).reshape(tuple(reversed([int(x) for x in t.shape]))),
+                     raw_dtype=t.tensor_type)
+    w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
+    return out
+
+
+def _load(path):
+    with GGUFFile(path) as g:
+        return load_encoder(g)
+
+
+def test_an_untouched_rewrite_loads(tmp_path):
+    _load(_edited(tmp_path, lambda w, f, t: None))
+
+
+def test_an_unsupported_projector_is_refused_by_name(tmp_path):
+    def edit(w, fields, tensors):
+        del fields["clip.projector_type"]
+        w.add_string("clip.projector_type", "pixtral")
+    with pytest.raises(UnsupportedArchitecture, match="pixtral.*gemma3"):
+        _load(_edited(tmp_path, edit))
+
+
+def test_a_size_key_of_the_wrong_type_is_refused(tmp_path):
+    def edit(w, fields, tensors):
+        del fields["clip.vision.patch_size"]
+        w.add_int32("clip.vision.patch_size", 8)  # llama.cpp asserts UINT32
+    with pytest.raises(CorruptModelFile, match="UINT32"):
+        _load(_edited(tmp_path, edit))
+
+
+def test_a_missing_or_misshapen_tensor_is_refused(tmp_path):
+    with pytest.raises(CorruptModelFile, match="post_ln.weight is missing"):
+        _load(_edited(tmp_path, lambda w, f, t: t.pop("v.post_ln.weight")))
+
+
+def test_a_text_model_is_not_an_mmproj(tmp_path):
+    shutil.copy(VISION / "gemma3-tiny.gguf", tmp_path / "x.gguf")
+    with pytest.raises(CorruptModelFile, match="not an mmproj"):
+        _load(tmp_path / "x.gguf")

@@ -1,0 +1,136 @@
+"""The tiny random-weight sources of tools/make_vision_fixtures.py: a text GGUF and its `mmproj`
+GGUF per projector type, in llama.cpp's exact layout (F32, numpy seed 0, drawn in file order),
+and the test images. Each writer can neutralize its projector's distinctive feature, so the
+generator can show llama.cpp's output changes with it.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from arch_sources import CTX, D, F, Source, bpe_vocab, decoder_hparams
+
+GEMMA3_MARKERS = ("<start_of_image>", "<end_of_image>")
+CONTROL = 3  # llama.cpp's token type for control tokens: one id each, never split
+
+
+def _tokenizer(s: Source, markers: tuple[str, ...]) -> None:
+    """The first eight files' 512-token BPE plus each marker as a control token (ids 512..)."""
+    v = bpe_vocab()
+    s.w.add_tokenizer_model("gpt2")
+    s.w.add_tokenizer_pre("smollm")
+    s.w.add_token_list(list(v["tokens"]) + list(markers))
+    s.w.add_token_types([int(t) for t in v["token_type"]] + [CONTROL] * len(markers))
+    s.w.add_token_merges(v["merges"])
+    s.w.add_bos_token_id(v["bos_token_id"])
+    s.w.add_eos_token_id(v["eos_token_id"])
+    s.w.add_unk_token_id(v["unknown_token_id"])
+    s.w.add_pad_token_id(v["padding_token_id"])
+    s.w.add_add_bos_token(True)
+
+
+def gemma3_text(path: Path, window: int = 12) -> None:
+    """gemma3: D 256, H 4, KV 2, HD 64, F 512, 2 layers (both sliding, window 12: llama.cpp's
+    pattern puts every 6th layer global), QK-norms, post-norms, GELU gate, tied output."""
+    s = Source(path, "gemma3", "tiny-gemma3-vision")
+    decoder_hparams(s, 2, base=1e6, eps=1e-6, n_rot=64)
+    s.key("attention.key_length", 64)
+    s.key("attention.value_length", 64)
+    s.key("attention.sliding_window", window)
+    _tokenizer(s, GEMMA3_MARKERS)
+    n_vocab = 512 + len(GEMMA3_MARKERS)
+    e = (s.rng.standard_normal((n_vocab, D)) * 0.05).astype(np.float32)
+    e[[0, 1, 2]] *= 0.25  # control tokens rarely win: greedy runs reach their length
+    s.raw("token_embd.weight", e)
+    s.vec("output_norm.weight", D, 5.0)
+    for i in range(2):
+        p = f"blk.{i}."
+        s.vec(p + "attn_norm.weight", D)
+        s.mat(p + "attn_q.weight", 4 * 64, D, 3.0)
+        s.mat(p + "attn_k.weight", 2 * 64, D, 3.0)
+        s.mat(p + "attn_v.weight", 2 * 64, D)
+        s.vec(p + "attn_q_norm.weight", 64)
+        s.vec(p + "attn_k_norm.weight", 64)
+        s.mat(p + "attn_output.weight", D, 4 * 64, 12.0)
+        s.vec(p + "post_attention_norm.weight", D, 8.0)
+        s.vec(p + "ffn_norm.weight", D)
+        s.mat(p + "ffn_gate.weight", F, D)
+        s.mat(p + "ffn_up.weight", F, D)
+        s.mat(p + "ffn_down.weight", D, F, 12.0)
+        s.vec(p + "post_ffw_norm.weight", D, 8.0)
+    s.close()
+
+
+class Mmproj(Source):
+    """An `mmproj` GGUF (arch `clip`): clip.vision.* keys with llama.cpp's exact types."""
+
+    def __init__(self, path: Path, projector: str) -> None:
+        super().__init__(path, "clip", f"tiny-{projector}-mmproj")
+        self.w.add_type("mmproj")
+        self.w.add_bool("clip.has_vision_encoder", True)
+        self.w.add_string("clip.projector_type", projector)
+
+    def vision(self, **keys) -> None:
+        for k, v in keys.items():
+            k = k.replace("__", ".")
+            if isinstance(v, float):
+                self.w.add_float32(f"clip.vision.{k}", v)
+            elif isinstance(v, list):
+                self.w.add_array(f"clip.vision.{k}", v)
+            else:
+                self.w.add_uint32(f"clip.vision.{k}", v)  # U32: llama.cpp asserts the type
+
+
+def gemma3_mmproj(path: Path, neutral: bool = False) -> None:
+    """SigLIP: image 64, patch 8, D 64, F 128, 2 layers, 4 heads, pool 2 -> 16 tokens of 256.
+    Neutral: mm.soft_emb_norm gains of 1 (the feature: far from 1, per channel)."""
+    vd, vf = 64, 128
+    s = Mmproj(path, "gemma3")
+    s.w.add_bool("clip.use_gelu", True)
+    s.vision(image_size=64, patch_size=8, embedding_length=vd, feed_forward_length=vf, block_count=2,
+             attention__head_count=4, projection_dim=D, projector__scale_factor=2,
+             attention__layer_norm_epsilon=1e-6, image_mean=[0.5] * 3, image_std=[0.5] * 3)
+    s.raw("v.patch_embd.weight", s.rng.standard_normal((vd, 3, 8, 8)).astype(np.float32) / math.sqrt(3 * 64))
+    s.raw("v.patch_embd.bias", s.rng.standard_normal(vd) * 0.1)
+    s.raw("v.position_embd.weight", s.rng.standard_normal((64, vd)))  # N(0,1): positions bind
+    for i in range(2):
+        p = f"v.blk.{i}."
+        for name in ("attn_q", "attn_k", "attn_v", "attn_out"):
+            s.mat(p + name + ".weight", vd, vd, 2.0 if name in ("attn_q", "attn_k") else 1.0)
+            s.raw(p + name + ".bias", s.rng.standard_normal(vd) * 0.1)
+        for ln in ("ln1", "ln2"):
+            s.vec(p + ln + ".weight", vd)
+            s.raw(p + ln + ".bias", s.rng.standard_normal(vd) * 0.1)
+        s.mat(p + "ffn_up.weight", vf, vd)
+        s.raw(p + "ffn_up.bias", s.rng.standard_normal(vf) * 0.1)
+        s.mat(p + "ffn_down.weight", vd, vf)
+        s.raw(p + "ffn_down.bias", s.rng.standard_normal(vd) * 0.1)
+    s.vec("v.post_ln.weight", vd, 2.0)
+    s.raw("v.post_ln.bias", s.rng.standard_normal(vd) * 0.1)
+    gains = np.exp(s.rng.standard_normal(vd)).astype(np.float32)  # 0.1 .. 10, stored as 1 + w already
+    s.raw("mm.soft_emb_norm.weight", np.ones(vd, np.float32) if neutral else gains)
+    w = (s.rng.standard_normal((vd, D)) / math.sqrt(vd)).astype(np.float16)  # numpy (D, n_text), F16 as the converter
+    s.w.add_tensor("mm.input_projection.weight", w)
+    s.close()
+
+
+def test_images(out: Path) -> dict[str, Path]:
+    """PNG images: smooth gradients with noise, non-square so letterboxing binds (50x37), and a
+    larger one that is scaled down (97x130)."""
+    from PIL import Image
+
+    rng = np.random.default_rng(1)
+    paths = {}
+    for name, (w, h) in {"wide": (50, 37), "tall": (97, 130)}.items():
+        y, x = np.mgrid[0:h, 0:w]
+        base = np.stack([255 * x / w, 255 * y / h, 128 + 100 * np.sin(x / 5.0 + y / 7.0)], -1)
+        px = np.clip(base + rng.normal(0, 30, base.shape), 0, 255).astype(np.uint8)
+        paths[name] = out / f"{name}.png"
+        Image.fromarray(px, "RGB").save(paths[name])
+    return paths
+
+
+PROJECTORS = {"gemma3": (gemma3_text, gemma3_mmproj, "feature: mm.soft_emb_norm gains")}
+__all__ = ["CTX", "PROJECTORS", "gemma3_mmproj", "gemma3_text", "test_images"]
