@@ -24,6 +24,7 @@ from .errors import (BackendUnavailable, InvalidGenerationConfig, InvalidGrammar
                      WrongModelKind)
 from .output import Completion
 from .session.lifecycle import KeepAlive
+from .session.media import MARKER, chat_ids, media_ids, with_media as _with_media
 from .session.session import SessionCache, load_session
 from .session.submission import EFFORTS, generation_config, prompt_ids, reader, template_kwargs, top_count
 from .store.registry import ModelRegistry
@@ -150,12 +151,12 @@ class Engine:
             session = self.session(model)
             if session.manifest.kind == "embedding":
                 raise WrongModelKind(model, "embedding", "it embeds text (Engine.embed, /v1/embeddings, /api/embed)")
-            ids = ids_of(session)
+            ids, media = _with_media(ids_of(session))
             run = dataclasses.replace(config, stop_tokens=stop_tokens_with_eos(config, session.plan.eos_token))
             text, constraint = reader(session, spec, tools, stops, think, chat, ids, budget, run.stop_tokens,
                                       self.reasoning_budget)
             try:
-                return session.worker.submit(ids, run, text, constraint, logprobs, after)
+                return session.worker.submit(ids, run, text, constraint, logprobs, after, media)
             except ModelUnloaded:
                 if attempt == 2 or after is not None:
                     raise
@@ -189,7 +190,7 @@ class Engine:
         if reasoning_effort is not None and reasoning_effort not in EFFORTS:
             raise InvalidRequest(f"reasoning_effort must be one of {', '.join(EFFORTS)}", "reasoning_effort")
         kwargs = template_kwargs(chat_template_kwargs)
-        return self._submit(model, lambda s: s.render_chat(messages, spec, reasoning_effort, kwargs), stop, think, gen,
+        return self._submit(model, lambda s: chat_ids(s, messages, spec, reasoning_effort, kwargs), stop, think, gen,
                             dict(response_format=response_format, grammar=grammar, regex=regex), spec,
                             top_count(logprobs, top_logprobs, MAX_TOP_CHAT), after, chat=True,
                             budget=reasoning_budget)
@@ -206,20 +207,24 @@ class Engine:
         session = self.session(model)
         if session.manifest.kind == "embedding":
             raise WrongModelKind(model, "embedding", "it embeds text (Engine.embed, /v1/embeddings, /api/embed)")
-        return len(session.render_chat(messages, spec, reasoning_effort, kwargs))
+        return len(_with_media(chat_ids(session, messages, spec, reasoning_effort, kwargs))[0])
 
     def submit_complete(self, model: str, prompt: str, *, stop=None, response_format: dict | None = None,
                         grammar: str | None = None, regex: str | None = None, logprobs: int | None = None,
-                        after: RequestHandle | None = None, parse_special: bool = True, **gen) -> RequestHandle:
+                        after: RequestHandle | None = None, parse_special: bool = True, images: list | None = None,
+                        **gen) -> RequestHandle:
         """Queue a plain completion: prompt is text (given the model's automatic special tokens)
         or token ids, taken as they are (OpenAI's and llama-cpp-python's token prompts: an agent
         that keeps a conversation's ids resumes exactly where the cache holds it). Special-token
         text in a prompt (<|im_start|>, <|eot_id|>) is those tokens unless parse_special is False.
-        logprobs (0-5): each token's log-probability and that many alternatives."""
+        logprobs (0-5): each token's log-probability and that many alternatives. images: one per
+        "<__media__>" in the text prompt (bytes, data URIs or paths), for a model with an mmproj."""
         if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int)
                                      or not 0 <= logprobs <= MAX_TOP_COMPLETION):
             raise InvalidGenerationConfig(f"logprobs must be an integer in 0..{MAX_TOP_COMPLETION}", "logprobs")
-        return self._submit(model, lambda s: prompt_ids(s, prompt, parse_special), stop, "keep", gen,
+        ids_of = (lambda s: prompt_ids(s, prompt, parse_special)) if images is None else \
+            (lambda s: media_ids(s, _text_prompt(prompt), list(images), MARKER, add_special=True))
+        return self._submit(model, ids_of, stop, "keep", gen,
                             dict(response_format=response_format, grammar=grammar, regex=regex), None, logprobs, after)
 
     def submit_chat_choices(self, model: str, messages: list[dict], n: int, **kw) -> list[RequestHandle]:
@@ -403,6 +408,12 @@ _ENGINES: dict[str, Engine] = {}
 _ENGINES_LOCK = threading.Lock()
 
 
+def _text_prompt(prompt) -> str:
+    if not isinstance(prompt, str):
+        raise InvalidRequest(f"a prompt with images is text holding one {MARKER} per image", "prompt")
+    return prompt
+
+
 def _engine(store) -> Engine:
     key = str(store)
     with _ENGINES_LOCK:
@@ -417,9 +428,16 @@ def _toml(manifest) -> str:
     return tomli_w.dumps(manifest.to_dict())
 
 
-def import_model(store, path, id, kind=None, architecture=None, context_length=None, chat_template=None) -> str:
-    return _toml(ModelRegistry(store).import_local(id, path, kind=kind, architecture=architecture,
-                                                   context_length=context_length, chat_template=chat_template))
+def import_model(store, path, id, kind=None, architecture=None, context_length=None, chat_template=None,
+                 mmproj=None) -> str:
+    from .store.registry import check_mmproj_pair
+
+    reg = ModelRegistry(store)
+    if mmproj is not None:
+        check_mmproj_pair(path, mmproj, id)
+    m = reg.import_local(id, path, kind=kind, architecture=architecture, context_length=context_length,
+                         chat_template=chat_template)
+    return _toml(reg.attach_mmproj(id, mmproj) if mmproj is not None else m)
 
 
 def pull_model(store, repo, file, id, kind=None, architecture=None, context_length=None,

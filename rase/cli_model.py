@@ -22,10 +22,18 @@ def _print_manifest(m) -> None:
 
 
 def cmd_model_import(args) -> int:
+    from .store.registry import check_mmproj_pair
+
+    if args.mmproj:  # a mismatched pair is refused before anything is registered
+        check_mmproj_pair(args.path, args.mmproj, args.id)
     m = _registry(args).import_local(args.id, args.path, kind=args.kind, architecture=args.architecture,
                                      context_length=args.context_length, chat_template=args.chat_template,
                                      copy=args.copy, prepare=args.prepare)
+    if args.mmproj:
+        m = _registry(args).attach_mmproj(m.id, args.mmproj, copy=args.copy)
     print(f"registered {m.id}\nmanifest: {_registry(args).manifest_path(m.id)}\nsha256: {m.sha256}")
+    if m.mmproj:
+        print(f"vision encoder: {m.mmproj}\nmmproj sha256: {m.mmproj_sha256}")
     return 0
 
 
@@ -113,6 +121,7 @@ def add_model_commands(sub, leaf) -> None:
     s.add_argument("path")
     registration(s)
     s.add_argument("--copy", action="store_true", help="copy the file into the store (it then owns it)")
+    s.add_argument("--mmproj", metavar="FILE", help="the model's vision encoder (an mmproj GGUF), for images")
     s = leaf(msub, "convert", cmd_model_convert, "convert a Hugging Face safetensors folder to a GGUF and register it")
     s.add_argument("path", help="folder with config.json, *.safetensors and tokenizer.json")
     s.add_argument("--id", required=True)

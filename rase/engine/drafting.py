@@ -19,6 +19,16 @@ PROBE = 16      # tokens decoded without drafts before trying again once k fell 
 CACHED = 1 << 16  # 3-grams an NgramCache keeps (least recently seen dropped)
 
 
+def _token_ids(guess) -> list[int]:
+    """A guess up to its first image row (a negative placeholder id is no token to draft)."""
+    out = []
+    for t in guess:
+        if t < 0:
+            break
+        out.append(t)
+    return out
+
+
 class NgramCache:
     """A worker's memory of what followed each 3-gram in the requests it finished (the latest
     occurrence wins): later requests draft from it (an agent's turns, a template's boilerplate)."""
@@ -85,9 +95,9 @@ class Lookup:
         for n in range(min(N_MAX, len(tokens) - 1), 0, -1):
             at = self.prev.get(tuple(tokens[-n:]))
             if at is not None:
-                return tokens[at:at + k]
+                return _token_ids(tokens[at:at + k])
             if n == N_MAX and self.cache is not None:
-                cached = self.cache.get(tuple(tokens[-N_MAX:]), k)
+                cached = _token_ids(self.cache.get(tuple(tokens[-N_MAX:]), k))
                 if cached:
                     return cached
         return []

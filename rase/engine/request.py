@@ -37,6 +37,7 @@ class Request:
     constraint: Any = None       # structured.Constraint: the grammar its tokens must follow, or None
     logprobs: int | None = None  # None: off; else how many top alternatives each token reports
     after: Any = None            # a Request whose prompt must be computed first (n > 1: its KV is shared)
+    media: Any = None            # media.PromptMedia: the prompt's image rows (placeholder ids), or None
     collect: Any = None          # a prompt-only request's reader of its rows (embeddings.Pooling,
                                  # perplexity.Scoring): no tokens sampled, no prefix cache
     id: int = field(default_factory=lambda: next(_IDS))

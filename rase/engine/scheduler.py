@@ -232,6 +232,10 @@ class Scheduler:
             if (req.remaining == 1 and req.collect is None) or budget <= 0:
                 continue
             take = self._take(req, budget, len(rows.logit_rows))
+            if req.media is not None and take > 0:  # the rest of a non-causal image goes in one step
+                take = req.media.cut(req.n_computed, take)
+                if take > self.max_batch + self.max_chunk - len(rows.rows):
+                    continue  # a later step has room for it
             if self.kv.state and take > 0:  # a hybrid's chunk ends at its next checkpoint boundary
                 take = self.kv.state.chunk(req.n_computed, take, self.kv.block_size)
             if take <= 0 or (not self.causal and take < req.remaining):

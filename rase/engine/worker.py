@@ -17,10 +17,12 @@ import weakref
 
 from ..kernels import _kernels
 from ..config import PROFILE, default_threads
-from ..errors import ContextOverflow, InvalidRequest, ModelUnloaded, Overloaded, RaseError, WrongModelKind
+from ..errors import (ContextOverflow, InvalidRequest, ModelUnloaded, NoVisionEncoder, Overloaded, RaseError,
+                      WrongModelKind)
 from .sampling import GenerationConfig, make_sampler, token_or_error
 from .drafting import NgramDrafter
 from .kv_manager import KVManager, blocks_for
+from .media import ImageEncoder, step_inputs
 from .draft_model import DraftModel
 from ..store.plan import ModelPlan, check_kv_type
 from .config import EngineConfig
@@ -76,12 +78,13 @@ def state_slots(plan: ModelPlan, max_batch: int, n_blocks: int, kv_type: str = "
 
 class ModelWorker:
     def __init__(self, plan: ModelPlan, config: EngineConfig = EngineConfig(), *, name: str = "model",
-                 draft: ModelPlan | None = None) -> None:
+                 draft: ModelPlan | None = None, images: ImageEncoder | None = None) -> None:
         """config: the engine's settings (max_batch, kv_cache_mb, n_threads, tbt_target_ms,
         prefix_cache, max_waiting, time_limit_s, speculative, kv_type). draft: with speculative,
         the plan of a model sharing the tokenizer (plan.check_draft) whose drafts are verified;
-        without, prompt lookup drafts (drafting.py)."""
-        self.plan, self.config = plan, config
+        without, prompt lookup drafts (drafting.py). images: the model's vision encoder (its
+        prompts' image rows are encoded here, in this worker's thread), or None."""
+        self.plan, self.config, self.name, self.images = plan, config, name, images
         self.causal = plan.weights.causal
         self.kv_type = check_kv_type(plan, config.kv_type)
         max_batch, threads = config.max_batch, config.n_threads or default_threads()
@@ -122,22 +125,23 @@ class ModelWorker:
     # ---------------------------------------------------------------- any thread
 
     def submit(self, prompt: list[int], config: GenerationConfig, text, constraint=None,
-               logprobs: int | None = None, after: RequestHandle | None = None) -> RequestHandle:
+               logprobs: int | None = None, after: RequestHandle | None = None, media=None) -> RequestHandle:
         """Queue a request; its handle streams the text. constraint: a structured.Constraint
         its tokens must follow (its requests batch with everyone else's). after: the handle of
         an earlier request with the same prompt, computed first so this one reuses its KV (n > 1).
-        Refused before any work when the prompt plus max_tokens cannot fit one sequence or the
+        media: the prompt's images (media.PromptMedia; their rows hold placeholder ids). Refused before any work when the prompt plus max_tokens cannot fit one sequence or the
         whole pool."""
         config.validate()
         if not self.plan.weights.has_lm_head:
             raise InvalidRequest("this model is an encoder: it embeds text and generates none", "model")
-        self._check_prompt(prompt, config.max_tokens)
+        self._check_prompt(prompt, config.max_tokens, media)
         sampler = make_sampler(config, self.plan.vocab_size)
         req = Request(list(prompt), config, text, sampler, constraint, logprobs,
-                      None if after is None else after.request)
+                      None if after is None else after.request, media=media)
         if req.penalized:
             for t in prompt:
-                sampler.accept(int(t))
+                if t >= 0:  # an image's rows are no tokens to penalize
+                    sampler.accept(int(t))
         return self._enqueue([req])[0]
 
     def submit_embed(self, prompts: list[list[int]], pooling: str, normalize: bool = True) -> list[RequestHandle]:
@@ -169,10 +173,20 @@ class ModelWorker:
             reqs.append(Request(list(prompt), GenerationConfig(max_tokens=1), NoText(), collect=collector_of(prompt)))
         return self._enqueue(reqs)
 
-    def _check_prompt(self, prompt: list[int], max_tokens: int) -> None:
+    def _check_prompt(self, prompt: list[int], max_tokens: int, media=None) -> None:
         if not prompt:
             raise InvalidRequest("the prompt must contain at least one token")
-        bad = [t for t in prompt if not 0 <= t < self.plan.vocab_size]
+        if media is not None:
+            if self.images is None:
+                raise NoVisionEncoder(f"{self.name} has no vision encoder: register it with its mmproj file "
+                                      "(rase model import MODEL --mmproj FILE) to send images")
+            for span in media.spans:
+                if not span.causal and span.n > self.max_chunk:
+                    raise ContextOverflow(span.n, self.max_chunk, " of one image in a step; raise max_chunk")
+            rows = {p for span in media.spans for p in range(span.start, span.end)}
+            if rows != {i for i, t in enumerate(prompt) if t < 0}:
+                raise InvalidRequest("the prompt's image rows and its media spans disagree")
+        bad = [t for t in prompt if t >= self.plan.vocab_size or (t < 0 and media is None)]
         if bad:
             raise InvalidRequest(f"token id {bad[0]} is outside the vocabulary of {self.plan.vocab_size}")
         need = len(prompt) + max_tokens
@@ -233,6 +247,8 @@ class ModelWorker:
                    step_ms_mean=round(c["step_s"] / steps * 1e3, 3),
                    python_ms_per_step=round(c["python_s"] / steps * 1e3, 3), kv_type=self.kv_type,
                    kv_bytes_per_token=self.plan.kv_bytes(self.kv_type))
+        if self.images is not None:
+            out.update(self.images.stats())
         if self.kv.cache:
             out.update({f"prefix_{k}": v for k, v in self.kv.cache.stats.items()})
             out["prefix_hit_tokens"] += self.kv.copied_tokens  # leading positions of partial blocks
@@ -265,8 +281,10 @@ class ModelWorker:
                 continue
             t1 = time.perf_counter()
             try:
-                tokens, logits = self.fwd.step(step.rows, step.tables, step.out_rows, step.samplers,
-                                               embd_rows=step.embd_rows, slots=step.slots)
+                rows, in_embd, in_row, key_end = step_inputs(step.rows, step.seqs, self.images)
+                tokens, logits = self.fwd.step(rows, step.tables, step.out_rows, step.samplers,
+                                               embd_rows=step.embd_rows, slots=step.slots, in_embd=in_embd,
+                                               in_row=in_row, key_end=key_end)
             except Exception as exc:
                 self._crash("forward step", exc)
                 continue

@@ -26,7 +26,7 @@ from ..store.registry import ModelManifest, ModelRegistry
 
 def _fingerprint(manifest: ModelManifest) -> tuple:
     out = []
-    for path in (manifest.weights, manifest.tokenizer):
+    for path in (manifest.weights, manifest.tokenizer, manifest.mmproj):
         if path is None:
             out.append(None)
             continue
@@ -41,7 +41,7 @@ def _fingerprint(manifest: ModelManifest) -> tuple:
 
 def _manifest_state(m: ModelManifest) -> tuple:
     return (m.weights, m.sha256, m.tokenizer, m.tokenizer_sha256, m.architecture,
-            m.context_length, m.chat_template, m.format)
+            m.context_length, m.chat_template, m.format, m.mmproj, m.mmproj_sha256)
 
 
 @dataclass(eq=False)
@@ -56,6 +56,11 @@ class Session:
     _harmony: object = False  # harmony_ids() once found (False: not looked up yet)
     _think: object = False    # reasoning_tags() once found
     _init_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def images(self):
+        """The model's vision encoder (engine.media.ImageEncoder), or None without an mmproj."""
+        return self.worker.images if self.worker is not None else None
 
     def grammar_vocab(self):
         """The vocabulary for constrained decoding (structured.GrammarVocab), built on first use."""
@@ -196,6 +201,19 @@ def _draft_plan(plan: ModelPlan, manifest: ModelManifest, draft: Callable[[], Mo
     return check_draft(plan, load_plan(dm.weights, dm.architecture), f"draft model {dm.id!r}")
 
 
+def _image_encoder(manifest: ModelManifest, plan: ModelPlan):
+    """The manifest's mmproj loaded (its tensors read once), paired with the text model."""
+    from ..engine.media import ImageEncoder
+    from ..models.vision import load_encoder
+    from ..store.gguf import GGUFFile
+    from ..store.registry import check_mmproj_pair
+
+    check_mmproj_pair(manifest.weights, manifest.mmproj, manifest.id)
+    with GGUFFile(manifest.mmproj) as g:
+        module, encoder = load_encoder(g)
+    return ImageEncoder(module, encoder)
+
+
 def load_session(manifest: ModelManifest, config: EngineConfig = EngineConfig(),
                  draft: Callable[[], ModelManifest] | None = None) -> Session:
     """Verified manifest -> plan (config.n_ctx), tokenizer and worker (the rest of config).
@@ -211,7 +229,8 @@ def load_session(manifest: ModelManifest, config: EngineConfig = EngineConfig(),
     tokenizer = (LocalTokenizer.from_file(manifest.tokenizer) if manifest.tokenizer
                  else LocalTokenizer.from_gguf(plan.gguf))
     draft_plan = _draft_plan(plan, manifest, draft) if draft is not None and plan.weights.causal else None
-    worker = ModelWorker(plan, config, name=manifest.id, draft=draft_plan)
+    images = _image_encoder(manifest, plan) if manifest.mmproj else None
+    worker = ModelWorker(plan, config, name=manifest.id, draft=draft_plan, images=images)
     return Session(manifest, plan, tokenizer, worker, config.n_threads)
 
 

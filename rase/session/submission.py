@@ -88,7 +88,7 @@ def last_word(session, prompt: list[int]) -> int | None:
     """The prompt's last token other than whitespace: <think> when the template opened a
     reasoning block (Qwen3.5, DeepSeek-R1), </think> when it wrote an empty one (thinking off)."""
     for t in reversed(prompt):
-        if session.tokenizer.decode_bytes([t]).strip():
+        if t >= 0 and session.tokenizer.decode_bytes([t]).strip():  # an image's rows are no words
             return t
     return None
 

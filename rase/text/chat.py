@@ -29,6 +29,49 @@ def message_text(content) -> str:
                                   '({"type": "text", "text": ...}); other content types are not supported')
 
 
+IMAGE_PARTS = ("image_url", "image")  # OpenAI's image_url part; rase's own {"type": "image", "image": ...}
+
+
+def _image_payload(part: Mapping, where: str):
+    if part.get("type") == "image":
+        if "image" not in part:
+            raise InvalidRequest(f"{where}: an image part needs 'image' (bytes, a data URI or a decoded image)")
+        return part["image"]
+    url = part.get("image_url")
+    if isinstance(url, Mapping):
+        url = url.get("url")
+    if not isinstance(url, str):
+        raise InvalidRequest(f'{where}: an image_url part needs "image_url": {{"url": "data:image/...;base64,..."}}')
+    return url
+
+
+def split_images(messages: Sequence[Message], marker: str) -> tuple[list, list]:
+    """Messages with image parts in their content lists, as text holding marker where each image
+    was (llama-server's join: text parts separated by a newline, none next to a marker), and the
+    images' payloads in prompt order. Messages without images are returned as they are."""
+    out, images = [], []
+    for i, m in enumerate(messages):
+        content = m.get("content") if isinstance(m, Mapping) else None
+        if not isinstance(content, list) or not any(isinstance(p, Mapping) and p.get("type") in IMAGE_PARTS
+                                                    for p in content):
+            out.append(m)
+            continue
+        text, after_marker = "", False
+        for j, p in enumerate(content):
+            kind = p.get("type") if isinstance(p, Mapping) else None
+            if kind in IMAGE_PARTS:
+                images.append(_image_payload(p, f"messages[{i}].content[{j}]"))
+                text, after_marker = text + marker, True
+            elif kind == "text" and isinstance(p.get("text"), str):
+                text += ("\n" if text and not after_marker else "") + p["text"]
+                after_marker = False
+            else:
+                raise InvalidRequest(f"messages[{i}].content[{j}]: parts are text or images "
+                                     '({"type": "text", "text": ...}, {"type": "image_url", "image_url": {"url": ...}})')
+        out.append({**m, "content": text})
+    return out, images
+
+
 def _check(messages: Sequence[Message]) -> list[tuple[str, str]]:
     return [(m["role"], m["content"]) for m in normalize_messages(messages)]
 

@@ -1,0 +1,143 @@
+"""Image rows in a request's prompt, and the worker's image encoder with its embedding cache.
+
+An image occupies n consecutive prompt positions. Their ids are placeholders: negative, and a
+function of the image's SHA-256 and the row's index, so the prefix cache (keyed by ids) matches
+a later turn that sends the same image, as llama-server keys its cache by image id; no token
+has a negative id, so no text prefix matches one. The worker swaps each placeholder for its
+embedding row (ImageEncoder, which keeps recent images' rows within a byte budget) and, where
+the model's image rows attend to each other both ways (Gemma 3), keeps an image's remaining
+rows in one step and lets them see the whole image (key_end).
+"""
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+def placeholder_ids(digest: str, n: int) -> list[int]:
+    """n negative ids for the rows of the image whose SHA-256 hex is digest."""
+    h = hashlib.sha256(digest.encode()).digest()
+    base = int.from_bytes(h[:4], "little") & 0x3FFFFFFF
+    return [-1 - ((base + i * 0x9E3779B1) & 0x3FFFFFFF) for i in range(n)]
+
+
+@dataclass(frozen=True)
+class ImageSpan:
+    """One image's rows: prompt positions [start, start + n)."""
+    start: int
+    n: int
+    image: object = field(repr=False)  # media.image.Image
+    causal: bool = True                # False: the rows attend to each other both ways
+
+    @property
+    def end(self) -> int:
+        return self.start + self.n
+
+
+@dataclass(frozen=True)
+class PromptMedia:
+    """The images of one prompt, in position order."""
+    spans: tuple[ImageSpan, ...]
+
+    def at(self, pos: int) -> tuple[ImageSpan, int] | None:
+        for s in self.spans:
+            if s.start <= pos < s.end:
+                return s, pos - s.start
+        return None
+
+    def cut(self, start: int, take: int) -> int:
+        """Prompt positions to compute from start, near take: never splitting the rest of a
+        non-causal image (a chunk ends before it, or takes it whole even past take)."""
+        for s in self.spans:
+            if s.causal or s.end <= start or s.start >= start + take:
+                continue
+            if s.start > start:
+                return s.start - start  # stop before the image; the next chunk starts with it
+            return max(take, s.end - start)
+        return take
+
+    def key_end(self, pos: int) -> int:
+        """The end of the keys a row at pos attends to: its image's end for a non-causal image."""
+        hit = self.at(pos)
+        return hit[0].end if hit is not None and not hit[0].causal else pos + 1
+
+    @property
+    def non_causal(self) -> bool:
+        return any(not s.causal for s in self.spans)
+
+    @property
+    def image_tokens(self) -> int:
+        return sum(s.n for s in self.spans)
+
+
+class ImageEncoder:
+    """A session's vision encoder (models/vision) and the rows of recently seen images by
+    digest, least recently used dropped past budget bytes. Called by the worker thread; the
+    session's prompt builder reads only its token counts."""
+
+    def __init__(self, module, encoder, budget_bytes: int = 64 << 20) -> None:
+        self.module, self.encoder, self.budget = module, encoder, budget_bytes
+        self._rows: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+        self.encoded = 0  # images encoded (cache misses)
+
+    @property
+    def markers(self) -> tuple[str, str]:
+        return self.module.MARKERS
+
+    @property
+    def causal(self) -> bool:
+        return self.module.CAUSAL
+
+    def tokens(self, image) -> int:
+        return self.encoder.tokens(image)
+
+    def rows(self, image) -> np.ndarray:
+        """(n_tokens, n_embd) float32 embedding rows of image (encoded once while cached)."""
+        with self._lock:
+            hit = self._rows.get(image.digest)
+            if hit is not None:
+                self._rows.move_to_end(image.digest)
+                return hit
+        rows = np.ascontiguousarray(self.encoder.encode(self.encoder.pixels(image)), np.float32)
+        with self._lock:
+            self.encoded += 1
+            self._rows[image.digest] = rows
+            used = sum(r.nbytes for r in self._rows.values())
+            while used > self.budget and len(self._rows) > 1:
+                _, old = self._rows.popitem(last=False)
+                used -= old.nbytes
+        return rows
+
+    def stats(self) -> dict:
+        with self._lock:
+            return {"images_encoded": self.encoded, "images_cached": len(self._rows),
+                    "image_cache_bytes": sum(r.nbytes for r in self._rows.values())}
+
+
+def step_inputs(rows: np.ndarray, seqs: list, encoder: ImageEncoder | None):
+    """For a step's rows (n, 3) of (token, seq, pos): the forward's (rows, in_embd, in_row,
+    key_end), placeholders swapped for token 0 and their embedding rows; (rows, None, None,
+    None) when the step holds no image row."""
+    image = rows[:, 0] < 0
+    if not image.any():
+        return rows, None, None, None
+    rows = rows.copy()
+    in_row = np.full(len(rows), -1, np.int32)
+    picked: list[np.ndarray] = []
+    key_end = rows[:, 2] + 1
+    any_open = False
+    for i in np.flatnonzero(image):
+        seq, pos = int(rows[i, 1]), int(rows[i, 2])
+        media = seqs[seq].media
+        span, j = media.at(pos)
+        picked.append(encoder.rows(span.image)[j])
+        in_row[i] = len(picked) - 1
+        if not span.causal:
+            key_end[i], any_open = span.end, True
+    rows[image, 0] = 0
+    return rows, np.stack(picked), in_row, (key_end.astype(np.int32) if any_open else None)

@@ -1,0 +1,79 @@
+"""Prompts with images, as llama.cpp's mtmd_tokenize makes them: the text split at each image's
+marker, every piece tokenized on its own, the model's begin / end strings around each image's
+rows (placeholder ids, engine/media.py), BOS once at the front when asked for.
+
+A chat's image parts become a marker no text can hold (a per-process random one, as
+llama-server's); a completion prompt names its images with MARKER ("<__media__>", llama.cpp's).
+"""
+from __future__ import annotations
+
+import os
+import secrets
+
+from ..engine.media import ImageSpan, PromptMedia, placeholder_ids
+from ..errors import InvalidImage, InvalidRequest, NoVisionEncoder
+from ..media.image import Image, decode_image, image_from_data_uri
+
+MARKER = "<__media__>"                                 # llama.cpp's mtmd_default_marker
+CHAT_MARKER = f"<__media_{secrets.token_hex(8)}__>"    # fixed per process; never in a user's text
+MAX_IMAGES = 64                                        # per prompt
+
+
+def as_image(payload, what: str) -> Image:
+    """An image payload: decoded already, encoded bytes, a data URI / base64 text, or a file path."""
+    if isinstance(payload, Image):
+        return payload
+    if isinstance(payload, (bytes, bytearray, memoryview)):
+        return decode_image(bytes(payload), what)
+    if isinstance(payload, os.PathLike):
+        try:
+            with open(payload, "rb") as f:
+                return decode_image(f.read(), what)
+        except OSError as e:
+            raise InvalidImage(f"{what}: cannot read {os.fspath(payload)}: {e.strerror}") from None
+    if isinstance(payload, str):
+        return image_from_data_uri(payload, what)
+    raise InvalidImage(f"{what}: an image is bytes, a data URI, base64 text or a path, not {type(payload).__name__}")
+
+
+def media_ids(session, text: str, payloads: list, marker: str, add_special: bool) -> tuple[list[int], PromptMedia]:
+    """(prompt ids, their images) of text holding one marker per image."""
+    enc = session.images
+    if enc is None:
+        raise NoVisionEncoder(f"{session.manifest.id} has no vision encoder: register it with its mmproj file "
+                              f"(rase model import PATH --id {session.manifest.id} --mmproj FILE) to send images")
+    if len(payloads) > MAX_IMAGES:
+        raise InvalidRequest(f"{len(payloads)} images in one prompt; at most {MAX_IMAGES}")
+    pieces = text.split(marker)
+    if len(pieces) - 1 != len(payloads):
+        raise InvalidRequest(f"the prompt holds {len(pieces) - 1} image markers ({marker}) for {len(payloads)} images")
+    images = [as_image(p, f"image {i}") for i, p in enumerate(payloads)]
+    tok = session.tokenizer
+    begin, end = (tok.encode(s, add_special_tokens=False, parse_special=True) for s in enc.markers)
+    ids = tok.encode("", add_special_tokens=True, parse_special=True) if add_special else []
+    spans = []
+    for i, piece in enumerate(pieces):
+        ids += tok.encode(piece, add_special_tokens=False, parse_special=True) if piece else []
+        if i < len(images):
+            ids += begin
+            n = enc.tokens(images[i])
+            spans.append(ImageSpan(len(ids), n, images[i], enc.causal))
+            ids += placeholder_ids(images[i].digest, n)
+            ids += end
+    return ids, PromptMedia(tuple(spans))
+
+
+def chat_ids(session, messages, spec, effort, kwargs):
+    """A chat's prompt ids, or (ids, PromptMedia) when its messages hold images."""
+    from ..text.chat import split_images
+
+    plain, payloads = split_images(messages, CHAT_MARKER)
+    if not payloads:
+        return session.render_chat(messages, spec, effort, kwargs)
+    text = session.chat_prompt(plain, spec, effort, kwargs)
+    return media_ids(session, text, payloads, CHAT_MARKER, add_special=False)
+
+
+def with_media(got) -> tuple[list[int], PromptMedia | None]:
+    """chat_ids' or media_ids' answer as (ids, media or None)."""
+    return got if isinstance(got, tuple) else (got, None)
