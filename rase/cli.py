@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import pathlib
 import sys
 from collections import Counter
 from pathlib import Path
@@ -196,12 +197,14 @@ def cmd_run(args) -> int:
 
     engine = Engine(args.store or default_store(), n_ctx=args.ctx_size)
     emit = lambda d: print(d, end="", flush=True)
-    if args.raw:
-        out = engine.complete(args.id, args.prompt, on_delta=emit, stop=args.stop, **_gen_kwargs(args),
-                              **_structure_kwargs(args))
-    else:
-        out = engine.chat(args.id, [{"role": "user", "content": args.prompt}], on_delta=emit, stop=args.stop,
-                          **_gen_kwargs(args), **_structure_kwargs(args))
+    images = [pathlib.Path(p) for p in args.image]  # read and checked by the engine (InvalidImage)
+    if args.raw:  # llama-mtmd-cli's way: the prompt places each image with <__media__>
+        out = engine.complete(args.id, args.prompt, on_delta=emit, stop=args.stop, images=images or None,
+                              **_gen_kwargs(args), **_structure_kwargs(args))
+    else:  # the images, then the text, in the user turn (llama-mtmd-cli's default placement)
+        content = [{"type": "image", "image": p} for p in images] + [{"type": "text", "text": args.prompt}]
+        out = engine.chat(args.id, [{"role": "user", "content": content if images else args.prompt}], on_delta=emit,
+                          stop=args.stop, **_gen_kwargs(args), **_structure_kwargs(args))
     print(f"\n[{out.completion_tokens} tokens, finish_reason={out.finish_reason}]", file=sys.stderr)
     return 0
 
@@ -399,6 +402,9 @@ def _add_generation_commands(sub, leaf) -> None:
     s.add_argument("id")
     s.add_argument("prompt")
     s.add_argument("--raw", action="store_true", help="plain completion, no chat template")
+    s.add_argument("--image", action="append", default=[], metavar="FILE",
+                   help="an image for a model with a vision encoder (repeatable; with --raw, one <__media__> "
+                        "in the prompt per image)")
     s.add_argument("--stop", action="append", default=[])
     s.add_argument("-j", "--json-schema", metavar="JSON", help="answer with JSON valid for this schema")
     s.add_argument("--grammar", metavar="TEXT", help="answer within this Lark or GBNF grammar")

@@ -110,7 +110,25 @@ class ThinkingBlock(_Block):
 
 
 
-UserBlock = Annotated[Union[TextBlock, ToolResultBlock], Field(discriminator="type")]
+class Base64Source(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    type: Literal["base64"]
+    media_type: Literal["image/jpeg", "image/png", "image/gif", "image/webp"]
+    data: str
+
+
+class UrlSource(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    type: Literal["url"]
+    url: str  # refused with a 400 when read: rase fetches no URL
+
+
+class ImageBlock(_Block):
+    type: Literal["image"]
+    source: Annotated[Union[Base64Source, UrlSource], Field(discriminator="type")]
+
+
+UserBlock = Annotated[Union[TextBlock, ImageBlock, ToolResultBlock], Field(discriminator="type")]
 AssistantBlock = Annotated[Union[TextBlock, ToolUseBlock, ThinkingBlock], Field(discriminator="type")]
 
 
@@ -197,19 +215,27 @@ def _assistant(blocks: list, where: str) -> dict:
 
 
 def _user(blocks: list, where: str) -> list[dict]:
-    """Tool results (as tool messages, first), then the user's text."""
-    results, text = [], []
+    """Tool results (as tool messages, first), then the user's text and images (parts)."""
+    results, text, parts = [], [], []
     for j, b in enumerate(blocks):
         kind = b.get("type") if isinstance(b, dict) else None
         if kind == "text" and isinstance(b.get("text"), str):
             text.append(b["text"])
+            parts.append(b)
+        elif kind == "image" and isinstance(b.get("source"), dict):
+            src = b["source"]
+            url = f"data:{src['media_type']};base64,{src['data']}" if src.get("type") == "base64" else src.get("url")
+            parts.append({"type": "image", "image": url})
         elif kind == "tool_result" and isinstance(b.get("tool_use_id"), str):
             out = _text(b.get("content", ""), f"{where}.content[{j}].content")
             results.append({"role": "tool", "tool_call_id": b["tool_use_id"],
                             "content": f"Error: {out}" if b.get("is_error") else out})
         else:
-            raise InvalidRequest(f"{where}.content[{j}]: a user turn takes text and tool_result blocks "
+            raise InvalidRequest(f"{where}.content[{j}]: a user turn takes text, image and tool_result blocks "
                                  f"(not {kind!r})", f"{where}.content")
+    if len(parts) > len(text):  # images: the parts in order, joined as llama-server joins them
+        return results + [{"role": "user", "content": [{"type": p["type"], p["type"]: p.get("text", p.get("image"))}
+                                                       for p in parts]}]
     return results + ([{"role": "user", "content": "".join(text)}] if text else [])
 
 

@@ -30,7 +30,7 @@ PUBLIC_PREFIXES = ("/web/",)
 @dataclass(frozen=True)
 class GuardConfig:
     api_key: str | None = None
-    max_body: int = 1 << 20  # 1 MiB of JSON is far more than any prompt a local model takes
+    max_body: int = 20 << 20  # a prompt with a few photos as base64 (an image is read up to 20 MiB)
     allowed_hosts: tuple[str, ...] | None = None  # Host names accepted; None = any (e.g. mounted in a host app)
     cors_origins: tuple[str, ...] = field(default=())  # origins allowed to call from a browser; "*" = any
 

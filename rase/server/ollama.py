@@ -77,8 +77,8 @@ class ToolCall(BaseModel):
 
 
 class Message(BaseModel):
-    """An Ollama chat message (images are refused: rase runs text models); only an assistant's
-    carries tool calls, only a tool's a tool_name."""
+    """An Ollama chat message; images (base64, for a model with a vision encoder) go before its
+    text, as Ollama places them; only an assistant's carries tool calls, only a tool's a tool_name."""
     model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"allOf": [
         {"if": {"required": ["tool_calls"], "properties": {"tool_calls": {"type": "array", "minItems": 1}}},
          "then": {"properties": {"role": {"const": "assistant"}}}},
@@ -89,7 +89,7 @@ class Message(BaseModel):
     thinking: Optional[str] = None       # an earlier answer's reasoning
     tool_calls: Optional[list[ToolCall]] = None
     tool_name: Optional[str] = None      # a tool result's function
-    images: Annotated[Optional[list[str]], Field(max_length=0)] = None
+    images: Optional[list[str]] = None  # base64 image files (no data: prefix, as Ollama's clients send)
 
     @model_validator(mode="after")
     def _calls_are_an_assistants(self):
@@ -101,6 +101,9 @@ class Message(BaseModel):
         out = self.model_dump(exclude_none=True, exclude={"images", "tool_name"})
         if self.tool_name is not None:
             out["name"] = self.tool_name
+        if self.images:
+            out["content"] = [{"type": "image", "image": i} for i in self.images] + \
+                ([{"type": "text", "text": self.content}] if self.content else [])
         return out
 
 
@@ -118,6 +121,7 @@ class GenerateBody(_Base):
     prompt: str = ""
     system: Optional[str] = None
     raw: bool = False
+    images: Optional[list[str]] = None  # base64 image files, before the prompt in its user turn
 
 
 class EmbedBody(BaseModel):
@@ -271,11 +275,13 @@ def router(engine) -> APIRouter:
                 raise InvalidRequest("system does not apply to a raw prompt", "system")
             if isinstance(body.think, str):
                 raise InvalidRequest("a think level applies to the chat template, not to a raw prompt", "think")
+            if body.images:
+                raise InvalidRequest("images go into the chat template's user turn: send them without raw", "images")
             submit = lambda: engine.submit_complete(body.model, body.prompt, **{k: v for k, v in kw.items()
                                                                                 if k != "think"})
         else:  # the model's chat template, as Ollama applies it
-            messages = ([{"role": "system", "content": body.system}] if body.system else []) + \
-                [{"role": "user", "content": body.prompt}]
+            user = Message(role="user", content=body.prompt, images=body.images).chat()
+            messages = ([{"role": "system", "content": body.system}] if body.system else []) + [user]
             submit = lambda: engine.submit_chat(body.model, messages, **kw)
         return await _answer(engine, body, submit, chat=False)
 

@@ -47,10 +47,17 @@ class TextPart(_Item):
     logprobs: Optional[list[Any]] = None
 
 
+class ImagePart(_Item):
+    type: Literal["input_image"]
+    image_url: str = Field(description="data:image/...;base64,... (URLs are not fetched)")
+    detail: Optional[Literal["auto", "high"]] = None  # every image is read at the encoder's full resolution
+    file_id: Absent = None                             # rase keeps no files
+
+
 class MessageItem(_Item):
     type: Literal["message"] = "message"
     role: Literal["user", "system", "developer", "assistant"]
-    content: Union[str, list[TextPart]]
+    content: Union[str, list[Annotated[Union[TextPart, ImagePart], Field(discriminator="type")]]]
     id: Optional[str] = None
     status: Optional[str] = None
 
@@ -213,8 +220,14 @@ class _Store:
             return self._items[rid]
 
 
-def _text_of(content) -> str:
-    return content if isinstance(content, str) else "".join(part.text for part in content)
+def _text_of(content):
+    """A message's text, or its parts in order when it holds images (joined by the engine)."""
+    if isinstance(content, str):
+        return content
+    if any(isinstance(part, ImagePart) for part in content):
+        return [{"type": "image", "image": p.image_url} if isinstance(p, ImagePart) else {"type": "text", "text": p.text}
+                for p in content]
+    return "".join(part.text for part in content)
 
 
 def _item_messages(items: list) -> list[dict]:

@@ -40,18 +40,40 @@ def _only(role: str, field: str, given: dict) -> dict:
     return {"if": {"required": [field], "properties": {field: given}}, "then": {"properties": {"role": {"const": role}}}}
 
 
+class ImageUrl(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    url: str = Field(description="data:image/...;base64,... (or bare base64); URLs are not fetched")
+    # every image is read at the encoder's full resolution: "low" cannot be honoured
+    detail: Optional[Literal["auto", "high"]] = None
+
+
+class TextPart(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    type: Literal["text"]
+    text: str
+
+
+class ImagePart(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    type: Literal["image_url"]
+    image_url: Union[ImageUrl, str]  # OpenAI's object; a bare URL string as some clients send
+
+
+Part = Annotated[Union[TextPart, ImagePart], Field(discriminator="type")]
+
+
 class Message(BaseModel):
     # content is required, except (null or absent) in an assistant's tool-call message; tool calls
     # and reasoning are an assistant's, a tool_call_id a tool result's
     model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"allOf": [
-        {"anyOf": [{"required": ["content"], "properties": {"content": {"type": "string"}}},
+        {"anyOf": [{"required": ["content"], "properties": {"content": {"type": ["string", "array"]}}},
                    {"required": ["role", "tool_calls"],
                     "properties": {"role": {"const": "assistant"}, "tool_calls": {"type": "array", "minItems": 1}}}]},
         _only("assistant", "tool_calls", {"type": "array", "minItems": 1}),
         _only("assistant", "reasoning_content", {"type": "string", "minLength": 1}),
         _only("tool", "tool_call_id", {"type": "string"})]})
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: Optional[str] = None               # null only for an assistant's tool calls
+    content: Union[str, list[Part], None] = None  # null only for an assistant's tool calls; parts: text and images
     name: Optional[str] = None                  # the speaker (a tool result's: its function), passed to the template
     tool_calls: Optional[list[ToolCall]] = None
     tool_call_id: Optional[str] = None
@@ -74,12 +96,20 @@ class Message(BaseModel):
     @field_validator("content", mode="before")
     @classmethod
     def _text_parts(cls, value):
+        """Text parts joined into the text (as before); a list holding images kept as parts."""
+        if isinstance(value, list) and any(isinstance(p, dict) and p.get("type") == "image_url" for p in value):
+            for p in value:
+                url = p.get("image_url") if isinstance(p, dict) else None
+                if isinstance(url, dict) and url.get("detail") not in (None, "auto", "high"):
+                    raise ValueError(f"image_url.detail {url['detail']!r} cannot be honoured: rase reads every image "
+                                     "at its encoder's full resolution; send \"auto\" or leave detail out")
+            return value
         if value is None:
             return None
         try:
             return message_text(value)
         except InvalidRequest as exc:
-            raise ValueError(str(exc)) from None
+            raise ValueError(str(exc).replace("other content types", "parts other than text and image_url")) from None
 
 
 class CallFunction(BaseModel):

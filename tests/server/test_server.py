@@ -78,7 +78,7 @@ def test_openai_client_end_to_end(server, openai_client):
     (b'{"model": "smollm2", "messages": [{"role": "user", "content": "x"}], "n": 9}', 400),
     (b'{"model": "smollm2", "messages": [{"role": "user", "content": "x"}], "max_tokens": 100000}', 400),
     (b'{"model": "smollm2", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}', 400),
-    (b'{"model": "smollm2", "messages": [{"role": "user", "content": "' + b"x" * (2 << 20) + b'"}]}', 413),
+    (b'{"model": "smollm2", "messages": [{"role": "user", "content": "' + b"x" * (21 << 20) + b'"}]}', 413),
 ])
 def test_bad_requests_get_openai_errors_and_the_server_lives(server, body, status):
     r = httpx.post(server + "/v1/chat/completions", content=body, headers={"content-type": "application/json"}, timeout=60)
