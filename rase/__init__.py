@@ -11,8 +11,8 @@ from .kernels import _kernels
 from .config import PREFETCH_ENV, SIMD_ENV, prefetch_request, simd_request
 from .errors import (
     BackendUnavailable, Cancelled, ChatTemplateError, ContextOverflow, CorruptModelFile, HubDownloadError,
-    IntegrityMismatch, InvalidGenerationConfig, InvalidGrammar, InvalidLogits, InvalidModelId, InvalidRequest,
-    ManifestError,
+    IntegrityMismatch, InvalidGenerationConfig, InvalidGrammar, InvalidImage, InvalidLogits, InvalidModelId,
+    InvalidRequest, ManifestError, NoVisionEncoder,
     MissingDependency, ModelFileNotFound,
     ModelNotFound, Overloaded, ResponseNotFound, RaseError, StoreWriteError, TokenizerError, UnsafeCheckpoint,
     UnsupportedArchitecture, UnsupportedFormat,
@@ -85,7 +85,8 @@ def __getattr__(name: str):
 
 __all__ = [
     "BackendUnavailable", "Cancelled", "ChatTemplateError", "ContextOverflow", "CorruptModelFile", "GGUFFile",
-    "HubDownloadError", "IntegrityMismatch", "InvalidGenerationConfig", "InvalidGrammar", "InvalidLogits",
+    "HubDownloadError", "IntegrityMismatch", "InvalidGenerationConfig", "InvalidGrammar", "InvalidImage",
+    "InvalidLogits", "NoVisionEncoder",
     "InvalidModelId", "InvalidRequest", "ManifestError", "MissingDependency", "ModelFileNotFound", "ModelNotFound", "Overloaded", "ResponseNotFound", "QuantType", "RaseError", "StoreWriteError",
     "TensorInfo", "TokenizerError", "UnsupportedArchitecture", "UnsupportedFormat",
     "UnsafeCheckpoint", "UnsupportedQuantType", "WrongModelKind", "__version__", "build_info", "convert_model",

@@ -432,7 +432,7 @@ def import_model(store, path, id, kind=None, architecture=None, context_length=N
                  mmproj=None) -> str:
     from .store.registry import check_mmproj_pair
 
-    reg = ModelRegistry(store)
+    reg = ModelRegistry(store if store is not None else default_store())
     if mmproj is not None:
         check_mmproj_pair(path, mmproj, id)
     m = reg.import_local(id, path, kind=kind, architecture=architecture, context_length=context_length,

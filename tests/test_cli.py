@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -204,3 +205,27 @@ def test_model_import_prepares_the_weights_unless_told_not_to(tmp_path, monkeypa
         assert main(["--store", str(tmp_path / "store"), "model", "import", str(path), "--id", name, *flags]) == 0
         assert f"registered {name}" in capsys.readouterr().out
         assert len(list(cache.glob("*.r16"))) == (0 if flags else 1), name
+
+
+def test_run_with_images(tmp_path):
+    """rase run --image: the chat turn holds the image, then the text; --raw places it at
+    <__media__>; a file that is no image is a one-line error and exit 1."""
+    vision = Path(__file__).resolve().parent / "fixtures" / "vision"
+    store = str(tmp_path / "store")
+    done = run_cli("--store", store, "model", "import", str(vision / "gemma3-tiny.gguf"), "--id", "tv",
+                   "--mmproj", str(vision / "gemma3-tiny-mmproj.gguf"))
+    assert done.returncode == 0, done.stderr
+    chat = run_cli("--store", store, "run", "tv", "What is this?", "--image", str(vision / "wide.png"),
+                   "--max-tokens", "4", "--temperature", "0")
+    assert chat.returncode == 0 and "[4 tokens" in chat.stderr, chat.stderr
+    raw = run_cli("--store", store, "run", "tv", "Describe <__media__> in one word:", "--raw",
+                  "--image", str(vision / "wide.png"), "--max-tokens", "16", "--temperature", "0")
+    ref = json.loads((vision / "gemma3-tiny.llamacpp.json").read_text())["cases"][0]
+    assert raw.returncode == 0 and ref["prompt"] == "Describe <__media__> in one word:"
+    from rase.store.gguf import GGUFFile
+    from rase.text.tokenizer import LocalTokenizer
+
+    with GGUFFile(vision / "gemma3-tiny.gguf") as g:
+        assert raw.stdout.rstrip("\n") == LocalTokenizer.from_gguf(g).decode(ref["greedy"]).rstrip("\n")
+    bad = run_cli("--store", store, "run", "tv", "What?", "--image", str(vision / "gemma3-tiny.llamacpp.json"))
+    assert bad.returncode == 1 and bad.stderr.startswith("error:") and "image" in bad.stderr

@@ -1,5 +1,5 @@
 """Vision encoders from `mmproj` files, one small description per projector type over the
-shared ViT pieces (vit.py). PROJECTORS: projector type -> its module (MARKERS, CAUSAL, Encoder)."""
+shared ViT pieces (models/vision/vit.py). PROJECTORS: projector type -> its module (MARKERS, CAUSAL, Encoder)."""
 from __future__ import annotations
 
 from . import gemma3
