@@ -5,7 +5,8 @@ PNG images (tools/vision_sources.py), and llama.cpp's outputs for them through l
   (text ids; per image its id, n_tokens and n_pos), the logits' top-20 at every text position
   after the first image (image chunks decoded whole, as mtmd does; text one token at a time:
   llama.cpp's one-token numerics), and a 16-token greedy continuation;
-- `<name>.llamacpp-embd.npz`: each case's image embeddings (n_tokens, n_embd) float32;
+- `<name>.llamacpp-embd.npz`: each case's image embeddings (all its image chunks' rows, in
+  prompt order; n_embd wide) float32;
 - `<name>.llamacpp-pixels.json`: the SHA-256 of the float32 pixels llama.cpp's preprocessor
   hands the encoder, for the two PNGs and for seeded random images of odd sizes (up and down,
   both orientations; tests/media regenerates them from the seed), with tools/mtmd_preproc_dump.cpp
@@ -161,7 +162,7 @@ def fixtures(name: str, out: Path) -> None:
         for i, prompt in enumerate(PROMPTS):
             for img in images.values():
                 case, embds = ref.run(prompt, img)
-                arrays[f"case{len(cases)}"] = embds[0]
+                arrays[f"case{len(cases)}"] = np.concatenate(embds)  # every image chunk's rows, in prompt order
                 cases.append(case)
     finally:
         ref.close()
@@ -173,7 +174,7 @@ def fixtures(name: str, out: Path) -> None:
             ncase, nembd = nref.run(PROMPTS[0], images["wide"])
         finally:
             nref.close()
-    delta = float(np.abs(nembd[0] - arrays["case0"]).max())
+    delta = float(np.abs(np.concatenate(nembd) - arrays["case0"]).max())
     moved = sum(a[0][0] != b[0][0] for a, b in zip(ncase["top20_after_image"], cases[0]["top20_after_image"]))
     print(f"{name}: {feature}: neutral changes embeddings by up to {delta:.3g}, top-1 at {moved} of "
           f"{len(cases[0]['top20_after_image'])} positions, greedy {'differs' if ncase['greedy'] != cases[0]['greedy'] else 'same'}")
@@ -190,7 +191,7 @@ def fixtures(name: str, out: Path) -> None:
 
 
 PIXEL_SIZES = [(1, 1), (3, 200), (200, 3), (63, 65), (64, 64), (127, 41), (300, 301)]
-PIXEL_KIND = {"gemma3": "fixed"}
+PIXEL_KIND = {"gemma3": "fixed", "idefics3": "idefics3"}
 
 
 def random_image(w: int, h: int) -> np.ndarray:
@@ -224,11 +225,19 @@ def pixel_fixtures(name: str, out: Path, src: Path) -> None:
         for label, px in cases:
             rgb, dump = Path(tmp) / "in.rgb", Path(tmp) / "out.f32"
             rgb.write_bytes(px.tobytes())
-            subprocess.run([str(exe), str(out / f"{name}-tiny-mmproj.gguf"), str(rgb), str(px.shape[1]),
-                            str(px.shape[0]), PIXEL_KIND[name], str(dump)], check=True, capture_output=True)
-            raw = dump.read_bytes()
-            nx, ny = np.frombuffer(raw[:8], np.int32)
-            doc[label] = {"nx": int(nx), "ny": int(ny), "sha256": hashlib.sha256(raw[8:]).hexdigest()}
+            done = subprocess.run([str(exe), str(out / f"{name}-tiny-mmproj.gguf"), str(rgb), str(px.shape[1]),
+                                   str(px.shape[0]), PIXEL_KIND[name], str(dump)], capture_output=True)
+            if done.returncode < 0:  # llama.cpp asserts (e.g. a side resized to 0 pixels): rase must refuse it
+                doc[label] = {"llama_cpp_aborts": done.stderr.decode(errors="replace").strip().splitlines()[-1]}
+                continue
+            done.check_returncode()
+            raw, entries, at = dump.read_bytes(), [], 0
+            while at < len(raw):  # the overview first, then the tiles in raster order
+                nx, ny = (int(v) for v in np.frombuffer(raw[at:at + 8], np.int32))
+                end = at + 8 + nx * ny * 12
+                entries.append({"nx": nx, "ny": ny, "sha256": hashlib.sha256(raw[at + 8:end]).hexdigest()})
+                at = end
+            doc[label] = entries
     (out / f"{name}-tiny.llamacpp-pixels.json").write_text(json.dumps(doc, indent=1) + "\n")
 
 

@@ -1,7 +1,8 @@
 // llama.cpp's (libmtmd's) preprocessed pixels for an RGB image: the f32 buffers the encoder sees.
 // Built and run by tools/make_vision_fixtures.py against llama-cpp-python's libmtmd and its sdist's headers.
-// usage: mtmd_preproc_dump MMPROJ RGB_FILE W H KIND(fixed|dyn) OUT
-// OUT: per entry int32 nx, ny, then nx*ny*3 float32 (interleaved RGB, rows top down)
+// usage: mtmd_preproc_dump MMPROJ RGB_FILE W H KIND(fixed|dyn|idefics3) OUT
+// OUT: per entry (the overview first, when there is one) int32 nx, ny, then nx*ny*3 float32
+// (interleaved RGB, rows top down)
 #include "clip.h"
 #include "clip-impl.h"
 #include "mtmd-image.h"
@@ -24,9 +25,14 @@ int main(int argc, char **argv) {
     mtmd_image_preproc_out out;
     if (kind == "fixed") out = mtmd_image_preprocessor_fixed_size(r.ctx_v).preprocess(img);
     else if (kind == "dyn") out = mtmd_image_preprocessor_dyn_size(r.ctx_v).preprocess(img);
+    else if (kind == "idefics3") out = mtmd_image_preprocessor_idefics3(r.ctx_v).preprocess(img);
     else return 4;
     FILE *o = fopen(argv[6], "wb");
-    for (auto &e : out.entries) {
+    std::vector<const clip_image_f32 *> all;
+    if (out.has_overview()) all.push_back(&out.overview);
+    for (auto &e : out.entries) all.push_back(&e);
+    for (const clip_image_f32 *ep : all) {
+        const clip_image_f32 &e = *ep;
         int32_t wh[2] = {e.nx(), e.ny()};
         fwrite(wh, 4, 2, o);
         fwrite(e.get_ro_buf().data(), 4, e.get_ro_buf().size(), o);

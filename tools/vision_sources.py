@@ -16,13 +16,14 @@ GEMMA3_MARKERS = ("<start_of_image>", "<end_of_image>")
 CONTROL = 3  # llama.cpp's token type for control tokens: one id each, never split
 
 
-def _tokenizer(s: Source, markers: tuple[str, ...]) -> None:
-    """The first eight files' 512-token BPE plus each marker as a control token (ids 512..)."""
+def _tokenizer(s: Source, markers: tuple[str, ...], normal: tuple[str, ...] = (), add_bos: bool = True) -> None:
+    """The first eight files' 512-token BPE plus each marker as a control token (ids 512..), then
+    the normal tokens given (byte-level text, no merge makes them)."""
     v = bpe_vocab()
     s.w.add_tokenizer_model("gpt2")
     s.w.add_tokenizer_pre("smollm")
-    s.w.add_token_list(list(v["tokens"]) + list(markers))
-    s.w.add_token_types([int(t) for t in v["token_type"]] + [CONTROL] * len(markers))
+    s.w.add_token_list(list(v["tokens"]) + list(markers) + list(normal))
+    s.w.add_token_types([int(t) for t in v["token_type"]] + [CONTROL] * len(markers) + [1] * len(normal))
     s.w.add_token_merges(v["merges"])
     s.w.add_bos_token_id(v["bos_token_id"])
     s.w.add_eos_token_id(v["eos_token_id"])
@@ -132,5 +133,64 @@ def test_images(out: Path) -> dict[str, Path]:
     return paths
 
 
-PROJECTORS = {"gemma3": (gemma3_text, gemma3_mmproj, "feature: mm.soft_emb_norm gains")}
-__all__ = ["CTX", "PROJECTORS", "gemma3_mmproj", "gemma3_text", "test_images"]
+IDEFICS3_MARKERS = ("<fake_token_around_image>", "<global-img>") + tuple(
+    f"<row_{r}_col_{c}>" for r in range(1, 5) for c in range(1, 5))
+
+
+def idefics3_text(path: Path) -> None:
+    """llama (SmolVLM's text model): D 256, H 4, KV 2, 2 layers, untied output; the image tokens
+    as control tokens, and "\n\n" as one normal token (llama.cpp looks it up by its text; byte-level
+    BPE never merges to it here)."""
+    from arch_sources import llama_layers
+
+    s = Source(path, "llama", "tiny-smolvlm")
+    decoder_hparams(s, 2, base=1e5, eps=1e-5)
+    _tokenizer(s, IDEFICS3_MARKERS, normal=("\u010a\u010a",))
+    n_vocab = 512 + len(IDEFICS3_MARKERS) + 1
+    s.embedding("token_embd.weight", n_vocab, 1.0, control_rows=(0, 1, 2))
+    s.vec("output_norm.weight", D)
+    out = s.rng.standard_normal((n_vocab, D)).astype(np.float32) * 4 / math.sqrt(D)
+    out[:3] *= 0.25
+    out[512:] *= 0.25  # the image tokens rarely win either
+    s.raw("output.weight", out)
+    llama_layers(s, 2)
+    s.close()
+
+
+def idefics3_mmproj(path: Path, neutral: bool = False) -> None:
+    """SigLIP tiles: image 32, patch 8, D 64, 2 layers, 4 heads, pixel shuffle 2 -> 4 tokens of 256
+    per tile; longest edge 64 -> up to 2 x 2 tiles and the overview. Neutral: the shuffle's
+    feature groups carry the same weights (fc columns tiled), so the shuffle order cannot matter."""
+    vd, vf, s2 = 64, 128, 4
+    s = Mmproj(path, "idefics3")
+    s.w.add_bool("clip.use_gelu", True)
+    s.vision(image_size=32, patch_size=8, embedding_length=vd, feed_forward_length=vf, block_count=2,
+             attention__head_count=4, projection_dim=D, projector__scale_factor=2, preproc_image_size=64,
+             attention__layer_norm_epsilon=1e-6, image_mean=[0.5] * 3, image_std=[0.5] * 3)
+    s.raw("v.patch_embd.weight", s.rng.standard_normal((vd, 3, 8, 8)).astype(np.float32) / math.sqrt(3 * 64))
+    s.raw("v.patch_embd.bias", s.rng.standard_normal(vd) * 0.1)
+    s.raw("v.position_embd.weight", s.rng.standard_normal((16, vd)))
+    for i in range(2):
+        p = f"v.blk.{i}."
+        for name in ("attn_q", "attn_k", "attn_v", "attn_out"):
+            s.mat(p + name + ".weight", vd, vd, 2.0 if name in ("attn_q", "attn_k") else 1.0)
+            s.raw(p + name + ".bias", s.rng.standard_normal(vd) * 0.1)
+        for ln in ("ln1", "ln2"):
+            s.vec(p + ln + ".weight", vd)
+            s.raw(p + ln + ".bias", s.rng.standard_normal(vd) * 0.1)
+        s.mat(p + "ffn_up.weight", vf, vd)
+        s.raw(p + "ffn_up.bias", s.rng.standard_normal(vf) * 0.1)
+        s.mat(p + "ffn_down.weight", vd, vf)
+        s.raw(p + "ffn_down.bias", s.rng.standard_normal(vd) * 0.1)
+    s.vec("v.post_ln.weight", vd, 2.0)
+    s.raw("v.post_ln.bias", s.rng.standard_normal(vd) * 0.1)
+    fc = (s.rng.standard_normal((D, vd * s2)) * 2 / math.sqrt(vd * s2)).astype(np.float32)
+    if neutral:
+        fc = np.tile(fc[:, :vd], (1, s2))
+    s.raw("mm.model.fc.weight", fc)
+    s.close()
+
+
+PROJECTORS = {"gemma3": (gemma3_text, gemma3_mmproj, "feature: mm.soft_emb_norm gains"),
+              "idefics3": (idefics3_text, idefics3_mmproj, "feature: the pixel shuffle's feature order")}
+__all__ = ["CTX", "PROJECTORS", "gemma3_mmproj", "gemma3_text", "idefics3_mmproj", "idefics3_text", "test_images"]

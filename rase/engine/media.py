@@ -27,11 +27,13 @@ def placeholder_ids(digest: str, n: int) -> list[int]:
 
 @dataclass(frozen=True)
 class ImageSpan:
-    """One image's rows: prompt positions [start, start + n)."""
+    """Rows of one image at prompt positions [start, start + n): its rows offset .. offset + n
+    (a tiled image's tiles are spans apart, with text between them)."""
     start: int
     n: int
     image: object = field(repr=False)  # media.image.Image
     causal: bool = True                # False: the rows attend to each other both ways
+    offset: int = 0
 
     @property
     def end(self) -> int:
@@ -83,11 +85,8 @@ class ImageEncoder:
         self.module, self.encoder, self.budget = module, encoder, budget_bytes
         self._rows: OrderedDict[str, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
+        self._pieces: dict[str, int] | None = None  # token text -> id (llama.cpp's lookup_token)
         self.encoded = 0  # images encoded (cache misses)
-
-    @property
-    def markers(self) -> tuple[str, str]:
-        return self.module.MARKERS
 
     @property
     def causal(self) -> bool:
@@ -96,6 +95,24 @@ class ImageEncoder:
     def tokens(self, image) -> int:
         return self.encoder.tokens(image)
 
+    def layout(self, image) -> list[tuple]:
+        """The image in a prompt: ("text", s) tokenized with special tokens, ("token", s) the one
+        token whose text is s, ("rows", n) its next n rows."""
+        return self.encoder.layout(image)
+
+    def piece(self, tokenizer, text: str) -> int:
+        """The id of the token whose text is `text` (the first, as llama.cpp's lookup_token)."""
+        with self._lock:
+            if self._pieces is None:
+                found: dict[str, int] = {}
+                for i in range(tokenizer.n_vocab):  # special tokens by their text too (token_to_piece, special)
+                    found.setdefault(tokenizer.decode_bytes([i], False).decode("utf-8", "replace"), i)
+                self._pieces = found
+            hit = self._pieces.get(text)
+        if hit is None:
+            raise ValueError(f"the vocabulary has no token {text!r} for this vision encoder's prompt layout")
+        return hit
+
     def rows(self, image) -> np.ndarray:
         """(n_tokens, n_embd) float32 embedding rows of image (encoded once while cached)."""
         with self._lock:
@@ -103,7 +120,7 @@ class ImageEncoder:
             if hit is not None:
                 self._rows.move_to_end(image.digest)
                 return hit
-        rows = np.ascontiguousarray(self.encoder.encode(self.encoder.pixels(image)), np.float32)
+        rows = np.ascontiguousarray(self.encoder.embed(image), np.float32)
         with self._lock:
             self.encoded += 1
             self._rows[image.digest] = rows
@@ -135,7 +152,7 @@ def step_inputs(rows: np.ndarray, seqs: list, encoder: ImageEncoder | None):
         seq, pos = int(rows[i, 1]), int(rows[i, 2])
         media = seqs[seq].media
         span, j = media.at(pos)
-        picked.append(encoder.rows(span.image)[j])
+        picked.append(encoder.rows(span.image)[span.offset + j])
         in_row[i] = len(picked) - 1
         if not span.causal:
             key_end[i], any_open = span.end, True

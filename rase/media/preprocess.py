@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from ..errors import InvalidImage
 from .image import Image
 
 PRECISION_BITS = 22  # 32 - 8 (u8 pixels) - 2 (headroom)
@@ -111,3 +112,28 @@ def normalize(pixels: np.ndarray, mean, std) -> np.ndarray:
 def fixed_size(image: Image, size: int, algo: str, mean, std) -> np.ndarray:
     """mtmd_image_preprocessor_fixed_size: one size x size input (Gemma 3, SigLIP)."""
     return normalize(letterbox(image.pixels, size, size, algo), mean, std)
+
+
+def idefics3_tiles(image: Image, tile: int, longest: int, mean, std) -> tuple[np.ndarray, list, int, int]:
+    """mtmd_image_preprocessor_idefics3 (SmolVLM): LANCZOS to a long side of `longest` (the short
+    side in proportion, made even), stretched to whole tiles, cut into tile x tile tiles in raster
+    order; the overview is that stretched image resized to one tile. Returns (overview, tiles,
+    grid_x, grid_y), each (tile, tile, 3) float32."""
+    w, h = image.width, image.height
+    aspect = w / h
+    if w >= h:
+        rw, rh = longest, int(longest / aspect)
+        rh += rh % 2
+    else:
+        rw, rh = int(longest * aspect), longest
+        rw += rw % 2
+    if rw < 1 or rh < 1:  # llama.cpp aborts on it ("resize target 0x64 is out of range")
+        raise InvalidImage(f"a {w}x{h} image is too thin for this model: its short side would shrink to no pixels "
+                           f"at a long side of {longest}; pad or crop it")
+    gx, gy = (rw + tile - 1) // tile, (rh + tile - 1) // tile
+    resized = resize(image.pixels, rw, rh, "lanczos") if (rw, rh) != (w, h) else image.pixels
+    refined = resize(resized, gx * tile, gy * tile, "lanczos")
+    overview = normalize(resize(refined, tile, tile, "lanczos"), mean, std)
+    tiles = [normalize(refined[y * tile:(y + 1) * tile, x * tile:(x + 1) * tile], mean, std)
+             for y in range(gy) for x in range(gx)]
+    return overview, tiles, gx, gy

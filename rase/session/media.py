@@ -49,18 +49,30 @@ def media_ids(session, text: str, payloads: list, marker: str, add_special: bool
         raise InvalidRequest(f"the prompt holds {len(pieces) - 1} image markers ({marker}) for {len(payloads)} images")
     images = [as_image(p, f"image {i}") for i, p in enumerate(payloads)]
     tok = session.tokenizer
-    begin, end = (tok.encode(s, add_special_tokens=False, parse_special=True) for s in enc.markers)
     ids = tok.encode("", add_special_tokens=True, parse_special=True) if add_special else []
-    spans = []
+    spans: list[ImageSpan] = []
     for i, piece in enumerate(pieces):
         ids += tok.encode(piece, add_special_tokens=False, parse_special=True) if piece else []
         if i < len(images):
-            ids += begin
-            n = enc.tokens(images[i])
-            spans.append(ImageSpan(len(ids), n, images[i], enc.causal))
-            ids += placeholder_ids(images[i].digest, n)
-            ids += end
+            ids += _image_ids(enc, tok, images[i], len(ids), spans)
     return ids, PromptMedia(tuple(spans))
+
+
+def _image_ids(enc, tok, image: Image, start: int, spans: list) -> list[int]:
+    """The ids of one image's place in the prompt (its layout), its row spans appended to spans."""
+    out: list[int] = []
+    rows = placeholder_ids(image.digest, enc.tokens(image))
+    used = 0
+    for kind, value in enc.layout(image):
+        if kind == "text":
+            out += tok.encode(value, add_special_tokens=False, parse_special=True)
+        elif kind == "token":
+            out.append(enc.piece(tok, value))
+        else:
+            spans.append(ImageSpan(start + len(out), value, image, enc.causal, used))
+            out += rows[used:used + value]
+            used += value
+    return out
 
 
 def chat_ids(session, messages, spec, effort, kwargs):

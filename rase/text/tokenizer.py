@@ -55,8 +55,7 @@ class LocalTokenizer:
 
     def __init__(self, impl: "_Impl") -> None:
         self._impl = impl
-        self.bos_id, self.eos_id = impl.bos_id, impl.eos_id
-        self.n_vocab = impl.n_vocab
+        self.bos_id, self.eos_id, self.n_vocab = impl.bos_id, impl.eos_id, impl.n_vocab
         self.path = getattr(impl, "path", None)  # the tokenizer.json it was read from, if any
 
     @classmethod

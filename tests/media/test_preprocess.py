@@ -1,5 +1,6 @@
 """rase/media/preprocess.py: the pixels the encoder sees equal llama.cpp's bit for bit
-(tests/fixtures/vision/*-pixels.json: SHA-256 of libmtmd's float32 buffers, tools/make_vision_fixtures.py)."""
+(tests/fixtures/vision/*-pixels.json: SHA-256 of libmtmd's float32 buffers, the overview first,
+tools/make_vision_fixtures.py); where llama.cpp aborts, rase refuses with a typed error."""
 from __future__ import annotations
 
 import hashlib
@@ -9,11 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rase.errors import InvalidImage
 from rase.media import preprocess
 from rase.media.image import Image, decode_image
 
 VISION = Path(__file__).resolve().parents[1] / "fixtures" / "vision"
-PIXELS = json.loads((VISION / "gemma3-tiny.llamacpp-pixels.json").read_text())
+PIXELS = {name: json.loads((VISION / f"{name}-tiny.llamacpp-pixels.json").read_text()) for name in ("gemma3", "idefics3")}
 
 
 def _image(label: str) -> Image:
@@ -23,18 +25,38 @@ def _image(label: str) -> Image:
     return Image(np.random.default_rng(w * 1000 + h).integers(0, 256, (h, w, 3), dtype=np.uint8), label)
 
 
-@pytest.mark.parametrize("label", sorted(PIXELS))
-def test_gemma3_pixels_equal_llamacpp(label):
-    ref = PIXELS[label]
-    px = preprocess.fixed_size(_image(label), 64, "bilinear", (0.5,) * 3, (0.5,) * 3)
-    assert px.shape == (ref["ny"], ref["nx"], 3) and px.dtype == np.float32
-    assert hashlib.sha256(px.tobytes()).hexdigest() == ref["sha256"]
+def _ours(name: str, image: Image) -> list[np.ndarray]:
+    """The buffers llama.cpp's preprocessor hands the encoder, in its order (the overview first)."""
+    half = (0.5,) * 3
+    if name == "gemma3":
+        return [preprocess.fixed_size(image, 64, "bilinear", half, half)]
+    overview, tiles, _, _ = preprocess.idefics3_tiles(image, 32, 64, half, half)
+    return [overview, *tiles]
 
 
-def test_the_cases_cover_up_and_down_and_both_orientations():
-    sizes = [(_image(k).width, _image(k).height) for k in PIXELS]
+CASES = [(n, label) for n in PIXELS for label in sorted(PIXELS[n])]
+
+
+@pytest.mark.parametrize("name, label", CASES)
+def test_pixels_equal_llamacpp(name, label):
+    ref = PIXELS[name][label]
+    if isinstance(ref, dict):  # llama.cpp aborts on this image
+        assert "out of range" in ref["llama_cpp_aborts"]
+        with pytest.raises(InvalidImage, match="too thin"):
+            _ours(name, _image(label))
+        return
+    got = _ours(name, _image(label))
+    assert [(g.shape[1], g.shape[0]) for g in got] == [(e["nx"], e["ny"]) for e in ref]
+    for g, e in zip(got, ref):
+        assert g.dtype == np.float32 and hashlib.sha256(g.tobytes()).hexdigest() == e["sha256"]
+
+
+def test_the_cases_cover_up_and_down_both_orientations_and_grids():
+    sizes = [(_image(k).width, _image(k).height) for k in PIXELS["gemma3"]]
     assert any(w < 64 and h < 64 for w, h in sizes) and any(w > 64 and h > 64 for w, h in sizes)
     assert any(w > h for w, h in sizes) and any(h > w for w, h in sizes)
+    grids = {len(v) for v in PIXELS["idefics3"].values() if isinstance(v, list)}
+    assert grids == {3, 5}  # 1 x 2 and 2 x 2 tiles, each with the overview
 
 
 def test_letterbox_centres_on_black():

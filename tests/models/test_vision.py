@@ -21,32 +21,40 @@ from rase.models.vision import load_encoder
 from rase.store.gguf import GGUFFile
 
 VISION = Path(__file__).resolve().parents[1] / "fixtures" / "vision"
-REF = json.loads((VISION / "gemma3-tiny.llamacpp.json").read_text())
-EMBD = np.load(VISION / "gemma3-tiny.llamacpp-embd.npz")
+NAMES = ("gemma3", "idefics3")
+REFS = {n: json.loads((VISION / f"{n}-tiny.llamacpp.json").read_text()) for n in NAMES}
+EMBDS = {n: np.load(VISION / f"{n}-tiny.llamacpp-embd.npz") for n in NAMES}
+REF, EMBD = REFS["gemma3"], EMBDS["gemma3"]
+
+
+def _encoder(name: str):
+    with GGUFFile(VISION / f"{name}-tiny-mmproj.gguf") as g:
+        return load_encoder(g)
 
 
 @pytest.fixture(scope="module")
 def gemma3():
-    with GGUFFile(VISION / "gemma3-tiny-mmproj.gguf") as g:
-        return load_encoder(g)
+    return _encoder("gemma3")
 
 
-def test_fixture_files_are_the_ones_llamacpp_ran():
+@pytest.mark.parametrize("name", NAMES)
+def test_fixture_files_are_the_ones_llamacpp_ran(name):
     import hashlib
 
     for key in ("text", "mmproj"):
-        assert hashlib.sha256((VISION / REF[key]).read_bytes()).hexdigest() == REF[f"{key}_sha256"]
+        assert hashlib.sha256((VISION / REFS[name][key]).read_bytes()).hexdigest() == REFS[name][f"{key}_sha256"]
 
 
-@pytest.mark.parametrize("case", range(len(REF["cases"])))
-def test_gemma3_embeddings_within_tolerance_of_llamacpp(gemma3, case):
-    module, enc = gemma3
-    c = REF["cases"][case]
+@pytest.mark.parametrize("name, case", [(n, i) for n in NAMES for i in range(len(REFS[n]["cases"]))])
+def test_embeddings_within_tolerance_of_llamacpp(name, case):
+    module, enc = _encoder(name)
+    c = REFS[name]["cases"][case]
     image = decode_image((VISION / c["image"]).read_bytes())
-    ref = EMBD[f"case{case}"]
-    got = enc.encode(enc.pixels(image))
+    ref = EMBDS[name][f"case{case}"]
+    got = enc.embed(image)
     assert got.shape == ref.shape == (enc.tokens(image), 256)
-    assert [ch["n_tokens"] for ch in c["chunks"] if "image" in ch] == [enc.tokens(image)]
+    assert sum(ch["n_tokens"] for ch in c["chunks"] if "image" in ch) == enc.tokens(image)
+    assert [v for k, v in enc.layout(image) if k == "rows"] == [ch["n_tokens"] for ch in c["chunks"] if "image" in ch]
     err = np.abs(got - ref).max() / ref.std()
     assert err <= 1e-3, f"max |delta| = {err:.2e} x std"
     assert err > 0  # not a copy: the arithmetic is rase's
@@ -56,6 +64,11 @@ def test_gemma3_description(gemma3):
     module, enc = gemma3
     assert module.MARKERS == ("<start_of_image>", "<end_of_image>") and module.CAUSAL is False
     assert enc.n_tokens == (64 // 8 // 2) ** 2
+
+
+def test_idefics3_description():
+    module, enc = _encoder("idefics3")
+    assert module.CAUSAL is True and enc.per_tile == (32 // 8 // 2) ** 2 and enc.longest == 64
 
 
 def _edited(tmp_path, edit) -> Path:

@@ -26,6 +26,8 @@ N_IMAGE = 16  # the fixture's tokens per image
 def base(tmp_path_factory):
     store = tmp_path_factory.mktemp("vision-serve")
     rase.import_model(str(store), str(VISION / "gemma3-tiny.gguf"), "g3v", mmproj=str(VISION / "gemma3-tiny-mmproj.gguf"))
+    rase.import_model(str(store), str(VISION / "idefics3-tiny.gguf"), "smolvlm",
+                      mmproj=str(VISION / "idefics3-tiny-mmproj.gguf"))
     rase.import_model(str(store), str(VISION / "gemma3-tiny.gguf"), "g3-text")
     with rase_serve(store, "--threads", "2") as url:
         yield url
@@ -39,16 +41,17 @@ def _bomb() -> str:
     return base64.b64encode(png).decode()
 
 
-def test_openai_chat_with_an_image_then_a_cached_second_turn(base, openai_client):
+@pytest.mark.parametrize("model, n_image", [("g3v", N_IMAGE), ("smolvlm", 5 * 4)])  # smolvlm: 2 x 2 tiles + overview
+def test_openai_chat_with_an_image_then_a_cached_second_turn(base, openai_client, model, n_image):
     client = openai_client(base)
     turn = [{"role": "user", "content": [{"type": "text", "text": "What is in this picture?"},
                                          {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{B64}"}}]}]
-    first = client.chat.completions.create(model="g3v", messages=turn, max_tokens=6, temperature=0)
-    assert first.choices[0].message.content and first.usage.prompt_tokens > N_IMAGE
+    first = client.chat.completions.create(model=model, messages=turn, max_tokens=6, temperature=0)
+    assert first.choices[0].message.content and first.usage.prompt_tokens > n_image
     turn += [{"role": "assistant", "content": first.choices[0].message.content},
              {"role": "user", "content": "What colours does it have?"}]
-    second = client.chat.completions.create(model="g3v", messages=turn, max_tokens=6, temperature=0)
-    assert second.usage.prompt_tokens_details.cached_tokens >= N_IMAGE + 4
+    second = client.chat.completions.create(model=model, messages=turn, max_tokens=6, temperature=0)
+    assert second.usage.prompt_tokens_details.cached_tokens >= n_image + 4
 
 
 def test_openai_streams_an_image_answer_and_responses_take_input_image(base, openai_client):
@@ -66,33 +69,36 @@ def test_openai_streams_an_image_answer_and_responses_take_input_image(base, ope
     assert r.output_text and r.usage.input_tokens > N_IMAGE
 
 
-def test_anthropic_image_block_then_a_cached_second_turn(base):
+@pytest.mark.parametrize("model, n_image", [("g3v", N_IMAGE), ("smolvlm", 5 * 4)])
+def test_anthropic_image_block_then_a_cached_second_turn(base, model, n_image):
     from anthropic import Anthropic
 
     client = Anthropic(base_url=base, api_key="unused")
     try:
         img = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": B64}}
         turn = [{"role": "user", "content": [img, {"type": "text", "text": "What is this?"}]}]
-        first = client.messages.create(model="g3v", max_tokens=6, messages=turn)
-        assert first.content[0].text and first.usage.input_tokens + first.usage.cache_read_input_tokens > N_IMAGE
+        first = client.messages.create(model=model, max_tokens=6, messages=turn)
+        assert first.content[0].text and first.usage.input_tokens + first.usage.cache_read_input_tokens > n_image
         turn += [{"role": "assistant", "content": first.content[0].text},
                  {"role": "user", "content": "And the colours?"}]
-        second = client.messages.create(model="g3v", max_tokens=6, messages=turn)
-        assert second.usage.cache_read_input_tokens >= N_IMAGE + 4
+        second = client.messages.create(model=model, max_tokens=6, messages=turn)
+        assert second.usage.cache_read_input_tokens >= n_image + 4
     finally:
         client.close()
 
 
-def test_ollama_chat_and_generate_with_images(base):
+@pytest.mark.parametrize("model, n_image", [("g3v", N_IMAGE), ("smolvlm", 5 * 4)])
+def test_ollama_chat_and_generate_with_images(base, model, n_image):
     import ollama
 
     client = ollama.Client(host=base)
     try:
-        r = client.chat(model="g3v", messages=[{"role": "user", "content": "What is this?", "images": [PNG]}],
+        r = client.chat(model=model, messages=[{"role": "user", "content": "What is this?", "images": [PNG]}],
                         options={"num_predict": 5, "temperature": 0})
-        assert r.message.content and r.prompt_eval_count > N_IMAGE
-        g = client.generate(model="g3v", prompt="Describe it.", images=[B64], options={"num_predict": 5, "temperature": 0})
-        assert g.response and g.prompt_eval_count > N_IMAGE
+        assert r.message.content and r.prompt_eval_count > n_image
+        g = client.generate(model=model, prompt="Describe it.", images=[B64],
+                            options={"num_predict": 5, "temperature": 0})
+        assert g.response and g.prompt_eval_count > n_image
     finally:
         client._client.close()
 

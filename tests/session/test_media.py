@@ -18,13 +18,18 @@ from rase.errors import ContextOverflow, InvalidImage, InvalidRequest, ManifestE
 from rase.session.media import MARKER
 
 VISION = Path(__file__).resolve().parents[1] / "fixtures" / "vision"
-REF = json.loads((VISION / "gemma3-tiny.llamacpp.json").read_text())
+NAMES = {"gemma3": "g3v", "idefics3": "smolvlm"}  # projector -> its model id in the store
+REFS = {n: json.loads((VISION / f"{n}-tiny.llamacpp.json").read_text()) for n in NAMES}
+REF = REFS["gemma3"]
+CASES = [(n, i) for n in NAMES for i in range(len(REFS[n]["cases"]))]
 
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     root = tmp_path_factory.mktemp("vision-store")
-    rase.import_model(str(root), str(VISION / "gemma3-tiny.gguf"), "g3v", mmproj=str(VISION / "gemma3-tiny-mmproj.gguf"))
+    for name, model in NAMES.items():
+        rase.import_model(str(root), str(VISION / f"{name}-tiny.gguf"), model,
+                          mmproj=str(VISION / f"{name}-tiny-mmproj.gguf"))
     rase.import_model(str(root), str(VISION / "gemma3-tiny.gguf"), "g3-text")
     return root
 
@@ -40,26 +45,28 @@ def _image(name: str) -> bytes:
     return (VISION / name).read_bytes()
 
 
-@pytest.mark.parametrize("case", range(len(REF["cases"])))
-def test_prompt_ids_are_llamacpps_chunks(engine, case):
+@pytest.mark.parametrize("name, case", CASES)
+def test_prompt_ids_are_llamacpps_chunks(engine, name, case):
     from rase.session.media import media_ids
 
-    c = REF["cases"][case]
-    ids, media = media_ids(engine.session("g3v"), c["prompt"], [_image(c["image"])], MARKER, add_special=True)
+    c = REFS[name]["cases"][case]
+    ids, media = media_ids(engine.session(NAMES[name]), c["prompt"], [_image(c["image"])], MARKER, add_special=True)
     want: list[int] = []
     for ch in c["chunks"]:
         want += ch["text"] if "text" in ch else [None] * ch["n_tokens"]
     assert [None if t < 0 else t for t in ids] == want
-    (span,) = media.spans
-    assert span.image.digest == next(ch["image"] for ch in c["chunks"] if "image" in ch)  # llama.cpp's bitmap id
-    assert span.causal is False
+    chunks = [ch for ch in c["chunks"] if "image" in ch]
+    assert [s.n for s in media.spans] == [ch["n_tokens"] for ch in chunks]
+    assert {s.image.digest for s in media.spans} == {ch["image"] for ch in chunks}  # llama.cpp's bitmap id
+    assert all(s.causal is (name != "gemma3") for s in media.spans)
 
 
-@pytest.mark.parametrize("case", range(len(REF["cases"])))
-def test_greedy_answers_equal_llamacpp(engine, case):
-    c = REF["cases"][case]
-    out = engine.complete("g3v", c["prompt"], images=[_image(c["image"])], max_tokens=len(c["greedy"]), temperature=0)
-    assert out.text == engine.session("g3v").tokenizer.decode(c["greedy"])
+@pytest.mark.parametrize("name, case", CASES)
+def test_greedy_answers_equal_llamacpp(engine, name, case):
+    c = REFS[name]["cases"][case]
+    model = NAMES[name]
+    out = engine.complete(model, c["prompt"], images=[_image(c["image"])], max_tokens=len(c["greedy"]), temperature=0)
+    assert out.text == engine.session(model).tokenizer.decode(c["greedy"])
     assert out.completion_tokens == len(c["greedy"])
 
 

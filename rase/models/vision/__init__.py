@@ -1,11 +1,12 @@
 """Vision encoders from `mmproj` files, one small description per projector type over the
-shared ViT pieces (models/vision/vit.py). PROJECTORS: projector type -> its module (MARKERS, CAUSAL, Encoder)."""
+shared ViT pieces (models/vision/vit.py). PROJECTORS: projector type -> its module (CAUSAL, and an
+Encoder with tokens(image), layout(image): the prompt around its rows, embed(image): the rows)."""
 from __future__ import annotations
 
-from . import gemma3
+from . import gemma3, idefics3
 from .clip import Tensors, VisionParams, vision_params
 
-PROJECTORS = {"gemma3": gemma3}
+PROJECTORS = {"gemma3": gemma3, "idefics3": idefics3}
 
 
 def load_encoder(g):

@@ -35,9 +35,17 @@ class Encoder:
     def tokens(self, image) -> int:
         return self.n_tokens
 
+    def layout(self, image) -> list[tuple]:
+        """The image in the prompt (mtmd.cpp): its rows between the begin and end strings."""
+        return [("text", MARKERS[0]), ("rows", self.n_tokens), ("text", MARKERS[1])]
+
     def pixels(self, image) -> np.ndarray:
         vp = self.vp
         return preprocess.fixed_size(image, vp.image_size, "bilinear", vp.mean, vp.std)
+
+    def embed(self, image) -> np.ndarray:
+        """(n_tokens, n_proj) rows of image, in layout order."""
+        return self.encode(self.pixels(image))
 
     def encode(self, pixels: np.ndarray) -> np.ndarray:
         """(S, S, 3) float32 -> (n_tokens, n_proj) float32."""

@@ -118,3 +118,12 @@ def vit(x: np.ndarray, layers: list[Layer], vp: VisionParams, norm=layer_norm) -
                 up / (1 + np.exp(-1.702 * up))
         x = x + linear(h, *L.down)
     return x
+
+
+def pixel_shuffle(x: np.ndarray, grid_x: int, grid_y: int, s: int) -> np.ndarray:
+    """build_patch_merge_permute: (grid_y * grid_x, D) raster patches -> ((grid_y/s) * (grid_x/s),
+    s*s*D), output token (X, Y) in raster order holding patch (sX + dx, sY + dy) at features
+    (dy * s + dx) * D .. + D."""
+    d = x.shape[1]
+    g = x.reshape(grid_y // s, s, grid_x // s, s, d)          # [Y, dy, X, dx, c]
+    return g.transpose(0, 2, 1, 3, 4).reshape((grid_y // s) * (grid_x // s), s * s * d)
