@@ -1,6 +1,6 @@
 // llama.cpp's (libmtmd's) preprocessed pixels for an RGB image: the f32 buffers the encoder sees.
 // Built and run by tools/make_vision_fixtures.py against llama-cpp-python's libmtmd and its sdist's headers.
-// usage: mtmd_preproc_dump MMPROJ RGB_FILE W H KIND(fixed|dyn|idefics3) OUT
+// usage: mtmd_preproc_dump MMPROJ RGB_FILE W H KIND(fixed|dyn|idefics3|lfm2) OUT
 // OUT: per entry (the overview first, when there is one) int32 nx, ny, then nx*ny*3 float32
 // (interleaved RGB, rows top down)
 #include "clip.h"
@@ -26,6 +26,7 @@ int main(int argc, char **argv) {
     if (kind == "fixed") out = mtmd_image_preprocessor_fixed_size(r.ctx_v).preprocess(img);
     else if (kind == "dyn") out = mtmd_image_preprocessor_dyn_size(r.ctx_v).preprocess(img);
     else if (kind == "idefics3") out = mtmd_image_preprocessor_idefics3(r.ctx_v).preprocess(img);
+    else if (kind == "lfm2") out = mtmd_image_preprocessor_lfm2(r.ctx_v).preprocess(img);
     else return 4;
     FILE *o = fopen(argv[6], "wb");
     std::vector<const clip_image_f32 *> all;

@@ -191,6 +191,81 @@ def idefics3_mmproj(path: Path, neutral: bool = False) -> None:
     s.close()
 
 
+LFM2_MARKERS = ("<|image_start|>", "<|image_end|>", "<|img_thumbnail|>") + tuple(
+    f"<|img_row_{r}_col_{c}|>" for r in range(1, 4) for c in range(1, 4))
+
+
+def lfm2_text(path: Path) -> None:
+    """lfm2 (LFM2-VL's text model): arch_sources.lfm2's hybrid (short convolutions and attention),
+    with the image tokens as control tokens."""
+    from arch_sources import HD, KV, LFM2_KV, LFM2_TAPS, H
+
+    s = Source(path, "lfm2", "tiny-lfm2-vl")
+    decoder_hparams(s, len(LFM2_KV), 1e6, kv=list(LFM2_KV))
+    s.key("shortconv.l_cache", LFM2_TAPS)
+    _tokenizer(s, LFM2_MARKERS)
+    n_vocab = 512 + len(LFM2_MARKERS)
+    s.embedding("token_embd.weight", n_vocab, 0.25, control_rows=(0, 1, 2) + tuple(range(512, n_vocab)))
+    s.vec("token_embd_norm.weight", D)
+    for i, kv in enumerate(LFM2_KV):
+        p = f"blk.{i}."
+        s.vec(p + "attn_norm.weight", D)
+        if kv:
+            s.mat(p + "attn_q.weight", H * HD, D)
+            s.mat(p + "attn_k.weight", KV * HD, D)
+            s.mat(p + "attn_v.weight", KV * HD, D)
+            s.vec(p + "attn_q_norm.weight", HD)
+            s.vec(p + "attn_k_norm.weight", HD)
+            s.mat(p + "attn_output.weight", D, H * HD)
+        else:
+            s.mat(p + "shortconv.in_proj.weight", 3 * D, D, 2.0)
+            s.raw(p + "shortconv.conv.weight", s.rng.standard_normal((D, LFM2_TAPS)).astype(np.float32))
+            s.mat(p + "shortconv.out_proj.weight", D, D)
+        s.vec(p + "ffn_norm.weight", D)
+        s.mat(p + "ffn_gate.weight", F, D)
+        s.mat(p + "ffn_up.weight", F, D)
+        s.mat(p + "ffn_down.weight", D, F)
+    s.close()
+
+
+def lfm2_mmproj(path: Path, neutral: bool = False) -> None:
+    """SigLIP2-NaFlex: patch 8, a 4 x 4 position table resized to each image's patch grid
+    (bilinear, antialiased), D 64, 2 layers, pixel unshuffle 2, LayerNorm, mm.1 -> GELU -> mm.2.
+    Neutral: a constant position table (the resize then cannot matter)."""
+    vd, vf = 64, 128
+    s = Mmproj(path, "lfm2")
+    s.w.add_bool("clip.use_gelu", True)
+    s.vision(image_size=256, patch_size=8, embedding_length=vd, feed_forward_length=vf, block_count=2,
+             attention__head_count=4, projection_dim=D, projector__scale_factor=2,
+             attention__layer_norm_epsilon=1e-6, image_mean=[0.5] * 3, image_std=[0.5] * 3)
+    s.raw("v.patch_embd.weight", s.rng.standard_normal((vd, 3, 8, 8)).astype(np.float32) / math.sqrt(3 * 64))
+    s.raw("v.patch_embd.bias", s.rng.standard_normal(vd) * 0.1)
+    pos = s.rng.standard_normal((16, vd)).astype(np.float32)
+    s.raw("v.position_embd.weight", np.tile(pos[:1], (16, 1)) if neutral else pos)
+    for i in range(2):
+        p = f"v.blk.{i}."
+        for name in ("attn_q", "attn_k", "attn_v", "attn_out"):
+            s.mat(p + name + ".weight", vd, vd, 2.0 if name in ("attn_q", "attn_k") else 1.0)
+            s.raw(p + name + ".bias", s.rng.standard_normal(vd) * 0.1)
+        for ln in ("ln1", "ln2"):
+            s.vec(p + ln + ".weight", vd)
+            s.raw(p + ln + ".bias", s.rng.standard_normal(vd) * 0.1)
+        s.mat(p + "ffn_up.weight", vf, vd)
+        s.raw(p + "ffn_up.bias", s.rng.standard_normal(vf) * 0.1)
+        s.mat(p + "ffn_down.weight", vd, vf)
+        s.raw(p + "ffn_down.bias", s.rng.standard_normal(vd) * 0.1)
+    s.vec("v.post_ln.weight", vd, 2.0)
+    s.raw("v.post_ln.bias", s.rng.standard_normal(vd) * 0.1)
+    s.vec("mm.input_norm.weight", 4 * vd)
+    s.raw("mm.input_norm.bias", s.rng.standard_normal(4 * vd) * 0.1)
+    s.mat("mm.1.weight", 4 * vd, 4 * vd)
+    s.raw("mm.1.bias", s.rng.standard_normal(4 * vd) * 0.1)
+    s.mat("mm.2.weight", D, 4 * vd)
+    s.raw("mm.2.bias", s.rng.standard_normal(D) * 0.1)
+    s.close()
+
+
 PROJECTORS = {"gemma3": (gemma3_text, gemma3_mmproj, "feature: mm.soft_emb_norm gains"),
+              "lfm2": (lfm2_text, lfm2_mmproj, "feature: the position table resized to the image"),
               "idefics3": (idefics3_text, idefics3_mmproj, "feature: the pixel shuffle's feature order")}
 __all__ = ["CTX", "PROJECTORS", "gemma3_mmproj", "gemma3_text", "idefics3_mmproj", "idefics3_text", "test_images"]

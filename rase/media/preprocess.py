@@ -137,3 +137,72 @@ def idefics3_tiles(image: Image, tile: int, longest: int, mean, std) -> tuple[np
     tiles = [normalize(refined[y * tile:(y + 1) * tile, x * tile:(x + 1) * tile], mean, std)
              for y in range(gy) for x in range(gx)]
     return overview, tiles, gx, gy
+
+
+def _round_half_away(x: np.float32) -> int:
+    return int(math.floor(abs(float(x)) + 0.5)) * (1 if x >= 0 else -1)
+
+
+def smart_size(w: int, h: int, align: int, min_px: int, max_px: int) -> tuple[int, int]:
+    """img_tool::calc_size_preserved_ratio in float32: sides rounded to multiples of align (C
+    round: half away from zero), then scaled down under max_px or up over min_px."""
+    f32, a = np.float32, np.float32(align)
+    w_bar = max(align, _round_half_away(f32(w) / a) * align)
+    h_bar = max(align, _round_half_away(f32(h) / a) * align)
+    if max_px > 0 and h_bar * w_bar > max_px:
+        beta = np.sqrt(f32(h) * f32(w) / f32(max_px), dtype=np.float32)
+        h_bar = max(align, int(math.floor(f32(h) / beta / a)) * align)
+        w_bar = max(align, int(math.floor(f32(w) / beta / a)) * align)
+    elif min_px > 0 and h_bar * w_bar < min_px:
+        beta = np.sqrt(f32(min_px) / (f32(h) * f32(w)), dtype=np.float32)
+        h_bar = int(math.ceil(f32(h) * beta / a)) * align
+        w_bar = int(math.ceil(f32(w) * beta / a)) * align
+    return w_bar, h_bar
+
+
+LFM2_TILE, LFM2_TILES, LFM2_TOLERANCE = 512, (2, 10), 2.0
+
+
+def _lfm2_grid(w: int, h: int) -> tuple[int, int]:
+    """mtmd_image_preprocessor_lfm2::get_grid_layout: the (cols, rows) of 2..10 tiles whose aspect
+    is closest to the image's (float32); on a tie the later wins when the image covers more than
+    half its pixels."""
+    lo, hi = LFM2_TILES
+    ratios = []
+    for n in range(lo, hi + 1):
+        for c in range(1, n + 1):
+            for r in range(1, n + 1):
+                if lo <= c * r <= hi and (c, r) not in ratios:
+                    ratios.append((c, r))
+    ratios.sort(key=lambda cr: cr[0] * cr[1])
+    aspect, area = np.float32(w) / np.float32(h), np.float32(w * h)
+    best, best_diff = (1, 1), np.float32(np.finfo(np.float32).max)
+    for c, r in ratios:
+        diff = np.float32(abs(aspect - np.float32(c) / np.float32(r)))
+        if diff < best_diff:
+            best, best_diff = (c, r), diff
+        elif diff == best_diff and area > np.float32(0.5) * np.float32(LFM2_TILE * LFM2_TILE * c * r):
+            best = (c, r)
+    return best
+
+
+def lfm2_tiles(image: Image, patch: int, merge: int, min_tokens: int, max_tokens: int, mean, std):
+    """mtmd_image_preprocessor_lfm2 (LFM2-VL): the overview is the image stretched (BILINEAR) to its
+    smart size (a multiple of patch x merge, min..max tokens); an image well over the budget is
+    also cut into 512 x 512 tiles of a letterboxed resize, the overview then its thumbnail.
+    Returns (overview, tiles, grid_x, grid_y); no tiles: (overview, [], 0, 0)."""
+    align = patch * merge
+    min_px, max_px = min_tokens * align * align, max_tokens * align * align
+    w, h = image.width, image.height
+    ov_w, ov_h = smart_size(w, h, align, min_px, max_px)
+    overview = normalize(resize(image.pixels, ov_w, ov_h, "bilinear") if (ov_w, ov_h) != (w, h)
+                         else image.pixels, mean, std)
+    h_bar = max(patch, round(h / align) * align)  # nearbyint: half to even, as Python's round
+    w_bar = max(patch, round(w / align) * align)
+    if not h_bar * w_bar > max_px * LFM2_TOLERANCE:
+        return overview, [], 0, 0
+    gx, gy = _lfm2_grid(w, h)
+    refined = letterbox(image.pixels, LFM2_TILE * gx, LFM2_TILE * gy, "bilinear")
+    t = LFM2_TILE
+    tiles = [normalize(refined[y * t:(y + 1) * t, x * t:(x + 1) * t], mean, std) for y in range(gy) for x in range(gx)]
+    return overview, tiles, gx, gy

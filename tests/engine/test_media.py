@@ -4,8 +4,8 @@ logits after an image against llama.cpp's one-token numerics (tests/fixtures/vis
 llama.cpp computes an image's rows as one batch (one ubatch), and its batched F32 arithmetic
 differs from its one-token arithmetic, which rase computes every row with: with llama.cpp's own
 image embeddings as input rows, rase's logits stay within llama.cpp's own n_batch 512 vs 1 spread
-on the same model (the fixture's batch_spread; measured: Gemma 3 1.9e-3 of 4.2e-3, SmolVLM 1.0e-3
-of 1.6e-3). With rase's embeddings (within 1e-3 x std of llama.cpp's, tests/models/test_vision.py)
+on the same model (the fixture's batch_spread, plus the fixture's rounding to 4 decimals; measured:
+Gemma 3 1.9e-3 of 4.2e-3, SmolVLM 1.0e-3 of 1.6e-3, LFM2-VL 6.6e-5 of 2.9e-5 + 5e-5). With rase's embeddings (within 1e-3 x std of llama.cpp's, tests/models/test_vision.py)
 the logits move by up to 4.6e-3 (Gemma 3) and 1.3e-3 (SmolVLM), the top-1 token is llama.cpp's at
 every position and the greedy continuation is identical. Image rows attend to each other both ways (Gemma 3), and
 the logits do not depend on what shares the step, how the prompt is cut, or the thread count.
@@ -70,10 +70,12 @@ def test_step_inputs_swap_placeholders_for_embedding_rows():
     assert step_inputs(plain, [_Req(None)], None)[1:] == (None, None, None)
 
 
-NAMES = ("gemma3", "idefics3")
+NAMES = ("gemma3", "idefics3", "lfm2")
 REFS = {n: json.loads((VISION / f"{n}-tiny.llamacpp.json").read_text()) for n in NAMES}
 EMBDS = {n: np.load(VISION / f"{n}-tiny.llamacpp-embd.npz") for n in NAMES}
 CASES = [(n, i) for n in NAMES for i in range(len(REFS[n]["cases"]))]
+ROUNDED = 5e-5  # the fixtures keep logits to 4 decimals
+SLOTS = np.array([0, 1], np.int32)  # the two sequences' recurrent state slots (LFM2's short convolutions)
 
 
 def _model(name):
@@ -125,7 +127,7 @@ def _cuts(ids, spans, causal, cut):
 def _run(plan, case, embd, causal, cut=None, threads=1, neighbour=False):
     """Logits at every text position after the first image, the steps as _cuts makes them;
     neighbour: a second sequence's rows share every step."""
-    fwd = _kernels.Forward(plan.weights, 16, 96, threads)
+    fwd = _kernels.Forward(plan.weights, 16, 96, threads, n_slots=2)  # a hybrid's state: a slot per sequence
     ids, spans, first = _layout(case)
     where = {a + j: (off + j, a + n) for a, n, off in spans for j in range(n)}  # row -> (embedding row, span end)
     tables = np.arange(16, dtype=np.int32).reshape(2, 8)
@@ -139,7 +141,7 @@ def _run(plan, case, embd, causal, cut=None, threads=1, neighbour=False):
             in_row.append(-1)
             key_end.append(a + 1)
         _, logits = fwd.step(np.array(rows, np.int32), tables, np.arange(len(rows), dtype=np.int32), in_embd=embd,
-                             in_row=np.array(in_row, np.int32), key_end=np.array(key_end, np.int32))
+                             in_row=np.array(in_row, np.int32), key_end=np.array(key_end, np.int32), slots=SLOTS)
         for p in range(a, b):
             if p > first and p not in where:
                 out[p] = logits[p - a].copy()
@@ -157,7 +159,7 @@ def test_decoder_rows_equal_llamacpp_given_its_embeddings(name, case):
     ref = REFS[name]["cases"][case]["top20_after_image"]
     assert len(logits) == len(ref)
     assert all(np.argmax(row) == top[0][0] for row, top in zip(logits, ref))
-    assert _worst(logits, ref) <= REFS[name]["batch_spread"]
+    assert _worst(logits, ref) <= REFS[name]["batch_spread"] + ROUNDED
 
 
 @pytest.mark.parametrize("name, case", CASES)
@@ -174,7 +176,7 @@ def test_logits_after_rases_own_embeddings_follow_llamacpp(name, case):
     for _ in range(len(c["greedy"])):
         tok = int(np.argmax(last))
         greedy.append(tok)
-        _, out = fwd.step(np.array([[tok, 0, pos]], np.int32), table, np.zeros(1, np.int32))
+        _, out = fwd.step(np.array([[tok, 0, pos]], np.int32), table, np.zeros(1, np.int32), slots=SLOTS)
         last, pos = out[0].copy(), pos + 1
     assert greedy == c["greedy"]
 

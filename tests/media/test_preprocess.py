@@ -15,7 +15,8 @@ from rase.media import preprocess
 from rase.media.image import Image, decode_image
 
 VISION = Path(__file__).resolve().parents[1] / "fixtures" / "vision"
-PIXELS = {name: json.loads((VISION / f"{name}-tiny.llamacpp-pixels.json").read_text()) for name in ("gemma3", "idefics3")}
+PIXELS = {name: json.loads((VISION / f"{name}-tiny.llamacpp-pixels.json").read_text())
+          for name in ("gemma3", "idefics3", "lfm2")}
 
 
 def _image(label: str) -> Image:
@@ -30,7 +31,10 @@ def _ours(name: str, image: Image) -> list[np.ndarray]:
     half = (0.5,) * 3
     if name == "gemma3":
         return [preprocess.fixed_size(image, 64, "bilinear", half, half)]
-    overview, tiles, _, _ = preprocess.idefics3_tiles(image, 32, 64, half, half)
+    if name == "lfm2":
+        overview, tiles, _, _ = preprocess.lfm2_tiles(image, 8, 2, 64, 256, half, half)
+    else:
+        overview, tiles, _, _ = preprocess.idefics3_tiles(image, 32, 64, half, half)
     return [overview, *tiles]
 
 
@@ -57,6 +61,7 @@ def test_the_cases_cover_up_and_down_both_orientations_and_grids():
     assert any(w > h for w, h in sizes) and any(h > w for w, h in sizes)
     grids = {len(v) for v in PIXELS["idefics3"].values() if isinstance(v, list)}
     assert grids == {3, 5}  # 1 x 2 and 2 x 2 tiles, each with the overview
+    assert {len(v) for v in PIXELS["lfm2"].values()} == {1, 7}  # small: one input; 600 x 420: 3 x 2 tiles
 
 
 def test_letterbox_centres_on_black():

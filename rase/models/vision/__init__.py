@@ -3,10 +3,10 @@ shared ViT pieces (models/vision/vit.py). PROJECTORS: projector type -> its modu
 Encoder with tokens(image), layout(image): the prompt around its rows, embed(image): the rows)."""
 from __future__ import annotations
 
-from . import gemma3, idefics3
+from . import gemma3, idefics3, lfm2
 from .clip import Tensors, VisionParams, vision_params
 
-PROJECTORS = {"gemma3": gemma3, "idefics3": idefics3}
+PROJECTORS = {"gemma3": gemma3, "idefics3": idefics3, "lfm2": lfm2}
 
 
 def load_encoder(g):

@@ -123,7 +123,44 @@ def vit(x: np.ndarray, layers: list[Layer], vp: VisionParams, norm=layer_norm) -
 def pixel_shuffle(x: np.ndarray, grid_x: int, grid_y: int, s: int) -> np.ndarray:
     """build_patch_merge_permute: (grid_y * grid_x, D) raster patches -> ((grid_y/s) * (grid_x/s),
     s*s*D), output token (X, Y) in raster order holding patch (sX + dx, sY + dy) at features
-    (dy * s + dx) * D .. + D."""
+    (dy * s + dx) * D .. + D; odd sides padded with zero patches at the right and bottom."""
     d = x.shape[1]
+    px, py = -grid_x % s, -grid_y % s
+    if px or py:
+        x = np.pad(x.reshape(grid_y, grid_x, d), ((0, py), (0, px), (0, 0))).reshape(-1, d)
+        grid_x, grid_y = grid_x + px, grid_y + py
     g = x.reshape(grid_y // s, s, grid_x // s, s, d)          # [Y, dy, X, dx, c]
     return g.transpose(0, 2, 1, 3, 4).reshape((grid_y // s) * (grid_x // s), s * s * d)
+
+
+def resize_positions_antialias(table: np.ndarray, width: int, height: int) -> np.ndarray:
+    """clip.cpp resize_position_embeddings with ggml_interpolate (bilinear, antialias, half-pixel
+    centres), float32 as ggml's CPU loop: (n*n, D) rows of an n x n grid -> (height*width, D) raster."""
+    n = int(round(np.sqrt(table.shape[0])))
+    if (width, height) == (n, n):
+        return table
+    grid = table.reshape(n, n, -1)  # [y][x]
+    f32 = np.float32
+    sf0, sf1 = f32(width) / f32(n), f32(height) / f32(n)
+    sup0, sup1 = max(f32(1), f32(1) / sf0), max(f32(1), f32(1) / sf1)
+    inv0, inv1 = f32(1) / sup0, f32(1) / sup1
+    half = f32(0.5)
+    out = np.empty((height, width, table.shape[1]), np.float32)
+    for i1 in range(height):
+        y = (f32(i1) + half) / sf1
+        y0, y1 = max(int(y - sup1 + half), 0), min(int(y + sup1 + half), n)
+        for i0 in range(width):
+            x = (f32(i0) + half) / sf0
+            x0, x1 = max(int(x - sup0 + half), 0), min(int(x + sup0 + half), n)
+            val, total = np.zeros(table.shape[1], np.float32), f32(0)
+            for sy in range(y0, y1):
+                wy = max(f32(1) - abs((f32(sy) - y + half) * inv1), f32(0))
+                for sx in range(x0, x1):
+                    wx = max(f32(1) - abs((f32(sx) - x + half) * inv0), f32(0))
+                    wgt = f32(wx * wy)
+                    if wgt <= 0:
+                        continue
+                    val += grid[sy, sx] * wgt
+                    total = f32(total + wgt)
+            out[i1, i0] = val / total if total > 0 else val
+    return out.reshape(height * width, -1)
