@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -62,6 +63,14 @@ class PromptMedia:
             return max(take, s.end - start)
         return take
 
+    def waiting(self, start: int, ready) -> int | None:
+        """The first position from start on whose image's rows are not ready (ready(image) starts
+        their encoding), or None."""
+        for s in self.spans:
+            if s.end > start and not ready(s.image):
+                return max(s.start, start)
+        return None
+
     def key_end(self, pos: int) -> int:
         """The end of the keys a row at pos attends to: its image's end for a non-causal image."""
         hit = self.at(pos)
@@ -78,14 +87,19 @@ class PromptMedia:
 
 class ImageEncoder:
     """A session's vision encoder (models/vision) and the rows of recently seen images by
-    digest, least recently used dropped past budget bytes. Called by the worker thread; the
-    session's prompt builder reads only its token counts."""
+    digest, least recently used dropped past budget bytes. Images are encoded on a thread of
+    their own (numpy releases the GIL), so the worker keeps stepping other requests meanwhile:
+    ready(image) starts an encoding and says whether the rows are there; rows(image) waits for
+    them. on_done is called (from the encoding thread) when an encoding ends."""
 
     def __init__(self, module, encoder, budget_bytes: int = 64 << 20) -> None:
         self.module, self.encoder, self.budget = module, encoder, budget_bytes
         self._rows: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._pending: dict[str, Future] = {}
+        self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
         self._pieces: dict[str, int] | None = None  # token text -> id (llama.cpp's lookup_token)
+        self.on_done = lambda: None
         self.encoded = 0  # images encoded (cache misses)
 
     @property
@@ -113,6 +127,17 @@ class ImageEncoder:
             raise ValueError(f"the vocabulary has no token {text!r} for this vision encoder's prompt layout")
         return hit
 
+    def ready(self, image) -> bool:
+        """Whether image's rows are cached; if not, its encoding is started (once)."""
+        with self._lock:
+            if image.digest in self._rows:
+                return True
+            if image.digest not in self._pending:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(1, thread_name_prefix="rase-vision")
+                self._pending[image.digest] = self._pool.submit(self._encode, image)
+        return False
+
     def rows(self, image) -> np.ndarray:
         """(n_tokens, n_embd) float32 embedding rows of image (encoded once while cached)."""
         with self._lock:
@@ -120,15 +145,28 @@ class ImageEncoder:
             if hit is not None:
                 self._rows.move_to_end(image.digest)
                 return hit
-        rows = np.ascontiguousarray(self.encoder.embed(image), np.float32)
-        with self._lock:
-            self.encoded += 1
-            self._rows[image.digest] = rows
-            used = sum(r.nbytes for r in self._rows.values())
-            while used > self.budget and len(self._rows) > 1:
-                _, old = self._rows.popitem(last=False)
-                used -= old.nbytes
-        return rows
+            pending = self._pending.get(image.digest)
+        return pending.result() if pending is not None else self._encode(image)
+
+    def _encode(self, image) -> np.ndarray:
+        try:
+            rows = np.ascontiguousarray(self.encoder.embed(image), np.float32)
+            with self._lock:
+                self.encoded += 1
+                self._rows[image.digest] = rows
+                used = sum(r.nbytes for r in self._rows.values())
+                while used > self.budget and len(self._rows) > 1:
+                    _, old = self._rows.popitem(last=False)
+                    used -= old.nbytes
+            return rows
+        finally:
+            with self._lock:
+                self._pending.pop(image.digest, None)
+            self.on_done()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
 
     def stats(self) -> dict:
         with self._lock:

@@ -94,6 +94,7 @@ class Scheduler:
         self._prefill_tok_s = Ema()      # each prompt token a step adds
         self.steps = 0
         self.drafted = self.draft_accepted = 0  # speculation: draft tokens verified, and confirmed
+        self.media_ready = None  # image -> whether its rows are encoded (starting it if not); None: no images
 
     # ---------------------------------------------------------------- queue
 
@@ -232,10 +233,8 @@ class Scheduler:
             if (req.remaining == 1 and req.collect is None) or budget <= 0:
                 continue
             take = self._take(req, budget, len(rows.logit_rows))
-            if req.media is not None and take > 0:  # the rest of a non-causal image goes in one step
-                take = req.media.cut(req.n_computed, take)
-                if take > self.max_batch + self.max_chunk - len(rows.rows):
-                    continue  # a later step has room for it
+            if req.media is not None and take > 0:
+                take = self._media_take(req, take, self.max_batch + self.max_chunk - len(rows.rows))
             if self.kv.state and take > 0:  # a hybrid's chunk ends at its next checkpoint boundary
                 take = self.kv.state.chunk(req.n_computed, take, self.kv.block_size)
             if take <= 0 or (not self.causal and take < req.remaining):
@@ -256,6 +255,18 @@ class Scheduler:
             rows.seqs.append(req)
             rows.counts.append(take)
         return n_prefill
+
+    def _media_take(self, req: Request, take: int, room: int) -> int:
+        """A chunk of a prompt with images: the rest of a non-causal image in one step (within the
+        step's room), and never past an image whose rows are still being encoded (0: wait)."""
+        take = req.media.cut(req.n_computed, take)
+        if take > room:
+            return 0  # a later step has room for it
+        if self.media_ready is not None:
+            wait = req.media.waiting(req.n_computed, self.media_ready)
+            if wait is not None and wait < req.n_computed + take:
+                take = wait - req.n_computed
+        return take
 
     def _accepted(self, step: Step, tokens) -> dict[Request, int]:
         """Per verified request: how many of its drafts the tokens its rows drew confirm (each

@@ -38,6 +38,7 @@ MAX_CHUNK = 512            # prompt tokens per step at most (llama.cpp's default
 LOGIT_READS_MB = 128       # logits rows prompt-only requests may read in one step (f32 x vocabulary)
 PREFIX_CACHE_MB = 256      # default pool room for cached prefixes, beyond max_batch full contexts
 KV_MEMORY_SHARE = 0.25     # the default pool per model at most this share of physical memory
+IDLE_WAIT_S = 0.05         # a step with nothing to compute waits this long for news (deadlines are checked then)
 
 
 def physical_memory() -> int:
@@ -119,6 +120,9 @@ class ModelWorker:
         self._request_s = 1.0        # moving mean of a request's wall time: Retry-After's estimate
         self.counters = dict(requests=0, generated_tokens=0, cancelled=0, failed=0, rows=0, step_s=0.0,
                              python_s=0.0)
+        if images is not None:  # images encode on their own thread; their requests' chunks wait for them
+            self.scheduler.media_ready = images.ready
+            images.on_done = self._wake
         self._thread = threading.Thread(target=self._loop, name=f"rase-worker-{name}", daemon=True)
         self._thread.start()
 
@@ -234,6 +238,12 @@ class ModelWorker:
             self._cond.notify()
         if wait:
             self._thread.join()
+            if self.images is not None:
+                self.images.close()
+
+    def _wake(self) -> None:
+        with self._cond:
+            self._cond.notify()
 
     @property
     def alive(self) -> bool:
@@ -277,7 +287,10 @@ class ModelWorker:
                 self._crash("scheduling a step", exc)
                 continue
             self._deliver(self.scheduler.drain_events())
-            if step is None:
+            if step is None:  # work, but nothing to compute yet (an image encoding): wait for news
+                with self._cond:
+                    if not self._inbox and not self._closing:
+                        self._cond.wait(IDLE_WAIT_S)
                 continue
             t1 = time.perf_counter()
             try:

@@ -160,3 +160,42 @@ def test_cli_import_with_mmproj_and_verify(tmp_path):
     Path(blob).write_bytes(Path(blob).read_bytes()[:-1] + b"\0")  # tampered
     bad = subprocess.run(run + ["model", "verify", "g3v"], capture_output=True, text=True)
     assert bad.returncode == 1 and "mmproj" in bad.stderr
+
+
+def test_other_requests_decode_while_an_image_encodes(store):
+    """An image encodes on its own thread: a text request submitted with it streams to its end
+    while the (slowed) encoding runs, and the image's request answers once its rows are there."""
+    import io
+    import time
+
+    from PIL import Image as PILImage
+    import numpy as np
+
+    eng = Engine(str(store), max_batch=4)
+    try:
+        images = eng.session("g3v").images
+        real = images.encoder
+
+        class Slow:
+            def __getattr__(self, name):
+                return getattr(real, name)
+
+            def embed(self, image):
+                time.sleep(1.5)
+                return real.embed(image)
+
+        images.encoder = Slow()
+        buf = io.BytesIO()
+        PILImage.fromarray(np.random.default_rng(7).integers(0, 256, (20, 30, 3), dtype=np.uint8)).save(buf, "PNG")
+        t0 = time.monotonic()
+        pictured = eng.submit_complete("g3v", f"{MARKER} hi", images=[buf.getvalue()], max_tokens=2, temperature=0)
+        text = eng.submit_complete("g3v", "The lighthouse keeper", max_tokens=24, temperature=0)
+        done = text.result()
+        t_text = time.monotonic() - t0
+        first = pictured.result()
+        t_image = time.monotonic() - t0
+        assert done.completion_tokens == 24 and t_text < 1.2, t_text  # not held behind the encoding
+        assert first.completion_tokens == 2 and t_image >= 1.5
+        assert images.encoded >= 1
+    finally:
+        eng.close()
