@@ -117,7 +117,8 @@ class GenerateBody(_Base):
     model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={
         "if": {"required": ["raw"], "properties": {"raw": {"const": True}}},
         "then": {"properties": {"system": {"anyOf": [{"type": "null"}, {"const": ""}]},
-                                "think": {"not": {"type": "string"}}}}})
+                                "think": {"not": {"type": "string"}},
+                                "images": {"anyOf": [{"type": "null"}, {"type": "array", "maxItems": 0}]}}}})
     prompt: str = ""
     system: Optional[str] = None
     raw: bool = False
@@ -236,7 +237,8 @@ def router(engine) -> APIRouter:
         arch = m.architecture or ""
         return {"modelfile": "", "parameters": "", "template": m.chat_template or "", "details": _details(m),
                 "model_info": {"general.architecture": arch, f"{arch}.context_length": m.context_length},
-                "capabilities": ["embedding" if m.kind == "embedding" else "completion"], "modified_at": _now()}
+                "capabilities": ["embedding" if m.kind == "embedding" else "completion"]
+                + (["vision"] if m.mmproj else []), "modified_at": _now()}
 
     @api.post("/api/embed")
     async def embed(body: EmbedBody):
@@ -275,7 +277,7 @@ def router(engine) -> APIRouter:
                 raise InvalidRequest("system does not apply to a raw prompt", "system")
             if isinstance(body.think, str):
                 raise InvalidRequest("a think level applies to the chat template, not to a raw prompt", "think")
-            if body.images:
+            if body.images:  # the OpenAPI document says so too (raw: no images)
                 raise InvalidRequest("images go into the chat template's user turn: send them without raw", "images")
             submit = lambda: engine.submit_complete(body.model, body.prompt, **{k: v for k, v in kw.items()
                                                                                 if k != "think"})

@@ -154,7 +154,8 @@ def _piece(b: bytes):
 def _model_card(m, status: str) -> dict:
     """status: loaded, loading or unloaded (llama-server's router reports it so)."""
     return {"id": m.id, "object": "model", "created": 0, "owned_by": "rase",
-            "architecture": m.architecture, "context_length": m.context_length, "status": {"value": status}}
+            "architecture": m.architecture, "context_length": m.context_length, "status": {"value": status},
+            "input_modalities": ["text", "image"] if m.mmproj else ["text"]}  # llama-server's name
 
 
 @dataclass(frozen=True)

@@ -106,6 +106,10 @@ class Message(BaseModel):
             return value
         if value is None:
             return None
+        extra = [k for p in value if isinstance(p, dict) for k in p if k not in ("type", "text")] \
+            if isinstance(value, list) else []
+        if extra:
+            raise ValueError(f"a text part takes type and text; {extra[0]!r} is not supported")
         try:
             return message_text(value)
         except InvalidRequest as exc:

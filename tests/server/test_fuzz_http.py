@@ -4,7 +4,8 @@ examples, against a real `rase serve`. A tiny model is registered under the ids 
 produces first ("0", "a", ...) so generated requests reach the engine, not only the 404; it has
 byte tokens and a 4096 context as real models do; max_tokens is capped to keep it quick. The
 hooks (tests/support/schemathesis_hooks.py) give schema-valid cases valid programs where a field holds
-one (a grammar, a JSON schema) and distinct tool names: what JSON Schema cannot state."""
+one (a grammar, a JSON schema), distinct tool names and real images: what JSON Schema cannot state.
+The model has a (tiny Gemma 3) vision encoder, so image parts are served, not refused."""
 from __future__ import annotations
 
 import os
@@ -27,8 +28,10 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation(tmp_path):
     reg = ModelRegistry(store)
     model = write_tiny_model(tmp_path / "fuzz.gguf", "llama", QuantType.Q8_0, hp={"n_vocab": 512, "n_ctx": 4096},
                              extra_tokens={f"<0x{b:02X}>": 6 for b in range(256)})
+    mmproj = Path(__file__).resolve().parents[1] / "fixtures" / "vision" / "gemma3-tiny-mmproj.gguf"
     for model_id in IDS:
         reg.import_local(model_id, model)
+        reg.attach_mmproj(model_id, mmproj)  # image parts reach the encoder too
     cli = Path(sys.executable).with_name("schemathesis")
     env = {**os.environ, "SCHEMATHESIS_HOOKS": "tests.support.schemathesis_hooks",
            "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")])}

@@ -46,6 +46,18 @@ def _bomb() -> str:
     return base64.b64encode(png).decode()
 
 
+def test_models_say_which_take_images(base, openai_client):
+    import ollama
+
+    cards = {m.id: m for m in openai_client(base).models.list().data}
+    assert cards["g3v"].input_modalities == ["text", "image"] and cards["g3-text"].input_modalities == ["text"]
+    client = ollama.Client(host=base)
+    try:
+        assert "vision" in client.show("smolvlm").capabilities and "vision" not in client.show("g3-text").capabilities
+    finally:
+        client._client.close()
+
+
 @pytest.mark.parametrize("model, n_image, cached", MODELS)  # smolvlm: 2 x 2 tiles + overview
 def test_openai_chat_with_an_image_then_a_cached_second_turn(base, openai_client, model, n_image, cached):
     client = openai_client(base)

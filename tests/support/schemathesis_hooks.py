@@ -1,13 +1,17 @@
 """schemathesis hooks for tests/server/test_fuzz_http.py: the constraints JSON Schema cannot state.
 
 Some request fields hold a program whose validity is a language of its own (a Lark or GBNF
-grammar, a regex, a JSON schema, a call's JSON arguments) or refer to another field (a
-tool_choice names one of the tools). The OpenAPI document says what they must be; a generated
+grammar, a regex, a JSON schema, a call's JSON arguments), refer to another field (a
+tool_choice names one of the tools), or hold an encoded image (a generated string is no PNG, and
+a prompt holds at most MAX_IMAGES of them). The OpenAPI document says what they must be; a generated
 string is almost never such a program, and the server answers it with a 400 that names the field.
 For schema-valid (positive) cases these fields are replaced with valid values, so the checks see
 everything else the generator produces; schema-violating (negative) cases are left as generated.
 """
 from __future__ import annotations
+
+import base64
+from pathlib import Path
 
 import schemathesis
 
@@ -107,6 +111,37 @@ def _anthropic(body: dict) -> None:
         config["format"]["schema"] = dict(SCHEMA)
 
 
+PNG = (Path(__file__).resolve().parents[1] / "fixtures" / "vision" / "wide.png").read_bytes()
+B64 = base64.b64encode(PNG).decode()
+MAX_IMAGES = 2  # per request: schemathesis writes long part lists; the engine takes 64 per prompt
+
+
+def _images(body) -> None:
+    """Every image part holds a real image (the first MAX_IMAGES; later ones become text)."""
+    seen = 0
+
+    def part(p):
+        nonlocal seen
+        if not isinstance(p, dict) or p.get("type") not in ("image_url", "input_image", "image"):
+            return p
+        seen += 1
+        if seen > MAX_IMAGES:
+            return {"type": "input_text" if p["type"] == "input_image" else "text", "text": "x"}
+        if p["type"] == "image_url":
+            return {**p, "image_url": {"url": f"data:image/png;base64,{B64}"}}
+        if p["type"] == "input_image":
+            return {**p, "image_url": f"data:image/png;base64,{B64}"}
+        return {**p, "source": {"type": "base64", "media_type": "image/png", "data": B64}}
+
+    for m in body.get("messages") or (body.get("input") if isinstance(body.get("input"), list) else []) or []:
+        if isinstance(m, dict) and isinstance(m.get("content"), list):
+            m["content"] = [part(p) for p in m["content"]]
+        if isinstance(m, dict) and isinstance(m.get("images"), list):
+            m["images"] = [B64] * min(len(m["images"]), MAX_IMAGES)
+    if isinstance(body.get("images"), list):
+        body["images"] = [B64] * min(len(body["images"]), MAX_IMAGES)
+
+
 FIXES = {"/v1/chat/completions": _openai, "/v1/completions": _openai, "/api/chat": _ollama, "/api/generate": _ollama,
          "/v1/responses": _responses, "/v1/responses/input_tokens": _responses, "/v1/messages": _anthropic,
          "/v1/messages/count_tokens": _anthropic}
@@ -118,4 +153,5 @@ def map_case(context, case):
     meta = case.meta
     if fix is not None and isinstance(case.body, dict) and meta is not None and meta.generation.mode.is_positive:
         fix(case.body)
+        _images(case.body)
     return case
