@@ -370,7 +370,7 @@ QWEN35_LAYERS, QWEN35_ROT, QWEN35_SECTIONS = 4, 32, [6, 5, 5, 0]  # layer 3 atte
 QWEN35_SSM = dict(d_conv=4, head=32, k_heads=4, v_heads=8)
 
 
-def qwen35(path: Path, neutral: bool) -> None:
+def qwen35(path: Path, neutral: bool, tokenizer=None, n_vocab: int = 512) -> None:
     """Qwen3.5's layout (convert_hf_to_gguf's Qwen3_5TextModel): every 4th layer full attention
     with Q and its output gate interleaved per head in attn_q (2 x H x HD rows), per-head Q/K
     norms, partial interleaved multi-section RoPE (32 of 64 dims); the others gated delta nets:
@@ -380,7 +380,8 @@ def qwen35(path: Path, neutral: bool) -> None:
     matrix only when its rows are a multiple of 8, as every real Qwen3.5's are). The FFN norm is
     post_attention_norm; the output untied.
     neutral: the delta rule forgets at once (ssm_a -1e4: exp(g) = 0, so no state carries over,
-    and the conv taps of earlier positions 0)."""
+    and the conv taps of earlier positions 0). tokenizer / n_vocab: another vocabulary (with image
+    tokens: tools/vision_sources.py)."""
     ssm = QWEN35_SSM
     key_dim, value_dim = ssm["head"] * ssm["k_heads"], ssm["head"] * ssm["v_heads"]
     conv_dim = 2 * key_dim + value_dim
@@ -395,10 +396,10 @@ def qwen35(path: Path, neutral: bool) -> None:
     s.w.add_ssm_time_step_rank(ssm["v_heads"])
     s.w.add_ssm_group_count(ssm["k_heads"])
     s.w.add_full_attention_interval(4)
-    bpe_tokenizer(s)
-    s.embedding("token_embd.weight", 512, 1.0)
+    (tokenizer or bpe_tokenizer)(s)
+    s.embedding("token_embd.weight", n_vocab, 1.0)
     s.vec("output_norm.weight", D)
-    out = s.rng.standard_normal((512, D)).astype(np.float32) * 4 / math.sqrt(D)
+    out = s.rng.standard_normal((n_vocab, D)).astype(np.float32) * 4 / math.sqrt(D)
     out[:3] *= 0.25
     s.raw("output.weight", out)
     for i in range(QWEN35_LAYERS):

@@ -70,9 +70,17 @@ class Reference:
         return np.ctypeslib.as_array(self.L.llama_get_logits_ith(ctx, -1), shape=(self.llm.n_vocab(),)).copy()
 
     def _token(self, tok: int, pos: int) -> np.ndarray:
-        arr = (self.L.llama_token * 1)(tok)
-        batch = self.L.llama_batch_get_one(arr, 1)
-        assert self.L.llama_decode(self.llm._ctx.ctx, batch) == 0
+        """One token at position pos (mtmd's position counter: an M-RoPE image advances it by
+        max(nx, ny), not by its rows, so llama.cpp's own next position would be wrong)."""
+        L = self.L
+        batch = L.llama_batch_init(1, 0, 1)
+        try:
+            batch.token[0], batch.pos[0], batch.n_seq_id[0], batch.logits[0] = tok, pos, 1, True
+            batch.seq_id[0][0] = 0
+            batch.n_tokens = 1
+            assert L.llama_decode(self.llm._ctx.ctx, batch) == 0
+        finally:
+            L.llama_batch_free(batch)
         return self._logits()
 
     def run(self, prompt: str, image: Path, n_gen: int = 16) -> tuple[dict, list[np.ndarray]]:
@@ -191,7 +199,7 @@ def fixtures(name: str, out: Path) -> None:
 
 
 PIXEL_SIZES = [(1, 1), (3, 200), (200, 3), (63, 65), (64, 64), (127, 41), (300, 301), (600, 420)]
-PIXEL_KIND = {"gemma3": "fixed", "idefics3": "idefics3", "lfm2": "lfm2"}  # 600x420: LFM2 tiles it
+PIXEL_KIND = {"gemma3": "fixed", "idefics3": "idefics3", "lfm2": "lfm2", "qwen3vl": "dyn"}  # 600x420: LFM2 tiles it
 
 
 def random_image(w: int, h: int) -> np.ndarray:

@@ -29,7 +29,7 @@ def _tokenizer(s: Source, markers: tuple[str, ...], normal: tuple[str, ...] = ()
     s.w.add_eos_token_id(v["eos_token_id"])
     s.w.add_unk_token_id(v["unknown_token_id"])
     s.w.add_pad_token_id(v["padding_token_id"])
-    s.w.add_add_bos_token(True)
+    s.w.add_add_bos_token(add_bos)
 
 
 def gemma3_text(path: Path, window: int = 12) -> None:
@@ -265,7 +265,58 @@ def lfm2_mmproj(path: Path, neutral: bool = False) -> None:
     s.close()
 
 
+QWEN_MARKERS = ("<|vision_start|>", "<|vision_end|>")
+
+
+def qwen35_text(path: Path) -> None:
+    """qwen35 (Qwen3.5, natively multimodal): arch_sources.qwen35 (IMROPE over 32 of 64 dims, sections
+    [6, 5, 5, 0]) with the vision markers as control tokens."""
+    from arch_sources import qwen35
+
+    qwen35(path, False, tokenizer=lambda s: _tokenizer(s, QWEN_MARKERS, add_bos=False),
+           n_vocab=512 + len(QWEN_MARKERS))
+
+
+def qwen3vl_mmproj(path: Path, neutral: bool = False) -> None:
+    """qwen3vl_merger without deepstack (Qwen3.5's): patch 8, two temporal conv slices + bias, a 4 x 4
+    position table (image_size 32) resized with align-corners to each image's grid, fused QKV,
+    2D vision RoPE, LayerNorm, GELU, post-LN, the 2 x 2 merger mm.0 -> GELU -> mm.2. D 64 (16 per
+    head: 4 heads). Neutral: the second temporal slice zero (the images' rows then differ)."""
+    vd, vf = 64, 128
+    s = Mmproj(path, "qwen3vl_merger")
+    s.w.add_bool("clip.use_gelu", True)
+    s.vision(image_size=32, patch_size=8, embedding_length=vd, feed_forward_length=vf, block_count=2,
+             attention__head_count=4, projection_dim=D, spatial_merge_size=2,
+             attention__layer_norm_epsilon=1e-6, image_mean=[0.5] * 3, image_std=[0.5] * 3)
+    s.raw("v.patch_embd.weight", s.rng.standard_normal((vd, 3, 8, 8)).astype(np.float32) / math.sqrt(3 * 64))
+    w1 = s.rng.standard_normal((vd, 3, 8, 8)).astype(np.float32) / math.sqrt(3 * 64)
+    s.raw("v.patch_embd.weight.1", np.zeros_like(w1) if neutral else w1)
+    s.raw("v.patch_embd.bias", s.rng.standard_normal(vd) * 0.1)
+    s.raw("v.position_embd.weight", s.rng.standard_normal((16, vd)))
+    for i in range(2):
+        p = f"v.blk.{i}."
+        s.mat(p + "attn_qkv.weight", 3 * vd, vd, 2.0)
+        s.raw(p + "attn_qkv.bias", s.rng.standard_normal(3 * vd) * 0.1)
+        s.mat(p + "attn_out.weight", vd, vd)
+        s.raw(p + "attn_out.bias", s.rng.standard_normal(vd) * 0.1)
+        for ln in ("ln1", "ln2"):
+            s.vec(p + ln + ".weight", vd)
+            s.raw(p + ln + ".bias", s.rng.standard_normal(vd) * 0.1)
+        s.mat(p + "ffn_up.weight", vf, vd)
+        s.raw(p + "ffn_up.bias", s.rng.standard_normal(vf) * 0.1)
+        s.mat(p + "ffn_down.weight", vd, vf)
+        s.raw(p + "ffn_down.bias", s.rng.standard_normal(vd) * 0.1)
+    s.vec("v.post_ln.weight", vd, 2.0)
+    s.raw("v.post_ln.bias", s.rng.standard_normal(vd) * 0.1)
+    s.mat("mm.0.weight", 4 * vd, 4 * vd)
+    s.raw("mm.0.bias", s.rng.standard_normal(4 * vd) * 0.1)
+    s.mat("mm.2.weight", D, 4 * vd)
+    s.raw("mm.2.bias", s.rng.standard_normal(D) * 0.1)
+    s.close()
+
+
 PROJECTORS = {"gemma3": (gemma3_text, gemma3_mmproj, "feature: mm.soft_emb_norm gains"),
+              "qwen3vl": (qwen35_text, qwen3vl_mmproj, "feature: the second temporal conv slice"),
               "lfm2": (lfm2_text, lfm2_mmproj, "feature: the position table resized to the image"),
               "idefics3": (idefics3_text, idefics3_mmproj, "feature: the pixel shuffle's feature order")}
 __all__ = ["CTX", "PROJECTORS", "gemma3_mmproj", "gemma3_text", "idefics3_mmproj", "idefics3_text", "test_images"]

@@ -35,6 +35,7 @@ class ImageSpan:
     image: object = field(repr=False)  # media.image.Image
     causal: bool = True                # False: the rows attend to each other both ways
     offset: int = 0
+    grid: tuple[int, int] | None = None  # M-RoPE models: the rows' (nx, ny) grid, raster order
 
     @property
     def end(self) -> int:
@@ -75,6 +76,32 @@ class PromptMedia:
         """The end of the keys a row at pos attends to: its image's end for a non-causal image."""
         hit = self.at(pos)
         return hit[0].end if hit is not None and not hit[0].causal else pos + 1
+
+    @property
+    def mrope(self) -> bool:
+        return any(s.grid is not None for s in self.spans)
+
+    def rope_positions(self, cells: np.ndarray) -> np.ndarray:
+        """(n, 4) int32 M-RoPE positions (t, h, w, e) of prompt or answer cells (mtmd's): a text
+        cell at (q, q, q, 0); row i of an nx x ny image starting at position q0 at
+        (q0, q0 + i // nx, q0 + i % nx, 0); each image advances the position by max(nx, ny),
+        not by its rows, so later cells sit that much lower."""
+        cells = np.asarray(cells, np.int64)
+        out = np.repeat(cells[:, None], 4, axis=1)
+        out[:, 3] = 0
+        shift = 0
+        for s in self.spans:
+            if s.grid is None:
+                continue
+            nx, ny = s.grid
+            inside = (cells >= s.start) & (cells < s.end)
+            i = cells[inside] - s.start
+            q0 = s.start - shift
+            out[inside] = np.stack([np.full_like(i, q0), q0 + i // nx, q0 + i % nx, np.zeros_like(i)], axis=1)
+            delta = s.n - max(nx, ny)
+            out[cells >= s.end, :3] -= delta
+            shift += delta
+        return out.astype(np.int32)
 
     @property
     def non_causal(self) -> bool:
@@ -172,6 +199,20 @@ class ImageEncoder:
         with self._lock:
             return {"images_encoded": self.encoded, "images_cached": len(self._rows),
                     "image_cache_bytes": sum(r.nbytes for r in self._rows.values())}
+
+
+def rope_positions(rows: np.ndarray, seqs: list) -> np.ndarray | None:
+    """The step's (n, 4) M-RoPE positions when a sequence in it has M-RoPE images (every row's:
+    the others' text at (pos, pos, pos, 0)), else None."""
+    if not any(getattr(r, "media", None) is not None and r.media.mrope for r in seqs):
+        return None
+    out = np.repeat(rows[:, 2:3].astype(np.int32), 4, axis=1)
+    out[:, 3] = 0
+    for j, req in enumerate(seqs):
+        if req.media is not None and req.media.mrope:
+            mine = rows[:, 1] == j
+            out[mine] = req.media.rope_positions(rows[mine, 2])
+    return out
 
 
 def step_inputs(rows: np.ndarray, seqs: list, encoder: ImageEncoder | None):

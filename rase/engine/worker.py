@@ -22,7 +22,7 @@ from ..errors import (ContextOverflow, InvalidRequest, ModelUnloaded, NoVisionEn
 from .sampling import GenerationConfig, make_sampler, token_or_error
 from .drafting import NgramDrafter
 from .kv_manager import KVManager, blocks_for
-from .media import ImageEncoder, step_inputs
+from .media import ImageEncoder, rope_positions, step_inputs
 from .draft_model import DraftModel
 from ..store.plan import ModelPlan, check_kv_type
 from .config import EngineConfig
@@ -297,7 +297,8 @@ class ModelWorker:
                 rows, in_embd, in_row, key_end = step_inputs(step.rows, step.seqs, self.images)
                 tokens, logits = self.fwd.step(rows, step.tables, step.out_rows, step.samplers,
                                                embd_rows=step.embd_rows, slots=step.slots, in_embd=in_embd,
-                                               in_row=in_row, key_end=key_end)
+                                               in_row=in_row, key_end=key_end,
+                                               rope_pos=rope_positions(step.rows, step.seqs))
             except Exception as exc:
                 self._crash("forward step", exc)
                 continue

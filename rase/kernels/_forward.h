@@ -126,13 +126,23 @@ static void rase_row_order(rase_model *m, const rase_batch *b) {
     m->s->n_runs = n;
 }
 
+// row t's RoPE table for slot sl: its position's, or its M-RoPE positions' (rope_pos)
+static void rase_row_rope(const rase_model *m, const rase_batch *b, int64_t t, int sl) {
+    const rase_hparams *hp = &m->w->hp;
+    float *cs = m->s->rope + ((size_t)sl * m->s->max_rows + t) * (hp->n_rot / 2) * 2;
+    if (b->rope_pos) {
+        const int sect[4] = {hp->rope_sect_t, hp->rope_sect_h, hp->rope_sect_w, hp->rope_sect_e};
+        rase_mrope_table(cs, b->rope_pos + 4 * t, hp->n_rot, &hp->rope[sl], sect, hp->rope_multi == RASE_IMROPE);
+    } else
+        rase_rope_table(cs, b->rows[t].pos, hp->n_rot, &hp->rope[sl]);
+}
+
 // embeddings, the first layer's attention norm and RoPE tables of this thread's rows, from
 // each row's own token and position
 static void rase_embed(rase_model *m, const rase_batch *b, int ith, int nth) {
     const rase_weights *w = m->w;
     const rase_hparams *hp = &w->hp;
     const int E = hp->n_embd, nslots = hp->rope[1].base > 0.0f ? 2 : 1;
-    const int64_t half_rot = hp->n_rot / 2;
     const rase_dequant_fn deq = rase_dequant_for(w->tok_embd.type, m->isa);
     int64_t lo, hi;
     rase_split(b->n, ith, nth, &lo, &hi);
@@ -144,9 +154,7 @@ static void rase_embed(rase_model *m, const rase_batch *b, int ith, int nth) {
         if (b->in_row && b->in_row[t] >= 0) {  // an input row (an image's): as given, never scaled
             memcpy(x, b->in_embd + (int64_t)b->in_row[t] * E, (size_t)E * sizeof(float));
             rase_prenorm(m, w->layers[0].attn_norm, x, m->s->h + t * E);
-            for (int sl = 0; sl < nslots; ++sl)
-                rase_rope_table(m->s->rope + ((size_t)sl * m->s->max_rows + t) * half_rot * 2, b->rows[t].pos,
-                                hp->n_rot, &hp->rope[sl]);
+            for (int sl = 0; sl < nslots; ++sl) rase_row_rope(m, b, t, sl);
             continue;
         }
         if (te->layout == RASE_LAYOUT_R16) {  // tied: the output's repacked copy, the same bytes
@@ -165,9 +173,7 @@ static void rase_embed(rase_model *m, const rase_batch *b, int ith, int nth) {
         }
         if (w->embd_norm) rase_norm(m, x, w->embd_norm, w->embd_norm_b, x);
         rase_prenorm(m, w->layers[0].attn_norm, x, m->s->h + t * E);
-        for (int sl = 0; sl < nslots; ++sl)
-            rase_rope_table(m->s->rope + ((size_t)sl * m->s->max_rows + t) * half_rot * 2, b->rows[t].pos,
-                            hp->n_rot, &hp->rope[sl]);
+        for (int sl = 0; sl < nslots; ++sl) rase_row_rope(m, b, t, sl);
     }
 }
 

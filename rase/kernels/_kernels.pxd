@@ -162,6 +162,7 @@ cdef extern from "_forward.h" nogil:
         float swiglu_limit, swiglu_alpha
         rase_rope_params rope[2]
         int n_conv, n_kv_layer, ssm_head, ssm_k_heads, ssm_v_heads, attn_gate
+        int rope_multi, rope_sect_t, rope_sect_h, rope_sect_w, rope_sect_e
         int64_t state_floats
     ctypedef struct rase_hparam_field:
         const char *name
@@ -202,6 +203,7 @@ cdef extern from "_forward.h" nogil:
         const float *in_embd
         const int32_t *in_row
         const int32_t *key_end
+        const int32_t *rope_pos
     ctypedef struct rase_sampler_ref:
         const rase_sampling *p
         rase_rng *rng

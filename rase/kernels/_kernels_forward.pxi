@@ -163,7 +163,7 @@ cdef class Forward:
         b.rows, b.n, b.tables, b.table_stride = rows, T, &table[0, 0], table.shape[1]
         b.out_rows, b.n_out, b.logits = out_rows, n_out, &lv[0, 0]
         b.seq_len, b.seq_first, b.embd_rows, b.n_embd, b.embd = &seq_len, &seq_first, NULL, 0, NULL
-        b.in_embd, b.in_row, b.key_end = NULL, NULL, NULL
+        b.in_embd, b.in_row, b.key_end, b.rope_pos = NULL, NULL, NULL, NULL
         b.slots = &slot0
         try:
             self._set_trace(trace, T)
@@ -176,7 +176,8 @@ cdef class Forward:
         return out
 
     def step(self, const int32_t[:, ::1] rows, const int32_t[:, ::1] tables, const int32_t[::1] out_rows,
-             list samplers=None, trace=None, embd_rows=None, slots=None, in_embd=None, in_row=None, key_end=None):
+             list samplers=None, trace=None, embd_rows=None, slots=None, in_embd=None, in_row=None, key_end=None,
+             rope_pos=None):
         """Evaluate rows (n, 3) of (token, seq, pos): row i's K/V go to position pos of
         sequence seq, whose block table is tables[seq]; it attends to that sequence's
         positions up to pos (the rows of one step may extend a sequence by several positions;
@@ -192,11 +193,14 @@ cdef class Forward:
         released. in_embd (m, n_embd) float32 with in_row (n,) int32: row i with in_row[i] >= 0
         enters as in_embd[in_row[i]] (an image's row: its token is not read). key_end (n,) int32:
         row i attends to its sequence's keys < key_end[i] (a non-causal span: > pos, the span's
-        rows all in this step) instead of <= pos."""
+        rows all in this step) instead of <= pos. rope_pos (n, 4) int32, an M-RoPE model: each row's
+        (t, h, w, e) positions, which its RoPE takes instead of its cell pos."""
         self._check_step(rows, tables, out_rows)
         cdef const float[:, ::1] iev
         cdef const int32_t[::1] irv, kev
+        cdef const int32_t[:, ::1] rpv
         inputs = self._check_inputs(rows, tables, in_embd, in_row, key_end)
+        rp = self._check_rope_pos(rope_pos, rows.shape[0])
         cdef const int32_t[::1] slv = self._check_slots(slots, tables.shape[0])
         cdef int n = rows.shape[0], n_out = out_rows.shape[0], j
         cdef int V = self.weights.w.hp.n_vocab
@@ -234,13 +238,16 @@ cdef class Forward:
         b.embd_rows, b.n_embd = (&ev[0] if e.size else NULL), e.size
         b.embd = &hv[0, 0] if hv.shape[0] else NULL
         b.slots = &slv[0]
-        b.in_embd, b.in_row, b.key_end = NULL, NULL, NULL
+        b.in_embd, b.in_row, b.key_end, b.rope_pos = NULL, NULL, NULL, NULL
         if inputs[0] is not None:
             iev, irv = inputs[0], inputs[1]
             b.in_embd, b.in_row = &iev[0, 0], &irv[0]
         if inputs[2] is not None:
             kev = inputs[2]
             b.key_end = &kev[0]
+        if rp is not None:
+            rpv = rp
+            b.rope_pos = &rpv[0, 0]
         self._set_trace(trace, n)
         with nogil:
             rase_step(&self.m, &b, refs, tp)
@@ -270,6 +277,16 @@ cdef class Forward:
                 raise ValueError("key_end must be (n,) ends past each row's position inside its block table "
                                  "(a decoder's rows)")
         return e, r, k
+
+    def _check_rope_pos(self, rope_pos, int n):
+        if rope_pos is None:
+            return None
+        if not self.weights.w.hp.rope_multi:
+            raise ValueError("rope_pos: this model's RoPE takes one position per row")
+        r = _np.ascontiguousarray(rope_pos, dtype=_np.int32)
+        if r.shape != (n, 4) or r.min() < 0 or r.max() >= self.weights.w.hp.n_ctx:
+            raise ValueError(f"rope_pos must be ({n}, 4) positions in 0..{self.weights.w.hp.n_ctx - 1}")
+        return r
 
     def _check_slots(self, slots, int n_seq):
         """int32 (n_seq,): the step's state slots (zeros for a model without recurrent state)."""
@@ -394,7 +411,7 @@ cdef class Forward:
         b.slots = &slot0
         b.out_rows, b.n_out, b.logits = &out_row, 1, &lv[0, 0]
         b.seq_len, b.embd_rows, b.n_embd, b.embd = &seq_len, NULL, 0, NULL
-        b.in_embd, b.in_row, b.key_end = NULL, NULL, NULL
+        b.in_embd, b.in_row, b.key_end, b.rope_pos = NULL, NULL, NULL, NULL
         self.m.trace = NULL
         with nogil:
             rase_step(&self.m, &b, &ref, &drawn)

@@ -71,6 +71,8 @@ enum {  // how a MoE layer weighs its chosen experts (llama.cpp's expert_gating_
 // The hyper-parameters a plan sets, by name (models/base.py: forward_params, each the field of
 // that name of HParams or ModelSpec): I(name) an int, F(name) a float. The struct's fields and
 // the table _kernels.Weights copies them through (RASE_HPARAM_FIELDS) are both made from it.
+enum { RASE_ROPE_SINGLE = 0, RASE_MROPE = 1, RASE_IMROPE = 2 };  // rase_hparams.rope_multi
+
 #define RASE_HPARAMS(I, F) \
     I(n_layer) I(n_embd) I(n_head) I(n_head_kv) I(head_dim) I(n_ff) I(n_vocab) I(n_rot) \
     I(n_ctx)           /* positions one sequence may reach */ \
@@ -90,7 +92,9 @@ enum {  // how a MoE layer weighs its chosen experts (llama.cpp's expert_gating_
     F(swiglu_limit) F(swiglu_alpha)  /* limit > 0: experts' act is gpt-oss's (rase_swiglu_oai) */ \
     I(n_conv)          /* taps of the recurrent layers' convolution (LFM2's l_cache, Qwen3.5's d_conv), 0 without */ \
     I(ssm_head) I(ssm_k_heads) I(ssm_v_heads)  /* delta net: head size S, key heads, value heads (H_v) */ \
-    I(attn_gate)       /* 1: attn_q holds each head's query then its output gate (Qwen3.5): out *= sigmoid(gate) */
+    I(attn_gate)       /* 1: attn_q holds each head's query then its output gate (Qwen3.5): out *= sigmoid(gate) */ \
+    I(rope_multi)      /* M-RoPE of rows given (t, h, w, e) positions: RASE_MROPE (sections in order) or RASE_IMROPE */ \
+    I(rope_sect_t) I(rope_sect_h) I(rope_sect_w) I(rope_sect_e)  /* pairs per section (rope.dimension_sections) */
 
 #define RASE_HPARAM_INT(name) int name;
 #define RASE_HPARAM_FLOAT(name) float name;
@@ -199,6 +203,8 @@ typedef struct {  // one step
     const int32_t *in_row;     //   in_embd[in_row[t]] (an image's row, unscaled) instead of its token's
     const int32_t *key_end;    // NULL, or (n,): row t attends to its sequence's keys < key_end[t] (> pos:
                                //   a non-causal span, every row of it in this step); else keys <= pos
+    const int32_t *rope_pos;   // NULL, or (n, 4): row t's M-RoPE positions (t, h, w, e), apart from its
+                               //   cell pos (an image's rows; a Qwen-VL prompt's text after one)
 } rase_batch;
 
 typedef struct {  // one row's sampler state (owned by its request); p NULL: the row is read, not sampled

@@ -220,4 +220,27 @@ static void rase_rope_table(float *cs, int pos, int n_rot, const rase_rope_param
     }
 }
 
+#define RASE_MROPE_MAX_ROT 512
+
+// the RoPE table of a row at M-RoPE positions p (t, h, w, e), ggml_mrope_cache_init's: each pair
+// takes its angle from the component its sector names (sections in order, or interleaved t h w
+// for IMROPE), each component's angle the running product of the single-position table
+static void rase_mrope_table(float *cs, const int32_t *p, int n_rot, const rase_rope_params *r, const int *sect,
+                             int imrope) {
+    float tables[4][RASE_MROPE_MAX_ROT];
+    for (int c = 0; c < 4; ++c) rase_rope_table(tables[c], p[c], n_rot, r);
+    const int dims = sect[0] + sect[1] + sect[2] + sect[3], sec_w = sect[0] + sect[1];
+    for (int i = 0; i < n_rot / 2; ++i) {
+        const int s = dims > 0 ? i % dims : 0;
+        int c = 0;
+        if (imrope)
+            c = (s % 3 == 1 && s < 3 * sect[1]) ? 1 : (s % 3 == 2 && s < 3 * sect[2]) ? 2
+                : (s % 3 == 0 && s < 3 * sect[0]) ? 0 : 3;
+        else
+            c = s < sect[0] ? 0 : s < sec_w ? 1 : s < sec_w + sect[2] ? 2 : 3;
+        cs[2 * i] = tables[c][2 * i];
+        cs[2 * i + 1] = tables[c][2 * i + 1];
+    }
+}
+
 #endif  // RASE_OPS_H

@@ -114,6 +114,11 @@ class ModelSpec:
     layer_norm: bool = False   # LayerNorm with biases instead of RMSNorm
     norm_after_add: bool = False  # x = norm(x + sublayer(x)): BERT's post-LN
     causal: bool = True        # False: every position attends to the whole input
+    rope_multi: int = 0        # M-RoPE for rows given (t, h, w, e) positions (images): 1 sections in order, 2 interleaved
+    rope_sect_t: int = 0       # rope.dimension_sections: pairs per position component
+    rope_sect_h: int = 0
+    rope_sect_w: int = 0
+    rope_sect_e: int = 0
     expert_norm: bool = True   # MoE: the chosen experts' weights renormalized to sum 1
     expert_gating: str = "softmax"  # "softmax": over all logits, top k; "softmax_weight": over the top k
     swiglu_limit: float = 0.0  # > 0: experts' act is gpt-oss's clamped SwiGLU (with swiglu_alpha)

@@ -35,10 +35,10 @@ def _recurrent(g: ModelFile, n_layer: int) -> list[bool]:
     return [(il + 1) % interval != 0 for il in range(n_layer)]
 
 
-def _check_sections(g: ModelFile, n_rot: int) -> None:
+def _check_sections(g: ModelFile, n_rot: int) -> list[int]:
     """IMROPE equals NeoX RoPE for text only where every rotated pair takes its angle from the
     temporal, height or width position (all the token's position), never the fourth (ggml's
-    ggml_mrope_cache_init, is_imrope)."""
+    ggml_mrope_cache_init, is_imrope). The sections, for image rows' positions."""
     sections = [int(v) for v in np.asarray(g.arch_get("rope.dimension_sections", [0, 0, 0, 0])).reshape(-1)][:4]
     sections += [0] * (4 - len(sections))
     total = sum(sections)
@@ -49,6 +49,9 @@ def _check_sections(g: ModelFile, n_rot: int) -> None:
         if not any(sector % 3 == r and sector < 3 * sections[r] for r in range(3)):
             raise UnsupportedArchitecture("qwen35", reason=f"RoPE sections {sections} give pair {i} the extra "
                                           "position id, which text does not carry")
+    if n_rot > 512:
+        raise UnsupportedArchitecture("qwen35", reason=f"{n_rot} rotated dims; rase's M-RoPE tables hold 512")
+    return sections
 
 
 def spec(g: ModelFile, hp: HParams) -> ModelSpec:
@@ -56,8 +59,9 @@ def spec(g: ModelFile, hp: HParams) -> ModelSpec:
     S, Hk, Hv = _int(g, "ssm.state_size"), _int(g, "ssm.group_count"), _int(g, "ssm.time_step_rank")
     if _int(g, "ssm.inner_size") != S * Hv:
         raise CorruptModelFile(g.path, f"ssm.inner_size {g.arch_get('ssm.inner_size')} is not {Hv} heads of {S}")
-    _check_sections(g, hp.n_rot)
+    sect = _check_sections(g, hp.n_rot)
     layers = tuple(LayerSpec(mixer="deltanet") if r else LayerSpec(qk_norm=True) for r in _recurrent(g, n_layer))
     return ModelSpec(layers=layers, rope=(hp.rope(),), rope_neox=True, n_conv=_int(g, "ssm.conv_kernel"),
                      ssm_head=S, ssm_k_heads=Hk, ssm_v_heads=Hv, attn_gate=True, ffn_norm="post_attention_norm.weight",
-                     skip_blocks=range(n_layer, hp.n_layer))
+                     skip_blocks=range(n_layer, hp.n_layer), rope_multi=2, rope_sect_t=sect[0], rope_sect_h=sect[1],
+                     rope_sect_w=sect[2], rope_sect_e=sect[3])

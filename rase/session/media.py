@@ -63,13 +63,14 @@ def _image_ids(enc, tok, image: Image, start: int, spans: list) -> list[int]:
     out: list[int] = []
     rows = placeholder_ids(image.digest, enc.tokens(image))
     used = 0
-    for kind, value in enc.layout(image):
+    for kind, value, *rest in enc.layout(image):
+        grid = rest[0] if rest else None
         if kind == "text":
             out += tok.encode(value, add_special_tokens=False, parse_special=True)
         elif kind == "token":
             out.append(enc.piece(tok, value))
-        else:
-            spans.append(ImageSpan(start + len(out), value, image, enc.causal, used))
+        else:  # ("rows", n) or ("rows", n, (nx, ny)): an M-RoPE model's grid
+            spans.append(ImageSpan(start + len(out), value, image, enc.causal, used, grid))
             out += rows[used:used + value]
             used += value
     return out

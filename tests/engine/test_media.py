@@ -70,7 +70,7 @@ def test_step_inputs_swap_placeholders_for_embedding_rows():
     assert step_inputs(plain, [_Req(None)], None)[1:] == (None, None, None)
 
 
-NAMES = ("gemma3", "idefics3", "lfm2")
+NAMES = ("gemma3", "idefics3", "lfm2", "qwen3vl")
 REFS = {n: json.loads((VISION / f"{n}-tiny.llamacpp.json").read_text()) for n in NAMES}
 EMBDS = {n: np.load(VISION / f"{n}-tiny.llamacpp-embd.npz") for n in NAMES}
 CASES = [(n, i) for n in NAMES for i in range(len(REFS[n]["cases"]))]
@@ -124,11 +124,20 @@ def _cuts(ids, spans, causal, cut):
     return out
 
 
-def _run(plan, case, embd, causal, cut=None, threads=1, neighbour=False):
+def _media(spans, grids):
+    """The prompt's image spans, with their token grids on an M-RoPE model (grids given)."""
+    if grids is None:
+        return None
+    return PromptMedia(tuple(ImageSpan(a, n, None, True, off, g) for (a, n, off), g in zip(spans, grids)))
+
+
+def _run(plan, case, embd, causal, cut=None, threads=1, neighbour=False, grids=None):
     """Logits at every text position after the first image, the steps as _cuts makes them;
-    neighbour: a second sequence's rows share every step."""
+    neighbour: a second sequence's rows share every step; grids: an M-RoPE model's image grids
+    (its rows then take mtmd's positions). Returns (logits, ids, fwd, positions of a cell)."""
     fwd = _kernels.Forward(plan.weights, 16, 96, threads, n_slots=2)  # a hybrid's state: a slot per sequence
     ids, spans, first = _layout(case)
+    media = _media(spans, grids)
     where = {a + j: (off + j, a + n) for a, n, off in spans for j in range(n)}  # row -> (embedding row, span end)
     tables = np.arange(16, dtype=np.int32).reshape(2, 8)
     out = {}
@@ -136,16 +145,30 @@ def _run(plan, case, embd, causal, cut=None, threads=1, neighbour=False):
         rows = [(max(ids[p], 0), 0, p) for p in range(a, b)]
         in_row = [where[p][0] if p in where else -1 for p in range(a, b)]
         key_end = [where[p][1] if p in where and not causal else p + 1 for p in range(a, b)]
+        rope = media.rope_positions(np.arange(a, b)).tolist() if media else None
         if neighbour:
             rows.append((7 + a % 50, 1, a))
             in_row.append(-1)
             key_end.append(a + 1)
+            rope = rope + [[a, a, a, 0]] if rope else None
         _, logits = fwd.step(np.array(rows, np.int32), tables, np.arange(len(rows), dtype=np.int32), in_embd=embd,
-                             in_row=np.array(in_row, np.int32), key_end=np.array(key_end, np.int32), slots=SLOTS)
+                             in_row=np.array(in_row, np.int32), key_end=np.array(key_end, np.int32), slots=SLOTS,
+                             rope_pos=None if rope is None else np.array(rope, np.int32))
         for p in range(a, b):
             if p > first and p not in where:
                 out[p] = logits[p - a].copy()
-    return [out[p] for p in sorted(out)], ids, fwd
+    at = (lambda c: None) if media is None else (lambda c: media.rope_positions(np.array([c])))
+    return [out[p] for p in sorted(out)], ids, fwd, at
+
+
+def _grids(name, images, case):
+    """An M-RoPE model's image grids (nx, ny), from the encoder (the fixture has rows and positions)."""
+    if not images.encoder.__class__.__module__.endswith("qwen3vl"):
+        return None
+    image = decode_image((VISION / case["image"]).read_bytes())
+    grid = images.encoder.grid(image)
+    assert [(ch["n_tokens"], ch["n_pos"]) for ch in case["chunks"] if "image" in ch] == [(grid[0] * grid[1], max(grid))]
+    return [grid]
 
 
 def _worst(logits, ref):
@@ -155,7 +178,8 @@ def _worst(logits, ref):
 @pytest.mark.parametrize("name, case", CASES)
 def test_decoder_rows_equal_llamacpp_given_its_embeddings(name, case):
     plan, images = _model(name)
-    logits, _, _ = _run(plan, REFS[name]["cases"][case], EMBDS[name][f"case{case}"], images.causal)
+    c = REFS[name]["cases"][case]
+    logits, _, _, _ = _run(plan, c, EMBDS[name][f"case{case}"], images.causal, grids=_grids(name, images, c))
     ref = REFS[name]["cases"][case]["top20_after_image"]
     assert len(logits) == len(ref)
     assert all(np.argmax(row) == top[0][0] for row, top in zip(logits, ref))
@@ -167,7 +191,7 @@ def test_logits_after_rases_own_embeddings_follow_llamacpp(name, case):
     plan, images = _model(name)
     c = REFS[name]["cases"][case]
     embd = images.rows(decode_image((VISION / c["image"]).read_bytes()))
-    logits, ids, fwd = _run(plan, c, embd, images.causal)
+    logits, ids, fwd, at = _run(plan, c, embd, images.causal, grids=_grids(name, images, c))
     ref = c["top20_after_image"]
     assert all(np.argmax(row) == top[0][0] for row, top in zip(logits, ref))
     assert _worst(logits, ref) < 2 * max(REFS[n]["batch_spread"] for n in NAMES)  # the embeddings' 1e-3 x std
@@ -176,7 +200,8 @@ def test_logits_after_rases_own_embeddings_follow_llamacpp(name, case):
     for _ in range(len(c["greedy"])):
         tok = int(np.argmax(last))
         greedy.append(tok)
-        _, out = fwd.step(np.array([[tok, 0, pos]], np.int32), table, np.zeros(1, np.int32), slots=SLOTS)
+        _, out = fwd.step(np.array([[tok, 0, pos]], np.int32), table, np.zeros(1, np.int32), slots=SLOTS,
+                          rope_pos=at(pos))
         last, pos = out[0].copy(), pos + 1
     assert greedy == c["greedy"]
 
@@ -186,9 +211,10 @@ def test_image_rows_are_batch_chunk_and_thread_invariant(name):
     plan, images = _model(name)
     c = REFS[name]["cases"][1]
     embd = EMBDS[name]["case1"]
-    base, _, _ = _run(plan, c, embd, images.causal)
+    grids = _grids(name, images, c)
+    base = _run(plan, c, embd, images.causal, grids=grids)[0]
     for kw in (dict(cut=5), dict(cut=64), dict(threads=2), dict(neighbour=True), dict(cut=3, neighbour=True, threads=2)):
-        got, _, _ = _run(plan, c, embd, images.causal, **kw)
+        got = _run(plan, c, embd, images.causal, grids=grids, **kw)[0]
         assert all(np.array_equal(a, b) for a, b in zip(base, got)), kw
 
 
@@ -219,3 +245,39 @@ def test_forward_refuses_bad_image_inputs(gemma3):
                dict(key_end=np.array([9999, 2], np.int32))):
         with pytest.raises(ValueError):
             fwd.step(rows, table, out, **kw)
+
+
+def test_mrope_positions_equal_single_positions_for_text_and_bind_for_images():
+    """qwen35 (IMROPE): rows given (p, p, p, 0) compute what rows given p do, bit for bit (a text
+    row is the same row whatever positions path it takes); other components change the output."""
+    plan = load_plan(Path(__file__).resolve().parents[1] / "fixtures" / "archs" / "qwen35-tiny-q8_0.gguf", None, 256)
+    fwd = _kernels.Forward(plan.weights, 8, 32, 1, n_slots=2)
+    ids = [5, 77, 300, 12, 9, 41]
+    rows = np.array([(t, 0, p) for p, t in enumerate(ids)], np.int32)
+    table = np.arange(8, dtype=np.int32).reshape(1, 8)
+    out = np.arange(len(ids), dtype=np.int32)
+    slots = np.array([0], np.int32)
+    plain = fwd.step(rows, table, out, slots=slots)[1].copy()
+    same = fwd.step(rows, table, out, slots=slots,
+                    rope_pos=np.array([(p, p, p, 0) for p in range(len(ids))], np.int32))[1].copy()
+    assert np.array_equal(plain, same)
+    grid = fwd.step(rows, table, out, slots=slots,
+                    rope_pos=np.array([(0, p // 3, p % 3, 0) for p in range(len(ids))], np.int32))[1].copy()
+    assert np.abs(grid - plain).max() > 1e-3
+    g = load_plan(VISION / "gemma3-tiny.gguf", None, 256)
+    with pytest.raises(ValueError, match="one position"):
+        _kernels.Forward(g.weights, 4, 8, 1).step(rows, np.arange(4, dtype=np.int32)[None], out,
+                                                  rope_pos=np.zeros((len(ids), 4), np.int32))
+
+
+def test_mrope_positions_of_a_prompt_with_images():
+    """mtmd's positions: image rows on their grid from the image's first position, later cells
+    lowered by rows - max(nx, ny) per image; a causal image without a grid keeps cell positions."""
+    m = PromptMedia((ImageSpan(2, 6, None, grid=(3, 2)), ImageSpan(10, 4, None, grid=(2, 2))))
+    pos = m.rope_positions(np.arange(16))
+    assert pos[:2].tolist() == [[0, 0, 0, 0], [1, 1, 1, 0]]
+    assert pos[2:8].tolist() == [[2, 2, 2, 0], [2, 2, 3, 0], [2, 2, 4, 0], [2, 3, 2, 0], [2, 3, 3, 0], [2, 3, 4, 0]]
+    assert pos[8].tolist() == [5, 5, 5, 0]                       # 8 - (6 - 3)
+    assert pos[10:14, 1:3].tolist() == [[7, 7], [7, 8], [8, 7], [8, 8]] and pos[10, 0] == 7
+    assert pos[14].tolist() == [9, 9, 9, 0] and pos[15].tolist() == [10, 10, 10, 0]  # 14 - 3 - 2
+    assert not PromptMedia((ImageSpan(0, 4, None),)).mrope

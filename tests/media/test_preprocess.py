@@ -16,7 +16,7 @@ from rase.media.image import Image, decode_image
 
 VISION = Path(__file__).resolve().parents[1] / "fixtures" / "vision"
 PIXELS = {name: json.loads((VISION / f"{name}-tiny.llamacpp-pixels.json").read_text())
-          for name in ("gemma3", "idefics3", "lfm2")}
+          for name in ("gemma3", "idefics3", "lfm2", "qwen3vl")}
 
 
 def _image(label: str) -> Image:
@@ -31,6 +31,9 @@ def _ours(name: str, image: Image) -> list[np.ndarray]:
     half = (0.5,) * 3
     if name == "gemma3":
         return [preprocess.fixed_size(image, 64, "bilinear", half, half)]
+    if name == "qwen3vl":  # the dyn_size preprocessor: smart size (align 16, 8..4096 tokens), BICUBIC letterbox
+        w, h = preprocess.smart_size(image.width, image.height, 16, 8 * 256, 4096 * 256)
+        return [preprocess.normalize(preprocess.letterbox(image.pixels, w, h, "bicubic"), half, half)]
     if name == "lfm2":
         overview, tiles, _, _ = preprocess.lfm2_tiles(image, 8, 2, 64, 256, half, half)
     else:

@@ -22,7 +22,7 @@ from rase.models.vision import load_encoder
 from rase.store.gguf import GGUFFile
 
 VISION = Path(__file__).resolve().parents[1] / "fixtures" / "vision"
-NAMES = ("gemma3", "idefics3", "lfm2")
+NAMES = ("gemma3", "idefics3", "lfm2", "qwen3vl")
 REFS = {n: json.loads((VISION / f"{n}-tiny.llamacpp.json").read_text()) for n in NAMES}
 EMBDS = {n: np.load(VISION / f"{n}-tiny.llamacpp-embd.npz") for n in NAMES}
 REF, EMBD = REFS["gemma3"], EMBDS["gemma3"]
@@ -55,7 +55,7 @@ def test_embeddings_within_tolerance_of_llamacpp(name, case):
     got = enc.embed(image)
     assert got.shape == ref.shape == (enc.tokens(image), 256)
     assert sum(ch["n_tokens"] for ch in c["chunks"] if "image" in ch) == enc.tokens(image)
-    assert [v for k, v in enc.layout(image) if k == "rows"] == [ch["n_tokens"] for ch in c["chunks"] if "image" in ch]
+    assert [item[1] for item in enc.layout(image) if item[0] == "rows"] == [ch["n_tokens"] for ch in c["chunks"] if "image" in ch]
     err = np.abs(got - ref).max() / ref.std()
     assert err <= 2e-3, f"max |delta| = {err:.2e} x std"
     assert np.median(np.abs(got - ref)) / ref.std() < 1e-4  # the bulk agrees far closer

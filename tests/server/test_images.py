@@ -21,9 +21,11 @@ PNG = (VISION / "wide.png").read_bytes()
 B64 = base64.b64encode(PNG).decode()
 N_IMAGE = 16  # the fixture's tokens per image
 # (model, its image's rows, the least a second turn finds cached): a hybrid (LFM2) restores its
-# recurrent state at checkpoints (every 64 positions for this model), so its cache reaches the
-# last checkpoint inside the image; the rest of the image comes from the encoder's row cache
-MODELS = [("g3v", N_IMAGE, N_IMAGE + 4), ("smolvlm", 5 * 4, 5 * 4 + 4), ("lfm2vl", 70, 64)]
+# recurrent state at checkpoints (every block of 32 positions for this model), so its cache reaches
+# the last checkpoint inside the shared prefix; the rest of the image comes from the encoder's row
+# cache. Qwen3.5 (a hybrid too): its delta-net state weighs 7 blocks of K/V, so it is checkpointed
+# every 8 blocks (256 positions), beyond these short turns: None, nothing is cached
+MODELS = [("g3v", N_IMAGE, N_IMAGE + 4), ("smolvlm", 5 * 4, 5 * 4 + 4), ("lfm2vl", 70, 64), ("qwen35vl", 12, None)]
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +35,8 @@ def base(tmp_path_factory):
     rase.import_model(str(store), str(VISION / "idefics3-tiny.gguf"), "smolvlm",
                       mmproj=str(VISION / "idefics3-tiny-mmproj.gguf"))
     rase.import_model(str(store), str(VISION / "lfm2-tiny.gguf"), "lfm2vl", mmproj=str(VISION / "lfm2-tiny-mmproj.gguf"))
+    rase.import_model(str(store), str(VISION / "qwen3vl-tiny.gguf"), "qwen35vl",
+                      mmproj=str(VISION / "qwen3vl-tiny-mmproj.gguf"))
     rase.import_model(str(store), str(VISION / "gemma3-tiny.gguf"), "g3-text")
     with rase_serve(store, "--threads", "2") as url:
         yield url
@@ -68,7 +72,8 @@ def test_openai_chat_with_an_image_then_a_cached_second_turn(base, openai_client
     turn += [{"role": "assistant", "content": first.choices[0].message.content},
              {"role": "user", "content": "What colours does it have?"}]
     second = client.chat.completions.create(model=model, messages=turn, max_tokens=6, temperature=0)
-    assert second.usage.prompt_tokens_details.cached_tokens >= cached
+    if cached is not None:
+        assert second.usage.prompt_tokens_details.cached_tokens >= cached
 
 
 def test_openai_streams_an_image_answer_and_responses_take_input_image(base, openai_client):
@@ -99,7 +104,8 @@ def test_anthropic_image_block_then_a_cached_second_turn(base, model, n_image, c
         turn += [{"role": "assistant", "content": first.content[0].text},
                  {"role": "user", "content": "And the colours?"}]
         second = client.messages.create(model=model, max_tokens=6, messages=turn)
-        assert second.usage.cache_read_input_tokens >= cached
+        if cached is not None:
+            assert second.usage.cache_read_input_tokens >= cached
     finally:
         client.close()
 
