@@ -41,11 +41,11 @@ def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndar
 
 
 def layer_norm(x: np.ndarray, w, b, eps: float) -> np.ndarray:
-    """ggml_norm (mean and variance summed in double) times w plus b."""
-    d = x.astype(np.float64)
-    mean = d.mean(axis=-1, keepdims=True)
-    c = (x - mean.astype(np.float32))
-    var = (c.astype(np.float64) ** 2).mean(axis=-1, keepdims=True)
+    """ggml_norm (the sum, and the float squares of the centred values, summed in double) times w plus b."""
+    n = x.shape[-1]
+    mean = (x.sum(axis=-1, keepdims=True, dtype=np.float64) / n).astype(np.float32)
+    c = x - mean
+    var = (c * c).sum(axis=-1, keepdims=True, dtype=np.float64) / n
     y = c * (np.float32(1.0) / np.sqrt((var + eps).astype(np.float32)))
     y = y * w
     return y if b is None else y + b
@@ -58,7 +58,7 @@ def rms_norm(x: np.ndarray, w, eps: float) -> np.ndarray:
 
 
 def gelu(x: np.ndarray) -> np.ndarray:
-    """GELU (tanh form) as ggml's CPU computes it: the F16 table for |x| < 10."""
+    """GELU (tanh form) as ggml's CPU computes it: the F16 table for |x| < 10 (rase's kernel)."""
     flat = np.ascontiguousarray(x, np.float32).reshape(-1)
     return _kernels.gate(flat, np.ones_like(flat), True).reshape(x.shape)
 
@@ -73,15 +73,27 @@ def patch_embed(pixels: np.ndarray, w: np.ndarray, b: np.ndarray | None, patch: 
     return y if b is None else y + b
 
 
+ATTN_ROWS = 256  # queries per block of scores (256 x 4096 floats: 4 MiB)
+
+
 def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, n_head: int) -> np.ndarray:
-    """Bidirectional multi-head attention over every patch: (n, D) each -> (n, D)."""
+    """Bidirectional multi-head attention over every patch: (n, D) each -> (n, D), a head at a
+    time on contiguous operands (BLAS for both products), the softmax in place."""
     n, d = q.shape
     hd = d // n_head
-    qh, kh, vh = (a.reshape(n, n_head, hd).transpose(1, 0, 2) for a in (q, k, v))
-    s = (qh @ kh.transpose(0, 2, 1)) * np.float32(1.0 / np.sqrt(hd))
-    s = np.exp(s - s.max(axis=-1, keepdims=True))
-    p = s / s.sum(axis=-1, keepdims=True)
-    return (p @ vh).transpose(1, 0, 2).reshape(n, d)
+    out = np.empty((n, d), np.float32)
+    scale = np.float32(1.0 / np.sqrt(hd))
+    for h in range(n_head):
+        sl = slice(h * hd, (h + 1) * hd)
+        kt, vh = np.ascontiguousarray(k[:, sl].T), np.ascontiguousarray(v[:, sl])
+        for r in range(0, n, ATTN_ROWS):  # a block of queries: its scores stay in cache
+            s = q[r:r + ATTN_ROWS, sl] @ kt
+            s *= scale
+            s -= s.max(axis=1, keepdims=True)
+            np.exp(s, out=s)
+            s /= s.sum(axis=1, keepdims=True)
+            out[r:r + ATTN_ROWS, sl] = s @ vh
+    return out
 
 
 def load_layers(ts: Tensors, vp: VisionParams) -> list[Layer]:
