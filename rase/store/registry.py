@@ -384,19 +384,27 @@ class ModelRegistry:
 
     def pull_hf(self, repo: str, filename: str, model_id: str, *, revision: str | None = None,
                 tokenizer_repo: str | None = None, tokenizer_file: str | None = None,
-                endpoint: str | None = None, cache_dir: str | None = None,
+                endpoint: str | None = None, cache_dir: str | None = None, mmproj_file: str | None = None,
                 **import_kwargs: Any) -> ModelManifest:
         """Download from the Hugging Face Hub (its cache, its progress bars) and register; the
-        manifest records the resolved commit."""
+        manifest records the resolved commit. mmproj_file: the repo's vision encoder, fetched at the
+        same commit and paired (a mismatched pair is refused before anything is registered)."""
         validate_model_id(model_id)
         if not _REPO.fullmatch(repo or "") or ".." in repo:
             raise HubDownloadError(f"repository {repo!r} is not a Hub id (owner/name)")
         safe_relative(filename, "file")
-        if tokenizer_file:
-            safe_relative(tokenizer_file, "tokenizer file")
+        for extra, what in ((tokenizer_file, "tokenizer file"), (mmproj_file, "mmproj file")):
+            if extra:
+                safe_relative(extra, what)
         path, commit = _hf_download(repo, filename, revision, endpoint, cache_dir)
+        mm_path = None
+        if mmproj_file:
+            mm_path, _ = _hf_download(repo, mmproj_file, commit, endpoint, cache_dir)
+            check_mmproj_pair(path, mm_path, model_id)
         source = {"type": "hf", "repo": repo, "revision": commit, "file": filename}
         manifest = self.import_local(model_id, path, source=source, **import_kwargs)
+        if mm_path is not None:
+            manifest = self.attach_mmproj(model_id, mm_path)
         if tokenizer_file:
             tok_path, _ = _hf_download(tokenizer_repo or repo, tokenizer_file, None, endpoint, cache_dir)
             manifest = self.attach_tokenizer(model_id, tok_path)

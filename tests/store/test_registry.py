@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from rase import (
+    CorruptModelFile,
     HubDownloadError, IntegrityMismatch, InvalidModelId, ManifestError, ModelFileNotFound,
     ModelNotFound, QuantType, UnsupportedArchitecture, UnsupportedFormat,
 )
@@ -244,3 +245,28 @@ def test_a_file_that_cannot_be_planned_still_registers_and_its_load_says_why(tmp
     assert "weights not prepared" in caplog.text and not list((tmp_path / "packed").glob("*.r16"))
     with pytest.raises(CorruptModelFile):
         load_plan(m.weights)
+
+
+def test_pull_a_vision_model_with_its_mmproj(tmp_path):
+    """pull_hf(mmproj_file=...): both files from the repo at one commit, paired, verified; a
+    mismatched pair is refused before anything is registered."""
+    vision = Path(__file__).resolve().parents[1] / "fixtures" / "vision"
+    files = {("org/g3", "text.gguf"): (vision / "gemma3-tiny.gguf").read_bytes(),
+             ("org/g3", "mmproj.gguf"): (vision / "gemma3-tiny-mmproj.gguf").read_bytes(),
+             ("org/other", "text.gguf"): (vision / "qwen3vl-tiny.gguf").read_bytes(),
+             ("org/other", "mmproj.gguf"): (vision / "lfm2-tiny-mmproj.gguf").read_bytes()}
+    with FakeHub(files) as hub:
+        reg = ModelRegistry(tmp_path / "store")
+        m = reg.pull_hf("org/g3", "text.gguf", "g3", mmproj_file="mmproj.gguf", endpoint=hub.url,
+                        cache_dir=str(tmp_path / "hf"))
+        assert Path(m.mmproj).read_bytes() == files[("org/g3", "mmproj.gguf")]
+        assert reg.verify("g3").mmproj_sha256 == __import__("hashlib").sha256(files[("org/g3", "mmproj.gguf")]).hexdigest()
+        assert ("GET", f"/org/g3/resolve/{COMMIT}/mmproj.gguf") in hub.requests  # the model's own commit
+        other = reg.pull_hf("org/other", "text.gguf", "q", mmproj_file="mmproj.gguf", endpoint=hub.url,
+                            cache_dir=str(tmp_path / "hf"))  # lfm2's projector, 256 wide: pairs with any 256
+        assert other.mmproj
+        files[("org/other", "narrow.gguf")] = b"GGUF"  # not a GGUF at all: refused, nothing registered
+        with pytest.raises(CorruptModelFile):
+            reg.pull_hf("org/other", "text.gguf", "bad", mmproj_file="narrow.gguf", endpoint=hub.url,
+                        cache_dir=str(tmp_path / "hf"))
+        assert sorted(x.id for x in reg.list()) == ["g3", "q"]
