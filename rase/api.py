@@ -69,12 +69,13 @@ class Engine:
                  kv_cache_mb: float | None = None, prefix_cache: bool = True, tbt_target_ms: float = 100.0,
                  n_threads: int | None = None, max_waiting: int | None = None, time_limit_s: float | None = None,
                  max_tokens_limit: int | None = None, keep_alive: float | str | None = None,
-                 reasoning_budget: int | None = None, speculative: str | None = None, kv_type: str = "f16") -> None:
+                 reasoning_budget: int | None = None, speculative: str | None = None, kv_type: str = "f16",
+                 image_urls: bool = False) -> None:
         self.config = config = EngineConfig(
             device=device, n_ctx=n_ctx, max_batch=max_batch, kv_cache_mb=kv_cache_mb, prefix_cache=prefix_cache,
             tbt_target_ms=tbt_target_ms, n_threads=n_threads, max_waiting=max_waiting, time_limit_s=time_limit_s,
             max_tokens_limit=max_tokens_limit, keep_alive=keep_alive, reasoning_budget=reasoning_budget,
-            speculative=speculative, kv_type=kv_type)
+            speculative=speculative, kv_type=kv_type, image_urls=image_urls)
         self.registry = ModelRegistry(store if store is not None else default_store())
         draft = None if config.draft_id is None else functools.partial(self.registry.verify, config.draft_id)
         self.sessions = SessionCache(functools.partial(load_session, config=config, draft=draft))

@@ -334,8 +334,9 @@ def cmd_serve(args) -> int:
         if args.keep_alive is not None:
             raise InvalidRequest("--keep-alive does not apply with --ray: each replica keeps its models loaded "
                                  "(scale the replicas instead)", "keep_alive")
-        if args.spec is not None:
-            raise InvalidRequest("--spec does not apply with --ray yet", "spec")
+        if args.spec is not None or args.allow_image_urls:
+            flag = "--spec" if args.spec is not None else "--allow-image-urls"
+            raise InvalidRequest(f"{flag} does not apply with --ray yet", flag.lstrip("-").replace("-", "_"))
         return _serve_on_ray(args)
     given = [f"--{k.replace('_', '-')}" for k in RAY_ONLY if getattr(args, k) is not None]
     if given:
@@ -344,7 +345,7 @@ def cmd_serve(args) -> int:
                     kv_cache_mb=args.kv_cache_mb, prefix_cache=not args.no_prefix_cache, n_threads=args.threads,
                     max_waiting=args.max_waiting, time_limit_s=args.time_limit, max_tokens_limit=args.max_tokens_limit,
                     keep_alive=args.keep_alive, reasoning_budget=_reasoning_budget(args.reasoning_budget),
-                    speculative=args.spec, kv_type=_kv_type(args))
+                    speculative=args.spec, kv_type=_kv_type(args), image_urls=args.allow_image_urls)
     return _serve(engine, args)
 
 
@@ -448,6 +449,9 @@ def _add_generation_commands(sub, leaf) -> None:
                    help="refuse requests asking for more than N max_tokens (default: the context)")
     s.add_argument("-t", "--threads", type=int, default=None, metavar="T",
                    help="threads per forward pass (default: $RASE_NUM_THREADS, else physical cores)")
+    s.add_argument("--allow-image-urls", action="store_true",
+                   help="fetch http(s) image URLs (public hosts only: never loopback, private or link-local "
+                        "addresses; 10 MB, 10 s); without it images come as data URIs")
     s.add_argument("--spec", default=None, metavar="ngram|draft:ID",
                    help="speculative decoding (the same tokens, in fewer steps): ngram drafts from the request's "
                         "own prompt and output, or draft:ID, drafts from the registered model ID (smaller, same "

@@ -59,7 +59,8 @@ class EngineConfig:
     max_tokens may be. keep_alive: how long an idle model stays loaded (seconds or a duration;
     None: until unloaded). reasoning_budget: tokens a <think> block may take unless a request
     says. speculative: None, "ngram" (prompt lookup) or "draft:ID" (a registered draft model).
-    kv_type: the KV pool's elements ("f16", "q8_0", "q4_0")."""
+    kv_type: the KV pool's elements ("f16", "q8_0", "q4_0"). image_urls: fetch http(s) images
+    from public hosts (media/fetch.py; off: only data URIs and bytes)."""
     device: str = "auto"
     n_ctx: int | None = None
     max_batch: int = 8
@@ -74,6 +75,7 @@ class EngineConfig:
     reasoning_budget: int | None = None
     speculative: str | None = None
     kv_type: str = "f16"
+    image_urls: bool = False
 
     def __post_init__(self) -> None:
         if self.device not in DEVICES:

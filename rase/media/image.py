@@ -84,7 +84,8 @@ def image_from_data_uri(uri: str, what: str = "image") -> Image:
         payload = uri[m.end():]
     elif re.match(r"[a-z][a-z0-9+.-]*://", uri, re.I):
         raise InvalidImage(f"{what}: image URLs ({uri.split('://')[0]}://) are not fetched: send the image "
-                           "as a data URI (data:image/png;base64,...)")
+                           "as a data URI (data:image/png;base64,...), or start the server with "
+                           "--allow-image-urls (public http(s) hosts only)")
     else:
         payload = uri
     if len(payload) > (MAX_BYTES * 4) // 3 + 4:

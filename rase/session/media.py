@@ -19,8 +19,9 @@ CHAT_MARKER = f"<__media_{secrets.token_hex(8)}__>"    # fixed per process; neve
 MAX_IMAGES = 64                                        # per prompt
 
 
-def as_image(payload, what: str) -> Image:
-    """An image payload: decoded already, encoded bytes, a data URI / base64 text, or a file path."""
+def as_image(payload, what: str, urls: bool = False) -> Image:
+    """An image payload: decoded already, encoded bytes, a data URI / base64 text, a file path,
+    or (urls: the engine fetches them) an http(s) URL of a public host."""
     if isinstance(payload, Image):
         return payload
     if isinstance(payload, (bytes, bytearray, memoryview)):
@@ -32,6 +33,10 @@ def as_image(payload, what: str) -> Image:
         except OSError as e:
             raise InvalidImage(f"{what}: cannot read {os.fspath(payload)}: {e.strerror}") from None
     if isinstance(payload, str):
+        if urls and payload[:8].lower().startswith(("http://", "https://")):
+            from ..media.fetch import fetch_image_bytes
+
+            return decode_image(fetch_image_bytes(payload), what)
         return image_from_data_uri(payload, what)
     raise InvalidImage(f"{what}: an image is bytes, a data URI, base64 text or a path, not {type(payload).__name__}")
 
@@ -47,7 +52,8 @@ def media_ids(session, text: str, payloads: list, marker: str, add_special: bool
     pieces = text.split(marker)
     if len(pieces) - 1 != len(payloads):
         raise InvalidRequest(f"the prompt holds {len(pieces) - 1} image markers ({marker}) for {len(payloads)} images")
-    images = [as_image(p, f"image {i}") for i, p in enumerate(payloads)]
+    urls = bool(getattr(getattr(session.worker, "config", None), "image_urls", False))
+    images = [as_image(p, f"image {i}", urls) for i, p in enumerate(payloads)]
     tok = session.tokenizer
     ids = tok.encode("", add_special_tokens=True, parse_special=True) if add_special else []
     spans: list[ImageSpan] = []
