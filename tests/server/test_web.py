@@ -246,3 +246,48 @@ def test_markdown_renders_and_model_html_stays_text(browser, base):
     assert shape["lists"][:2] == ["one", "two"] and shape["nested"] == 1 and "first" in shape["lists"]
     assert shape["code"] == "<script>window.pwned=4</script>" and shape["lang"] == "html"
     assert "plan <b>quietly</b>" in shape["thinking"]
+
+
+@pytest.fixture(scope="module")
+def vision_base(tmp_path_factory):
+    import rase
+
+    store = tmp_path_factory.mktemp("web-vision")
+    vision = Path(__file__).resolve().parents[1] / "fixtures" / "vision"
+    rase.import_model(str(store), str(vision / "gemma3-tiny.gguf"), "g3v", mmproj=str(vision / "gemma3-tiny-mmproj.gguf"))
+    rase.import_model(str(store), str(vision / "gemma3-tiny.gguf"), "g3-text")
+    with rase_serve(store, "--threads", "2") as url:
+        yield url
+
+
+def test_attach_an_image_for_a_model_that_reads_them(browser, vision_base, openai_client):
+    """The page offers "Image" only for a model with a vision encoder; an attached image shows as a
+    thumbnail, goes with the message as an image_url part, and the answer is the API's for the
+    same parts (greedy)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    png = Path(__file__).resolve().parents[1] / "fixtures" / "vision" / "wide.png"
+    d = browser
+    d.get(vision_base + "/")
+    _wait(lambda: d.find_element(By.ID, "model").get_attribute("value"), 20, "the model picker")
+    Select(d.find_element(By.ID, "model")).select_by_value("g3-text")
+    assert not d.find_element(By.ID, "attach-label").is_displayed()
+    Select(d.find_element(By.ID, "model")).select_by_value("g3v")
+    assert d.find_element(By.ID, "attach-label").is_displayed()
+    _settings(d, temperature=0, **{"max-tokens": 8})
+    d.find_element(By.ID, "attach").send_keys(str(png))
+    _wait(lambda: _js(d, "return document.querySelectorAll('#attached img').length") == 1, 10, "the thumbnail")
+    _send(d, "What is in this picture?")
+    _wait(lambda: not _running(d) and _js(d, "return document.querySelectorAll('.msg.assistant').length") == 1,
+          60, "the answer")
+    assert _js(d, "return document.querySelectorAll('.msg.user img.thumb').length") == 1
+    assert _js(d, "return document.querySelectorAll('#attached img').length") == 0  # sent with the message
+    conv = _stored(d)["conversations"][0]
+    user, answer = conv["messages"]
+    assert user["images"][0].startswith("data:image/png;base64,")
+    want = openai_client(vision_base).chat.completions.create(
+        model="g3v", temperature=0, max_tokens=8,
+        messages=[{"role": "user", "content": [{"type": "text", "text": "What is in this picture?"},
+                                               {"type": "image_url", "image_url": {"url": user["images"][0]}}]}])
+    assert answer["content"] == want.choices[0].message.content and answer["content"]

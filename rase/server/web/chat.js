@@ -25,7 +25,13 @@
   }
 
   function save() {
-    localStorage.setItem(KEY, JSON.stringify(state));
+    try {
+      localStorage.setItem(KEY, JSON.stringify(state));
+    } catch (e) {  // the browser's storage is full (images are large): keep the chats, not their images
+      const light = JSON.parse(JSON.stringify(state));
+      for (const c of light.conversations) for (const m of c.messages) delete m.images;
+      try { localStorage.setItem(KEY, JSON.stringify(light)); } catch (e2) { /* nothing kept */ }
+    }
   }
 
   function current() {
@@ -100,8 +106,47 @@
 
   function showModelInfo() {
     const m = models.find((x) => x.id === $("model").value);
-    $("model-info").textContent = m ? [m.architecture, m.context_length && "ctx " + m.context_length]
-      .filter(Boolean).join(" · ") : "";
+    $("model-info").textContent = m ? [m.architecture, m.context_length && "ctx " + m.context_length,
+                                       seesImages() && "images"].filter(Boolean).join(" · ") : "";
+    $("attach-label").hidden = !seesImages();
+    if (!seesImages()) setAttached([]);
+  }
+
+  // the selected model takes images (/v1/models input_modalities: it has a vision encoder)
+  function seesImages() {
+    const m = models.find((x) => x.id === $("model").value);
+    return !!(m && (m.input_modalities || []).includes("image"));
+  }
+
+  // ---- images ----------------------------------------------------------------------------
+
+  let attached = [];  // data URIs of the images the next message carries
+
+  function setAttached(list) {
+    attached = list;
+    const box = $("attached");
+    box.replaceChildren(...attached.map((url, i) => {
+      const fig = document.createElement("figure");
+      const img = fig.appendChild(document.createElement("img"));
+      img.src = url;
+      img.alt = "attached image " + (i + 1);
+      const rm = fig.appendChild(document.createElement("button"));
+      rm.type = "button";
+      rm.textContent = "×";
+      rm.title = "Remove this image";
+      rm.addEventListener("click", () => setAttached(attached.filter((_, j) => j !== i)));
+      return fig;
+    }));
+    box.hidden = !attached.length;
+  }
+
+  function readImage(file) {
+    return new Promise((resolve, reject) => {
+      const r = new FileReader();
+      r.onload = () => resolve(r.result);
+      r.onerror = () => reject(r.error);
+      r.readAsDataURL(file);
+    });
   }
 
   // ---- rendering -------------------------------------------------------------------------
@@ -116,7 +161,17 @@
   function renderBody(body, message) {
     body.replaceChildren();
     if (message.role !== "assistant") {
-      body.textContent = message.content;
+      if (message.images && message.images.length) {
+        const row = body.appendChild(document.createElement("div"));
+        row.className = "images";
+        for (const url of message.images) {
+          const img = row.appendChild(document.createElement("img"));
+          img.className = "thumb";
+          img.src = url;
+          img.alt = "image";
+        }
+      }
+      body.appendChild(document.createTextNode(message.content));
       return;
     }
     const [thinking, answer, closed] = splitThinking(message.content);
@@ -269,22 +324,29 @@
     const messages = [];
     if (state.settings.system.trim()) messages.push({ role: "system", content: state.settings.system });
     for (const m of conversation.messages) {
-      if (m.content || m.role === "user") messages.push({ role: m.role, content: m.content });
+      if (m.images && m.images.length) {  // OpenAI's parts: the text, then each image
+        const parts = m.content ? [{ type: "text", text: m.content }] : [];
+        messages.push({ role: m.role, content: parts.concat(m.images.map((url) => ({ type: "image_url",
+                                                                                      image_url: { url } }))) });
+      } else if (m.content || m.role === "user") messages.push({ role: m.role, content: m.content });
     }
     return Object.assign({ model: $("model").value, messages, stream: true,
                            stream_options: { include_usage: true } }, samplingFields());
   }
 
   async function send(text) {
-    if (running || !text.trim()) return;
+    if (running || (!text.trim() && !attached.length)) return;
     if (!$("model").value) {
       notice("No model to ask: " + ($("notice").textContent || "the model list is empty."));
       return;
     }
     notice("");
     const conversation = current();
-    if (!conversation.messages.length) conversation.title = text.trim().slice(0, 48);
-    conversation.messages.push({ role: "user", content: text });
+    if (!conversation.messages.length) conversation.title = text.trim().slice(0, 48) || "Image";
+    const user = { role: "user", content: text };
+    if (attached.length) user.images = attached;
+    setAttached([]);
+    conversation.messages.push(user);
     const body = requestBody(conversation);
     const answer = { role: "assistant", content: "", stats: { model: body.model } };
     conversation.messages.push(answer);
@@ -366,9 +428,18 @@
     $("composer").addEventListener("submit", (e) => {
       e.preventDefault();
       const text = $("input").value;
-      if (!text.trim() || running) return;
+      if ((!text.trim() && !attached.length) || running) return;
       $("input").value = "";
       send(text);
+    });
+    $("attach").addEventListener("change", async () => {
+      const files = Array.from($("attach").files || []);
+      $("attach").value = "";
+      try {
+        setAttached(attached.concat(await Promise.all(files.map(readImage))));
+      } catch (e) {
+        notice("Could not read the image: " + e.message);
+      }
     });
     $("input").addEventListener("keydown", (e) => {
       if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
