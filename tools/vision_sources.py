@@ -315,7 +315,70 @@ def qwen3vl_mmproj(path: Path, neutral: bool = False) -> None:
     s.close()
 
 
+def qwen2vl_text(path: Path) -> None:
+    """qwen2vl (Qwen2.5-VL's text model): qwen2 with Q/K/V biases and M-RoPE sections [8, 12, 12, 0]
+    over the head's 64 dims; D 256, H 4, KV 2, 2 layers, untied output; the vision markers."""
+    from arch_sources import HD, KV, H
+
+    s = Source(path, "qwen2vl", "tiny-qwen2.5-vl")
+    decoder_hparams(s, 2, base=1e6, eps=1e-6)
+    s.w.add_rope_dimension_sections([8, 12, 12, 0])
+    _tokenizer(s, QWEN_MARKERS, add_bos=False)
+    n_vocab = 512 + len(QWEN_MARKERS)
+    s.embedding("token_embd.weight", n_vocab, 1.0, control_rows=(0, 1, 2, 512, 513))
+    s.vec("output_norm.weight", D)
+    out = s.rng.standard_normal((n_vocab, D)).astype(np.float32) * 4 / math.sqrt(D)
+    out[[0, 1, 2, 512, 513]] *= 0.25
+    s.raw("output.weight", out)
+    for i in range(2):  # llama_layers' tensors plus qwen2's q/k/v biases
+        p = f"blk.{i}."
+        s.vec(p + "attn_norm.weight", D)
+        for name, rows in (("attn_q", H * HD), ("attn_k", KV * HD), ("attn_v", KV * HD)):
+            s.mat(p + name + ".weight", rows, D)
+            s.raw(p + name + ".bias", s.rng.standard_normal(rows) * 0.5)
+        s.mat(p + "attn_output.weight", D, H * HD)
+        s.vec(p + "ffn_norm.weight", D)
+        s.mat(p + "ffn_gate.weight", F, D)
+        s.mat(p + "ffn_up.weight", F, D)
+        s.mat(p + "ffn_down.weight", D, F)
+    s.close()
+
+
+def qwen25vl_mmproj(path: Path, neutral: bool = False) -> None:
+    """qwen2.5vl_merger: patch 4, two temporal conv slices (no bias), D 64 (4 heads of 16), 2 layers:
+    layer 0 attends inside llama.cpp's 112-pixel windows (it reads no window size for this
+    projector: 14 x 14 merge groups at patch 4, so the 97 x 130 image has two), layer 1 to every
+    patch (n_wa_pattern 2); RMSNorm, SwiGLU with biases, CLIP mean/std. Neutral: n_wa_pattern 3,
+    both layers inside windows (llama.cpp aborts on n_wa_pattern 1, where no layer uses the mask)."""
+    vd, vf = 64, 128
+    s = Mmproj(path, "qwen2.5vl_merger")
+    s.w.add_bool("clip.use_silu", True)
+    s.vision(image_size=32, patch_size=4, embedding_length=vd, feed_forward_length=vf, block_count=2,
+             attention__head_count=4, projection_dim=D, n_wa_pattern=3 if neutral else 2,
+             attention__layer_norm_epsilon=1e-6, image_mean=[0.48145466, 0.4578275, 0.40821073],
+             image_std=[0.26862954, 0.26130258, 0.27577711])
+    s.raw("v.patch_embd.weight", s.rng.standard_normal((vd, 3, 4, 4)).astype(np.float32) / math.sqrt(3 * 16))
+    s.raw("v.patch_embd.weight.1", s.rng.standard_normal((vd, 3, 4, 4)).astype(np.float32) / math.sqrt(3 * 16))
+    for i in range(2):
+        p = f"v.blk.{i}."
+        for name in ("attn_q", "attn_k", "attn_v", "attn_out"):
+            s.mat(p + name + ".weight", vd, vd, 2.0 if name in ("attn_q", "attn_k") else 1.0)
+            s.raw(p + name + ".bias", s.rng.standard_normal(vd) * 0.1)
+        s.vec(p + "ln1.weight", vd)
+        s.vec(p + "ln2.weight", vd)
+        for name, shape in (("ffn_gate", (vf, vd)), ("ffn_up", (vf, vd)), ("ffn_down", (vd, vf))):
+            s.mat(p + name + ".weight", *shape)
+            s.raw(p + name + ".bias", s.rng.standard_normal(shape[0]) * 0.1)
+    s.vec("v.post_ln.weight", vd, 2.0)
+    s.mat("mm.0.weight", 4 * vd, 4 * vd)
+    s.raw("mm.0.bias", s.rng.standard_normal(4 * vd) * 0.1)
+    s.mat("mm.2.weight", D, 4 * vd)
+    s.raw("mm.2.bias", s.rng.standard_normal(D) * 0.1)
+    s.close()
+
+
 PROJECTORS = {"gemma3": (gemma3_text, gemma3_mmproj, "feature: mm.soft_emb_norm gains"),
+              "qwen25vl": (qwen2vl_text, qwen25vl_mmproj, "feature: window attention"),
               "qwen3vl": (qwen35_text, qwen3vl_mmproj, "feature: the second temporal conv slice"),
               "lfm2": (lfm2_text, lfm2_mmproj, "feature: the position table resized to the image"),
               "idefics3": (idefics3_text, idefics3_mmproj, "feature: the pixel shuffle's feature order")}

@@ -5,13 +5,13 @@ from types import ModuleType
 
 from ..errors import UnsupportedArchitecture
 from . import (bert, gemma, gemma2, gemma3, gpt_oss, granite, lfm2, llama, nomic_bert, olmo2, olmoe, phi3, qwen2,
-               qwen3, qwen3moe, qwen35, smollm3)
+               qwen2vl, qwen3, qwen3moe, qwen35, smollm3)
 
 ARCHITECTURES: dict[str, ModuleType] = {
     "llama": llama, "qwen2": qwen2, "qwen3": qwen3, "qwen3moe": qwen3moe, "phi3": phi3,
     "gemma": gemma, "gemma2": gemma2, "gemma3": gemma3, "olmo2": olmo2, "olmoe": olmoe,
     "smollm3": smollm3, "granite": granite, "bert": bert, "nomic-bert": nomic_bert, "gpt-oss": gpt_oss,
-    "lfm2": lfm2, "qwen35": qwen35,
+    "lfm2": lfm2, "qwen35": qwen35, "qwen2vl": qwen2vl,
 }
 
 ALIASES: dict[str, str] = {

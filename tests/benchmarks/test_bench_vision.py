@@ -1,4 +1,4 @@
-"""benchmarks/bench_vision.py and vision_shape.py keep working: the shape writer makes an mmproj
+"""benchmarks/bench_vision.py and benchmarks/vision_shape.py keep working: the shape writer makes an mmproj
 and text pair that rase loads and encodes with (a small shape here; the real one is 850 MB)."""
 import sys
 from pathlib import Path

@@ -16,7 +16,10 @@ from rase.media.image import Image, decode_image
 
 VISION = Path(__file__).resolve().parents[1] / "fixtures" / "vision"
 PIXELS = {name: json.loads((VISION / f"{name}-tiny.llamacpp-pixels.json").read_text())
-          for name in ("gemma3", "idefics3", "lfm2", "qwen3vl")}
+          for name in ("gemma3", "idefics3", "lfm2", "qwen3vl", "qwen25vl")}
+
+
+CLIP = ((0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711))  # mean, std
 
 
 def _image(label: str) -> Image:
@@ -31,9 +34,11 @@ def _ours(name: str, image: Image) -> list[np.ndarray]:
     half = (0.5,) * 3
     if name == "gemma3":
         return [preprocess.fixed_size(image, 64, "bilinear", half, half)]
-    if name == "qwen3vl":  # the dyn_size preprocessor: smart size (align 16, 8..4096 tokens), BICUBIC letterbox
-        w, h = preprocess.smart_size(image.width, image.height, 16, 8 * 256, 4096 * 256)
-        return [preprocess.normalize(preprocess.letterbox(image.pixels, w, h, "bicubic"), half, half)]
+    if name in ("qwen3vl", "qwen25vl"):  # dyn_size: smart size (patch x 2, 8..4096 tokens), BICUBIC letterbox
+        a = 16 if name == "qwen3vl" else 8
+        w, h = preprocess.smart_size(image.width, image.height, a, 8 * a * a, 4096 * a * a)
+        mean, std = (half, half) if name == "qwen3vl" else CLIP  # as the fixtures' mmproj files say
+        return [preprocess.normalize(preprocess.letterbox(image.pixels, w, h, "bicubic"), mean, std)]
     if name == "lfm2":
         overview, tiles, _, _ = preprocess.lfm2_tiles(image, 8, 2, 64, 256, half, half)
     else:

@@ -22,7 +22,7 @@ from rase.models.vision import load_encoder
 from rase.store.gguf import GGUFFile
 
 VISION = Path(__file__).resolve().parents[1] / "fixtures" / "vision"
-NAMES = ("gemma3", "idefics3", "lfm2", "qwen3vl")
+NAMES = ("gemma3", "idefics3", "lfm2", "qwen3vl", "qwen25vl")
 REFS = {n: json.loads((VISION / f"{n}-tiny.llamacpp.json").read_text()) for n in NAMES}
 EMBDS = {n: np.load(VISION / f"{n}-tiny.llamacpp-embd.npz") for n in NAMES}
 REF, EMBD = REFS["gemma3"], EMBDS["gemma3"]

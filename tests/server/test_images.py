@@ -25,7 +25,8 @@ N_IMAGE = 16  # the fixture's tokens per image
 # the last checkpoint inside the shared prefix; the rest of the image comes from the encoder's row
 # cache. Qwen3.5 (a hybrid too): its delta-net state weighs 7 blocks of K/V, so it is checkpointed
 # every 8 blocks (256 positions), beyond these short turns: None, nothing is cached
-MODELS = [("g3v", N_IMAGE, N_IMAGE + 4), ("smolvlm", 5 * 4, 5 * 4 + 4), ("lfm2vl", 70, 64), ("qwen35vl", 12, None)]
+MODELS = [("g3v", N_IMAGE, N_IMAGE + 4), ("smolvlm", 5 * 4, 5 * 4 + 4), ("lfm2vl", 70, 64), ("qwen35vl", 12, None),
+          ("qwen25vl", 30, 30 + 4)]
 
 
 @pytest.fixture(scope="module")
@@ -37,6 +38,8 @@ def base(tmp_path_factory):
     rase.import_model(str(store), str(VISION / "lfm2-tiny.gguf"), "lfm2vl", mmproj=str(VISION / "lfm2-tiny-mmproj.gguf"))
     rase.import_model(str(store), str(VISION / "qwen3vl-tiny.gguf"), "qwen35vl",
                       mmproj=str(VISION / "qwen3vl-tiny-mmproj.gguf"))
+    rase.import_model(str(store), str(VISION / "qwen25vl-tiny.gguf"), "qwen25vl",
+                      mmproj=str(VISION / "qwen25vl-tiny-mmproj.gguf"))
     rase.import_model(str(store), str(VISION / "gemma3-tiny.gguf"), "g3-text")
     with rase_serve(store, "--threads", "2") as url:
         yield url

@@ -18,7 +18,7 @@ from rase.errors import ContextOverflow, InvalidImage, InvalidRequest, ManifestE
 from rase.session.media import MARKER
 
 VISION = Path(__file__).resolve().parents[1] / "fixtures" / "vision"
-NAMES = {"gemma3": "g3v", "idefics3": "smolvlm", "lfm2": "lfm2vl", "qwen3vl": "qwen35vl"}  # projector -> its model id in the store
+NAMES = {"gemma3": "g3v", "idefics3": "smolvlm", "lfm2": "lfm2vl", "qwen3vl": "qwen35vl", "qwen25vl": "qwen25vl"}  # projector -> its model id in the store
 REFS = {n: json.loads((VISION / f"{n}-tiny.llamacpp.json").read_text()) for n in NAMES}
 REF = REFS["gemma3"]
 CASES = [(n, i) for n in NAMES for i in range(len(REFS[n]["cases"]))]

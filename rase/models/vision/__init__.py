@@ -3,10 +3,11 @@ shared ViT pieces (models/vision/vit.py). PROJECTORS: projector type -> its modu
 Encoder with tokens(image), layout(image): the prompt around its rows, embed(image): the rows)."""
 from __future__ import annotations
 
-from . import gemma3, idefics3, lfm2, qwen3vl
+from . import gemma3, idefics3, lfm2, qwen3vl, qwen25vl
 from .clip import Tensors, VisionParams, vision_params
 
-PROJECTORS = {"gemma3": gemma3, "idefics3": idefics3, "lfm2": lfm2, "qwen3vl_merger": qwen3vl}
+PROJECTORS = {"gemma3": gemma3, "idefics3": idefics3, "lfm2": lfm2, "qwen3vl_merger": qwen3vl,
+              "qwen2.5vl_merger": qwen25vl}
 
 
 def load_encoder(g):
