@@ -21,10 +21,8 @@ from vision_shape import SHAPES, write_mmproj, write_text
 IMAGE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "vision" / "tall.png"
 
 
-def rase_encode(mmproj: Path, threads: int, rounds: int) -> list[float]:
-    import os
-
-    os.environ.setdefault("RASE_NUM_THREADS", str(threads))
+def rase_encode(mmproj: Path, rounds: int) -> list[float]:
+    """Seconds per encoding (numpy's BLAS takes the machine's cores: run with -t the core count)."""
     from rase.media.image import decode_image
     from rase.models.vision import load_encoder
     from rase.store.gguf import GGUFFile
@@ -69,7 +67,7 @@ def main() -> None:
         write_text(text, SHAPES[a.shape]["text"])
     ours, theirs = [], []
     for _ in range(a.rounds):  # alternating, so drift on a shared machine hits both
-        ours += rase_encode(mmproj, a.threads, 1)
+        ours += rase_encode(mmproj, 1)
         theirs += llamacpp_encode(a.mtmd_cli, text, mmproj, a.threads, 1)
     r, l = statistics.median(ours), statistics.median(theirs)
     print(f"{a.shape} encode, {a.threads} threads: rase {r:.1f} s, llama.cpp {l:.1f} s, ratio {l / r:.2f}")

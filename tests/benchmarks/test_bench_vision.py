@@ -21,7 +21,7 @@ def test_the_shape_writer_makes_a_pair_rase_encodes_with(tmp_path):
     from rase.store.registry import check_mmproj_pair
 
     check_mmproj_pair(text, mmproj, "small")  # the text model takes the projector's width
-    times = bench_vision.rase_encode(mmproj, 1, 2)
+    times = bench_vision.rase_encode(mmproj, 2)
     assert len(times) == 2 and min(times) > 0
     from rase.models.vision import load_encoder
     from rase.store.gguf import GGUFFile
