@@ -305,8 +305,10 @@ class Scheduler:
         with the request's sampler as it will be i draws on, greedy or seeded, with the grammar's
         mask after the drafts before it, its penalties counting them; each row's logits give its
         logprobs); not with a constraint that cannot say its masks ahead (no draft_masks: tool
-        calls, reasoning gates)."""
+        calls, reasoning gates); not for a prompt with images (the drafter sees no image)."""
         if not self.speculative or (req.constraint is not None and not hasattr(req.constraint, "draft_masks")):
+            return 0
+        if req.media is not None:  # a draft model cannot read the image's rows: the request decodes alone
             return 0
         if req.drafted is None:
             req.drafted = 0  # it speculates: its timings count its drafts

@@ -199,3 +199,23 @@ def test_other_requests_decode_while_an_image_encodes(store):
         assert images.encoded >= 1
     finally:
         eng.close()
+
+
+@pytest.mark.parametrize("spec", ["draft:g3v", "ngram"])
+def test_speculative_engines_answer_images_as_plain_ones(store, spec):
+    """A draft model reads no image rows: a request with images decodes without drafts (the same
+    greedy answer), and the engine's other requests keep speculating."""
+    c = REF["cases"][0]
+    plain = Engine(str(store))
+    fast = Engine(str(store), speculative=spec)
+    try:
+        want = plain.complete("g3v", c["prompt"], images=[_image(c["image"])], max_tokens=12, temperature=0)
+        got = fast.complete("g3v", c["prompt"], images=[_image(c["image"])], max_tokens=12, temperature=0)
+        assert got.text == want.text and got.completion_tokens == 12
+        text = fast.complete("g3v", "The lighthouse keeper climbed the stairs", max_tokens=12, temperature=0)
+        assert text.completion_tokens == 12
+        if spec.startswith("draft:"):  # the model drafting for itself: its drafts are verified, and hold
+            assert text.timings["draft_n"] > 0 and text.timings["draft_n_accepted"] == text.timings["draft_n"]
+    finally:
+        plain.close()
+        fast.close()
