@@ -12,9 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from .clip import Tensors, VisionParams
-from .qwen3vl import MARKERS, MAX_TOKENS, MIN_TOKENS, merge_order, vision_rope
+from .qwen3vl import MARKERS, DynSize, merge_order, vision_rope
 from .vit import gelu, linear, patch_embed, rms_norm
-from ...media import preprocess
 
 CAUSAL = True
 WINDOW = 112  # pixels a side of an attention window
@@ -46,10 +45,10 @@ def masked_attention(q, k, v, n_head: int, ranges) -> np.ndarray:
     return out
 
 
-class Encoder:
+class Encoder(DynSize):
     def __init__(self, ts: Tensors, vp: VisionParams) -> None:
         D, P, F = vp.n_embd, vp.patch_size, vp.n_ff
-        self.vp = vp
+        self.vp, self.merge = vp, 2
         self.pattern = int(ts.g.get("clip.vision.n_wa_pattern") or 0)
         self.window = WINDOW  # llama.cpp reads no window size for this projector (clip.cpp)
         if self.pattern < 1:
@@ -66,26 +65,6 @@ class Encoder:
         self.post_ln = ts.get("v.post_ln.weight", (D,))
         self.mm0 = (ts.get("mm.0.weight", (4 * D, 4 * D)), ts.get("mm.0.bias", (4 * D,)))
         self.mm2 = (ts.get("mm.2.weight", (vp.n_proj, 4 * D)), ts.get("mm.2.bias", (vp.n_proj,)))
-
-    def _size(self, image) -> tuple[int, int]:
-        a = self.vp.patch_size * 2
-        return preprocess.smart_size(image.width, image.height, a, MIN_TOKENS * a * a, MAX_TOKENS * a * a)
-
-    def grid(self, image) -> tuple[int, int]:
-        w, h = self._size(image)
-        a = self.vp.patch_size * 2
-        return w // a, h // a
-
-    def tokens(self, image) -> int:
-        nx, ny = self.grid(image)
-        return nx * ny
-
-    def layout(self, image) -> list[tuple]:
-        return [("text", MARKERS[0]), ("rows", self.tokens(image), self.grid(image)), ("text", MARKERS[1])]
-
-    def pixels(self, image) -> np.ndarray:
-        w, h = self._size(image)
-        return preprocess.normalize(preprocess.letterbox(image.pixels, w, h, "bicubic"), self.vp.mean, self.vp.std)
 
     def encode(self, pixels: np.ndarray) -> np.ndarray:
         vp, P, D = self.vp, self.vp.patch_size, self.vp.n_embd
@@ -111,6 +90,3 @@ class Encoder:
         out = np.empty_like(merged)
         out[inv] = merged                                             # windowed -> raster groups
         return out
-
-    def embed(self, image) -> np.ndarray:
-        return self.encode(self.pixels(image))

@@ -73,27 +73,10 @@ def vision_rope(x: np.ndarray, rows: np.ndarray, cols: np.ndarray, n_head: int) 
     return out.reshape(n, D).astype(np.float32)
 
 
-class Encoder:
-    def __init__(self, ts: Tensors, vp: VisionParams) -> None:
-        D, P = vp.n_embd, vp.patch_size
-        self.vp = vp
-        self.merge = int(ts.g.get("clip.vision.spatial_merge_size") or 2)
-        if self.merge != 2 or any(k.startswith("v.deepstack.") for k in ts.g.tensors):
-            raise ValueError("qwen3vl_merger: rase runs the 2 x 2 merger without deepstack layers (Qwen3.5's); "
-                             "Qwen3-VL's deepstack needs the qwen3vl text architecture")
-        n_pos = ts.g.tensor("v.position_embd.weight").shape[0]
-        self.w0, self.w1 = ts.get("v.patch_embd.weight", (D, 3, P, P)), ts.get("v.patch_embd.weight.1", (D, 3, P, P))
-        self.bias = ts.get("v.patch_embd.bias", (D,))
-        self.pos = ts.get("v.position_embd.weight", (n_pos, D))
-        self.layers = []
-        for il in range(vp.n_layer):
-            p = f"v.blk.{il}."
-            pair = lambda name, shape: (ts.get(name + ".weight", shape), ts.get(name + ".bias", shape[:1]))  # noqa: E731
-            self.layers.append((pair(p + "ln1", (D,)), pair(p + "attn_qkv", (3 * D, D)), pair(p + "attn_out", (D, D)),
-                                pair(p + "ln2", (D,)), pair(p + "ffn_up", (vp.n_ff, D)), pair(p + "ffn_down", (D, vp.n_ff))))
-        self.post_ln = (ts.get("v.post_ln.weight", (D,)), ts.get("v.post_ln.bias", (D,)))
-        self.mm0 = (ts.get("mm.0.weight", (4 * D, 4 * D)), ts.get("mm.0.bias", (4 * D,)))
-        self.mm2 = (ts.get("mm.2.weight", (vp.n_proj, 4 * D)), ts.get("mm.2.bias", (vp.n_proj,)))
+class DynSize:
+    """The Qwen towers' image size and place in the prompt: the image at its own size (a multiple
+    of patch x merge, MIN..MAX tokens, BICUBIC letterbox), its rows on an nx x ny token grid
+    between the vision markers. Needs self.vp and self.merge."""
 
     def _size(self, image) -> tuple[int, int]:
         a = self.vp.patch_size * self.merge
@@ -116,6 +99,32 @@ class Encoder:
         w, h = self._size(image)
         return preprocess.normalize(preprocess.letterbox(image.pixels, w, h, "bicubic"), self.vp.mean, self.vp.std)
 
+    def embed(self, image) -> np.ndarray:
+        return self.encode(self.pixels(image))
+
+
+class Encoder(DynSize):
+    def __init__(self, ts: Tensors, vp: VisionParams) -> None:
+        D, P = vp.n_embd, vp.patch_size
+        self.vp = vp
+        self.merge = int(ts.g.get("clip.vision.spatial_merge_size") or 2)
+        if self.merge != 2 or any(k.startswith("v.deepstack.") for k in ts.g.tensors):
+            raise ValueError("qwen3vl_merger: rase runs the 2 x 2 merger without deepstack layers (Qwen3.5's); "
+                             "Qwen3-VL's deepstack needs the qwen3vl text architecture")
+        n_pos = ts.g.tensor("v.position_embd.weight").shape[0]
+        self.w0, self.w1 = ts.get("v.patch_embd.weight", (D, 3, P, P)), ts.get("v.patch_embd.weight.1", (D, 3, P, P))
+        self.bias = ts.get("v.patch_embd.bias", (D,))
+        self.pos = ts.get("v.position_embd.weight", (n_pos, D))
+        self.layers = []
+        for il in range(vp.n_layer):
+            p = f"v.blk.{il}."
+            pair = lambda name, shape: (ts.get(name + ".weight", shape), ts.get(name + ".bias", shape[:1]))  # noqa: E731
+            self.layers.append((pair(p + "ln1", (D,)), pair(p + "attn_qkv", (3 * D, D)), pair(p + "attn_out", (D, D)),
+                                pair(p + "ln2", (D,)), pair(p + "ffn_up", (vp.n_ff, D)), pair(p + "ffn_down", (D, vp.n_ff))))
+        self.post_ln = (ts.get("v.post_ln.weight", (D,)), ts.get("v.post_ln.bias", (D,)))
+        self.mm0 = (ts.get("mm.0.weight", (4 * D, 4 * D)), ts.get("mm.0.bias", (4 * D,)))
+        self.mm2 = (ts.get("mm.2.weight", (vp.n_proj, 4 * D)), ts.get("mm.2.bias", (vp.n_proj,)))
+
     def encode(self, pixels: np.ndarray) -> np.ndarray:
         vp, P = self.vp, self.vp.patch_size
         gx, gy = pixels.shape[1] // P, pixels.shape[0] // P
@@ -132,6 +141,3 @@ class Encoder:
             x = x + linear(gelu(linear(layer_norm(x, *ln2, vp.eps), *up)), *down)
         x = layer_norm(x, *self.post_ln, vp.eps).reshape(-1, 4 * D)
         return linear(gelu(linear(x, *self.mm0)), *self.mm2).astype(np.float32)
-
-    def embed(self, image) -> np.ndarray:
-        return self.encode(self.pixels(image))
